@@ -1,0 +1,456 @@
+"""Read, write and validate calibration sets, best-of-N sets and labelled prefixes.
+
+The formats are a contract (DESIGN.md section 2). Readers memory-map ``hidden_states.npy`` so
+a 100k x 3584 set is never copied into RAM; writers fill a memory-mapped file chunk by chunk and
+swap the finished directory in atomically. Every validation failure raises
+:class:`dprm.io.DataError` naming the file, the column or row, and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dprm.io import DataError, atomic_dir, atomic_path, read_json, write_json
+
+# column -> (pandas kind letters accepted, arrow type written)
+CALIBRATION_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "question_id": ("OSU", pa.string()),
+    "response_id": ("iu", pa.int32()),
+    "step": ("iu", pa.int32()),
+    "prm_score": ("f", pa.float32()),
+    "success_prob": ("f", pa.float32()),
+    "n_rollouts": ("iu", pa.int32()),
+}
+CALIBRATION_OPTIONAL: dict[str, tuple[str, pa.DataType]] = {
+    "question": ("OSU", pa.string()),
+    "reasoning_prefix": ("OSU", pa.string()),
+}
+BON_QUESTION_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "question_id": ("OSU", pa.string()),
+    "prm_score": ("f", pa.float32()),
+}
+BON_RESPONSE_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "question_id": ("OSU", pa.string()),
+    "response_id": ("iu", pa.int32()),
+    "prm_score": ("f", pa.float32()),
+    "correct": ("b", pa.bool_()),
+}
+# Labelled text prefixes: what rollouts (or Park et al.'s JSON) produce and `embed` consumes.
+LABEL_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "question_id": ("OSU", pa.string()),
+    "response_id": ("iu", pa.int32()),
+    "step": ("iu", pa.int32()),
+    "question": ("OSU", pa.string()),
+    "reasoning_prefix": ("OSU", pa.string()),
+    "n_correct": ("iu", pa.int32()),
+    "n_rollouts": ("iu", pa.int32()),
+    "success_prob": ("f", pa.float32()),
+}
+UNIT_INTERVAL = ("prm_score", "success_prob")
+HIDDEN_FILE = "hidden_states.npy"
+_KIND_NAMES = {"OSU": "string", "iu": "integer", "f": "float", "b": "bool"}
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_columns(
+    df: pd.DataFrame,
+    path: Path,
+    required: dict[str, tuple[str, pa.DataType]],
+    optional: dict[str, tuple[str, pa.DataType]] | None = None,
+) -> None:
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DataError(
+            path, f"missing column(s) {missing}; expected columns {list(required)} (have {list(df.columns)})"
+        )
+    for name, (kinds, _) in {**required, **(optional or {})}.items():
+        if name not in df.columns:
+            continue
+        col = df[name]
+        kind = col.dtype.kind
+        if kinds == "OSU":
+            if kind not in "OSU" and not isinstance(col.dtype, pd.StringDtype):
+                raise DataError(path, f"column '{name}': expected strings, found dtype {col.dtype}")
+            bad = col.isna().to_numpy() | ~col.map(lambda v: isinstance(v, str)).to_numpy()
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise DataError(
+                    path, f"column '{name}' row {row}: expected a string, found {col.iloc[row]!r}"
+                )
+            continue
+        if kind not in kinds:
+            raise DataError(
+                path,
+                f"column '{name}': expected {_KIND_NAMES[kinds]} values, found dtype {col.dtype}",
+            )
+        if kinds == "f":
+            values = col.to_numpy(dtype=np.float64)
+            bad = ~np.isfinite(values)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise DataError(
+                    path, f"column '{name}' row {row}: expected a finite number, found {values[row]}"
+                )
+            if name in UNIT_INTERVAL:
+                out = (values < 0) | (values > 1)
+                if out.any():
+                    row = int(np.flatnonzero(out)[0])
+                    raise DataError(
+                        path, f"column '{name}' row {row}: expected a value in [0, 1], found {values[row]}"
+                    )
+
+
+def _check_counts(df: pd.DataFrame, path: Path) -> None:
+    n = df["n_rollouts"].to_numpy()
+    bad = n < 1
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(path, f"column 'n_rollouts' row {row}: expected >= 1, found {n[row]}")
+    step = df["step"].to_numpy()
+    if (step < 0).any():
+        row = int(np.flatnonzero(step < 0)[0])
+        raise DataError(path, f"column 'step' row {row}: expected >= 0, found {step[row]}")
+    k = df["success_prob"].to_numpy(dtype=np.float64) * n
+    off = np.abs(k - np.rint(k)) > 1e-3 * np.maximum(n, 1)
+    if off.any():
+        row = int(np.flatnonzero(off)[0])
+        raise DataError(
+            path,
+            f"row {row}: success_prob={df['success_prob'].iloc[row]} is not n_correct/n_rollouts "
+            f"for n_rollouts={n[row]} (expected a multiple of 1/{n[row]})",
+        )
+
+
+def _check_meta(meta: Any, path: Path, kind: str) -> dict:
+    if not isinstance(meta, dict):
+        raise DataError(path, "expected a JSON object")
+    if meta.get("kind") != kind:
+        raise DataError(path, f"key 'kind': expected {kind!r}, found {meta.get('kind')!r}")
+    dim = meta.get("hidden_dim")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise DataError(path, f"key 'hidden_dim': expected a positive integer, found {dim!r}")
+    return meta
+
+
+def _open_hidden(path: Path, n_rows: int, dim: int, rows_from: Path) -> np.ndarray:
+    if not path.exists():
+        raise DataError(path, "file not found (expected the hidden states as a .npy array)")
+    try:
+        hidden = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:
+        raise DataError(path, f"not a readable .npy array ({err})") from err
+    if hidden.dtype not in (np.float16, np.float32):
+        raise DataError(path, f"expected dtype float16 or float32, found {hidden.dtype}")
+    if hidden.ndim != 2:
+        raise DataError(path, f"expected a 2-D array [rows, hidden_dim], found shape {hidden.shape}")
+    if hidden.shape[0] != n_rows:
+        raise DataError(
+            path,
+            f"has {hidden.shape[0]} rows but {rows_from.name} has {n_rows}; they must be row-aligned",
+        )
+    if hidden.shape[1] != dim:
+        raise DataError(path, f"has {hidden.shape[1]} columns but meta.json says hidden_dim={dim}")
+    return hidden
+
+
+def check_hidden_finite(hidden: np.ndarray, path: Path, chunk_rows: int = 8192) -> None:
+    """Scan a (memory-mapped) hidden-state array in chunks for NaN/inf."""
+    for start in range(0, hidden.shape[0], chunk_rows):
+        block = np.asarray(hidden[start : start + chunk_rows])
+        bad = ~np.isfinite(block)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise DataError(path, f"row {start + r}, column {c}: expected a finite number, found {block[r, c]}")
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        raise DataError(path, "file not found")
+    try:
+        return pq.read_table(path).to_pandas()
+    except (pa.ArrowInvalid, OSError) as err:
+        raise DataError(path, f"not a readable parquet file ({err})") from err
+
+
+def _to_table(df: pd.DataFrame, schema: dict[str, tuple[str, pa.DataType]]) -> pa.Table:
+    """Cast the contract columns to their arrow types; keep any extra columns as they are."""
+    arrays, names = [], []
+    for name in df.columns:
+        col = df[name]
+        if name in schema:
+            arrays.append(pa.array(col.to_numpy() if schema[name][1] != pa.string() else col.astype(str).tolist(), type=schema[name][1]))
+        else:
+            arrays.append(pa.array(col))
+        names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+# ----------------------------------------------------------------------------- data classes
+@dataclass
+class CalibrationSet:
+    """A calibration set: records [N] row-aligned with hidden states [N, D]."""
+
+    records: pd.DataFrame
+    hidden: np.ndarray
+    meta: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def hidden_dim(self) -> int:
+        return int(self.hidden.shape[1])
+
+    @property
+    def n_correct(self) -> np.ndarray:
+        """Successful rollouts per record [N] (int64), recovered from success_prob x n_rollouts."""
+        return np.rint(
+            self.records["success_prob"].to_numpy(np.float64) * self.records["n_rollouts"].to_numpy()
+        ).astype(np.int64)
+
+    @property
+    def has_truth(self) -> bool:
+        return {"true_mu", "true_sigma"} <= set(self.records.columns)
+
+    def subset(self, rows: np.ndarray) -> CalibrationSet:
+        """Rows ``rows`` (sorted indices) as a new set; the hidden states stay memory-mapped."""
+        rows = np.asarray(rows)
+        return CalibrationSet(
+            self.records.iloc[rows].reset_index(drop=True), _RowView(self.hidden, rows), self.meta, self.path
+        )
+
+
+@dataclass
+class BonSet:
+    """A best-of-N set: questions [Q] with hidden states [Q, D] and a candidate pool per question."""
+
+    questions: pd.DataFrame
+    hidden: np.ndarray
+    responses: pd.DataFrame
+    meta: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    @property
+    def hidden_dim(self) -> int:
+        return int(self.hidden.shape[1])
+
+
+class _RowView:
+    """A lazy row selection of a (memory-mapped) array: slicing reads only the rows asked for."""
+
+    def __init__(self, base: np.ndarray, rows: np.ndarray):
+        self.base, self.rows = base, rows
+        self.shape = (len(rows), base.shape[1])
+        self.dtype = base.dtype
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, item):
+        idx = self.rows[item]
+        if isinstance(idx, np.ndarray):
+            order = np.argsort(idx, kind="stable")
+            out = np.empty((len(idx), self.shape[1]), dtype=self.dtype)
+            out[order] = self.base[idx[order]]
+            return out
+        return self.base[idx]
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[np.arange(len(self.rows))]
+        return out if dtype is None else out.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- readers
+def read_calibration_set(path: str | os.PathLike, *, check_hidden: bool = True) -> CalibrationSet:
+    """Load and validate a calibration set directory (hidden states memory-mapped)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(path, "not a directory (expected a calibration set: records.parquet, hidden_states.npy, meta.json)")
+    meta = _check_meta(read_json(path / "meta.json"), path / "meta.json", "calibration")
+    records_path = path / "records.parquet"
+    records = _read_parquet(records_path)
+    _check_columns(records, records_path, CALIBRATION_COLUMNS, CALIBRATION_OPTIONAL)
+    _check_counts(records, records_path)
+    hidden = _open_hidden(path / HIDDEN_FILE, len(records), meta["hidden_dim"], records_path)
+    if check_hidden:
+        check_hidden_finite(hidden, path / HIDDEN_FILE)
+    return CalibrationSet(records, hidden, meta, path)
+
+
+def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSet:
+    """Load and validate a best-of-N set directory."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(path, "not a directory (expected a BoN set: questions.parquet, responses.parquet, hidden_states.npy, meta.json)")
+    meta = _check_meta(read_json(path / "meta.json"), path / "meta.json", "bon")
+    qpath, rpath = path / "questions.parquet", path / "responses.parquet"
+    questions = _read_parquet(qpath)
+    _check_columns(questions, qpath, BON_QUESTION_COLUMNS)
+    dup = questions["question_id"].duplicated()
+    if dup.any():
+        row = int(np.flatnonzero(dup.to_numpy())[0])
+        raise DataError(qpath, f"column 'question_id' row {row}: duplicate id {questions['question_id'].iloc[row]!r}")
+    responses = _read_parquet(rpath)
+    _check_columns(responses, rpath, BON_RESPONSE_COLUMNS)
+    unknown = ~responses["question_id"].isin(set(questions["question_id"]))
+    if unknown.any():
+        row = int(np.flatnonzero(unknown.to_numpy())[0])
+        raise DataError(
+            rpath, f"column 'question_id' row {row}: {responses['question_id'].iloc[row]!r} is not in questions.parquet"
+        )
+    hidden = _open_hidden(path / HIDDEN_FILE, len(questions), meta["hidden_dim"], qpath)
+    if check_hidden:
+        check_hidden_finite(hidden, path / HIDDEN_FILE)
+    return BonSet(questions, hidden, responses, meta, path)
+
+
+def read_labels(path: str | os.PathLike) -> pd.DataFrame:
+    """Load labelled text prefixes (``labels.parquet`` or a directory holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "labels.parquet"
+    df = _read_parquet(path)
+    _check_columns(df, path, LABEL_COLUMNS)
+    _check_counts(df, path)
+    return df
+
+
+# ----------------------------------------------------------------------------- writers
+class SetWriter:
+    """Write a calibration or BoN set atomically, filling hidden states chunk by chunk.
+
+    Example::
+
+        with SetWriter(out, "calibration", n_rows=N, hidden_dim=D) as w:
+            for start, block in chunks:
+                w.hidden[start : start + len(block)] = block
+            w.records = df
+            w.meta.update(prm="Qwen/Qwen2.5-Math-PRM-7B")
+
+    Memory stays at one on-disk copy of the hidden states (a memory map), and the directory
+    only appears under its final name once everything is written and validated.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        kind: str,
+        n_rows: int,
+        hidden_dim: int,
+        dtype: str | np.dtype = "float16",
+        overwrite: bool = True,
+    ):
+        if kind not in ("calibration", "bon"):
+            raise ValueError(f"kind must be 'calibration' or 'bon', got {kind!r}")
+        self.path, self.kind = Path(path), kind
+        self.n_rows, self.hidden_dim = int(n_rows), int(hidden_dim)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float16, np.float32):
+            raise ValueError(f"hidden dtype must be float16 or float32, got {self.dtype}")
+        self.overwrite = overwrite
+        self.records: pd.DataFrame | None = None  # calibration records or BoN questions
+        self.responses: pd.DataFrame | None = None  # BoN only
+        self.meta: dict[str, Any] = {}
+
+    def __enter__(self) -> SetWriter:
+        self._ctx = atomic_dir(self.path, overwrite=self.overwrite)
+        self._tmp = self._ctx.__enter__()
+        self.hidden = np.lib.format.open_memmap(
+            self._tmp / HIDDEN_FILE, mode="w+", dtype=self.dtype, shape=(self.n_rows, self.hidden_dim)
+        )
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                self._finish()
+        except BaseException:
+            self._ctx.__exit__(*__import__("sys").exc_info())
+            raise
+        return bool(self._ctx.__exit__(exc_type, exc, tb))
+
+    def _finish(self) -> None:
+        self.hidden.flush()
+        del self.hidden
+        tmp = self._tmp
+        meta = {"kind": self.kind, "hidden_dim": self.hidden_dim, "hidden_dtype": self.dtype.name}
+        meta.update(self.meta)
+        meta["kind"], meta["hidden_dim"] = self.kind, self.hidden_dim
+        if self.records is None:
+            raise ValueError("SetWriter: records (or BoN questions) were never set")
+        if self.kind == "calibration":
+            _check_columns(self.records, self.path / "records.parquet", CALIBRATION_COLUMNS, CALIBRATION_OPTIONAL)
+            _check_counts(self.records, self.path / "records.parquet")
+            pq.write_table(_to_table(self.records, {**CALIBRATION_COLUMNS, **CALIBRATION_OPTIONAL}), tmp / "records.parquet")
+        else:
+            if self.responses is None:
+                raise ValueError("SetWriter: BoN responses were never set")
+            _check_columns(self.records, self.path / "questions.parquet", BON_QUESTION_COLUMNS)
+            _check_columns(self.responses, self.path / "responses.parquet", BON_RESPONSE_COLUMNS)
+            pq.write_table(_to_table(self.records, BON_QUESTION_COLUMNS), tmp / "questions.parquet")
+            pq.write_table(_to_table(self.responses, BON_RESPONSE_COLUMNS), tmp / "responses.parquet")
+        if len(self.records) != self.n_rows:
+            raise ValueError(f"SetWriter: {len(self.records)} records but {self.n_rows} hidden-state rows")
+        write_json(tmp / "meta.json", meta)
+
+
+def _copy_hidden(writer: SetWriter, hidden: np.ndarray, chunk_rows: int = 8192) -> None:
+    for start in range(0, hidden.shape[0], chunk_rows):
+        writer.hidden[start : start + chunk_rows] = np.asarray(hidden[start : start + chunk_rows])
+
+
+def write_calibration_set(
+    path: str | os.PathLike,
+    records: pd.DataFrame,
+    hidden: np.ndarray,
+    meta: dict | None = None,
+    *,
+    dtype: str = "float16",
+) -> Path:
+    """Write a calibration set directory atomically (hidden states float16 by default)."""
+    with SetWriter(path, "calibration", len(records), hidden.shape[1], dtype) as writer:
+        _copy_hidden(writer, hidden)
+        writer.records = records
+        writer.meta.update(meta or {})
+    return Path(path)
+
+
+def write_bon_set(
+    path: str | os.PathLike,
+    questions: pd.DataFrame,
+    hidden: np.ndarray,
+    responses: pd.DataFrame,
+    meta: dict | None = None,
+    *,
+    dtype: str = "float16",
+) -> Path:
+    """Write a best-of-N set directory atomically."""
+    with SetWriter(path, "bon", len(questions), hidden.shape[1], dtype) as writer:
+        _copy_hidden(writer, hidden)
+        writer.records = questions
+        writer.responses = responses
+        writer.meta.update(meta or {})
+    return Path(path)
+
+
+def write_labels(path: str | os.PathLike, labels: pd.DataFrame) -> Path:
+    """Write labelled text prefixes to a parquet file atomically (validated first)."""
+    path = Path(path)
+    _check_columns(labels, path, LABEL_COLUMNS)
+    _check_counts(labels, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(_to_table(labels, LABEL_COLUMNS), tmp)
+    return path

@@ -1,0 +1,151 @@
+"""Calibration metrics as plain functions over arrays (DESIGN.md section 3).
+
+Notation: ``p`` point estimates [N], ``y`` success_prob labels [N] in [0, 1], ``q`` quantiles
+[N, L] at ``levels`` [L]. Every function returns a Python float; NaN means undefined.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: The 11 levels {0, 0.1, ..., 1} of the paper's WQL, trapezoid point estimate and QR head.
+LEVELS_11 = np.round(np.linspace(0.0, 1.0, 11), 10)
+#: ECE bin edges: 12 equal-width bins on a range widened past [0, 1] (DESIGN.md section 3).
+ECE_EDGES = np.linspace(-0.001, 1.001, 13)
+
+
+def midpoint_levels(m: int = 100) -> np.ndarray:
+    """Levels (i - 0.5) / m, i = 1..m: the grid for truth errors and the IAS mixture."""
+    return (np.arange(1, m + 1) - 0.5) / m
+
+
+def _as_1d(x, name: str) -> np.ndarray:
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+    return arr
+
+
+def _pair(p, y) -> tuple[np.ndarray, np.ndarray]:
+    p, y = _as_1d(p, "p"), _as_1d(y, "y")
+    if p.shape != y.shape:
+        raise ValueError(f"p and y must have the same length, got {p.shape} and {y.shape}")
+    return p, y
+
+
+def brier(p, y) -> float:
+    """Mean squared error of point estimates against success_prob."""
+    p, y = _pair(p, y)
+    return float(np.mean((p - y) ** 2)) if len(p) else float("nan")
+
+
+def pos_brier(p, y) -> float:
+    """Over-estimation part of the Brier score: mean max(p - y, 0)^2."""
+    p, y = _pair(p, y)
+    return float(np.mean(np.maximum(p - y, 0.0) ** 2)) if len(p) else float("nan")
+
+
+def neg_brier(p, y) -> float:
+    """Under-estimation part of the Brier score: mean min(p - y, 0)^2; pos + neg = Brier."""
+    p, y = _pair(p, y)
+    return float(np.mean(np.minimum(p - y, 0.0) ** 2)) if len(p) else float("nan")
+
+
+def ece_bins(p) -> np.ndarray:
+    """Bin index [N] of each prediction: bins [a, b) on ``ECE_EDGES``, the last bin closed."""
+    p = _as_1d(p, "p")
+    if ((p < ECE_EDGES[0]) | (p > ECE_EDGES[-1])).any():
+        raise ValueError(f"predictions must lie in [{ECE_EDGES[0]}, {ECE_EDGES[-1]}]")
+    idx = np.searchsorted(ECE_EDGES, p, side="right") - 1
+    return np.minimum(idx, len(ECE_EDGES) - 2)
+
+
+def ece(p, y) -> float:
+    """Expected calibration error with 12 equal-width bins: sum_b n_b/N |mean p_b - mean y_b|."""
+    p, y = _pair(p, y)
+    if not len(p):
+        return float("nan")
+    bins = ece_bins(p)
+    n_bins = len(ECE_EDGES) - 1
+    count = np.bincount(bins, minlength=n_bins)
+    sum_p = np.bincount(bins, weights=p, minlength=n_bins)
+    sum_y = np.bincount(bins, weights=y, minlength=n_bins)
+    return float(np.sum(np.abs(sum_p - sum_y)) / len(p))
+
+
+def pinball(q, y, levels) -> np.ndarray:
+    """Pinball loss rho_tau(y - q) per record and level [N, L]."""
+    q = np.asarray(q, dtype=np.float64)
+    y = _as_1d(y, "y")[:, None]
+    tau = np.asarray(levels, dtype=np.float64)[None, :]
+    if q.ndim != 2 or q.shape != (y.shape[0], tau.shape[1]):
+        raise ValueError(f"q must have shape [N, L] = {(y.shape[0], tau.shape[1])}, got {q.shape}")
+    u = y - q
+    return np.maximum(tau * u, (tau - 1.0) * u)
+
+
+def wql(q, y, levels=LEVELS_11) -> float:
+    """Weighted quantile loss as the paper uses it: pinball averaged over records, then levels."""
+    if not len(y):
+        return float("nan")
+    return float(np.mean(pinball(q, y, levels).mean(axis=0)))
+
+
+def coverage(q, y) -> np.ndarray:
+    """Quantile calibration curve [L]: share of records with y <= Q(tau)."""
+    q = np.asarray(q, dtype=np.float64)
+    y = _as_1d(y, "y")
+    return np.mean(y[:, None] <= q, axis=0)
+
+
+def calibration_area(q, y, levels=LEVELS_11) -> float:
+    """Mean over levels of |coverage(tau) - tau| (the early-stopping score)."""
+    if not len(y):
+        return float("nan")
+    return float(np.mean(np.abs(coverage(q, y) - np.asarray(levels, dtype=np.float64))))
+
+
+def crossing_rate(q) -> float:
+    """Share of (record, adjacent level pair) with Q(tau_{m+1}) < Q(tau_m)."""
+    q = np.asarray(q, dtype=np.float64)
+    if q.ndim != 2 or q.shape[1] < 2 or q.shape[0] == 0:
+        return float("nan")
+    return float(np.mean(np.diff(q, axis=1) < 0))
+
+
+def trapezoid_mean(q11) -> np.ndarray:
+    """Point estimate integral_0^1 Q dtau by the trapezoid rule on the 11 levels [N]."""
+    q11 = np.asarray(q11, dtype=np.float64)
+    if q11.ndim != 2 or q11.shape[1] != len(LEVELS_11):
+        raise ValueError(f"expected quantiles at the 11 levels, shape [N, 11], got {q11.shape}")
+    return (q11[:, :-1] + q11[:, 1:]).sum(axis=1) * 0.5 / (len(LEVELS_11) - 1)
+
+
+# ----------------------------------------------------------------------------- truth-based
+def true_quantiles(true_mu, true_sigma, levels) -> np.ndarray:
+    """Quantiles [N, L] of the synthetic worlds' truth, p = sigmoid(mu + sigma * xi)."""
+    from statistics import NormalDist
+
+    z = np.array([NormalDist().inv_cdf(float(t)) for t in np.clip(levels, 1e-12, 1 - 1e-12)])
+    logit = np.asarray(true_mu, np.float64)[:, None] + np.asarray(true_sigma, np.float64)[:, None] * z
+    return 1.0 / (1.0 + np.exp(-logit))
+
+
+def quantile_error_true(q_mid, true_mu, true_sigma) -> float:
+    """Mean |Q_hat(tau) - Q_true(tau)| over records and the 100 mid-point levels.
+
+    Args:
+        q_mid: predicted quantiles [N, M] at ``midpoint_levels(M)``.
+    """
+    q_mid = np.asarray(q_mid, dtype=np.float64)
+    truth = true_quantiles(true_mu, true_sigma, midpoint_levels(q_mid.shape[1]))
+    return float(np.mean(np.abs(q_mid - truth)))
+
+
+def crps_true(q_mid, true_p) -> float:
+    """CRPS of the predicted distribution at the realised true p, 2 x mean pinball on mid-points.
+
+    CRPS(F, x) = integral_0^1 2 rho_tau(x - F^-1(tau)) dtau; the mid-point rule on M levels.
+    """
+    q_mid = np.asarray(q_mid, dtype=np.float64)
+    return float(2.0 * np.mean(pinball(q_mid, true_p, midpoint_levels(q_mid.shape[1]))))
