@@ -1,0 +1,44 @@
+"""``dprm evaluate``: calibration metrics of Base and trained calibrators (contract)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+ORDER = 40
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import json
+
+    from dprm.data import read_calibration_set
+    from dprm.evaluation import evaluate, model_names
+    from dprm.io import write_json
+    from dprm.models import load
+
+    data = read_calibration_set(args.data)
+    loaded = [(Path(m).name, load(m)) for m in args.model]
+    models = dict(zip(model_names(loaded), (m for _, m in loaded), strict=True))
+    results = evaluate(data, models)
+    write_json(args.out, results)
+    if not args.quiet:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "evaluate",
+        help="Brier, PosBrier, ECE, WQL, calibration area, crossing rate (+ truth errors)",
+        description=(
+            "Evaluate Base (the raw PRM score) and each --model on a calibration set. Writes a JSON "
+            "object mapping method name -> {brier, pos_brier, neg_brier, ece, wql, calibration_area, "
+            "crossing_rate, n} (NaN where undefined), plus quantile_error_true and crps_true when "
+            "the set carries synthetic truth."
+        ),
+    )
+    parser.add_argument("--data", required=True, help="calibration set directory")
+    parser.add_argument("--model", action="append", default=[], help="calibrator directory (repeatable)")
+    parser.add_argument("--out", required=True, help="output JSON file")
+    parser.add_argument("--quiet", action="store_true", help="do not print the results")
+    parser.set_defaults(func=_evaluate)

@@ -1,0 +1,95 @@
+"""Score calibrators on a calibration set: the metrics JSON of ``dprm evaluate`` (contract).
+
+Per method: ``brier, pos_brier, neg_brier, ece, wql, calibration_area, crossing_rate, n`` (NaN
+where undefined) and, on synthetic sets with truth, ``quantile_error_true`` and ``crps_true``.
+
+Conventions (DESIGN.md section 3): point estimates are the trapezoid mean over the 11 levels for
+full-distribution calibrators, Q(0.5) for fixed-level ones (QR) and the value itself for point
+calibrators (Base: the PRM score). WQL and the calibration area use the 11 levels; a point
+calibrator has neither. The crossing rate is measured at 101 levels for continuous calibrators and
+at the trained levels for fixed-level ones. Truth-based errors use the 100 mid-point levels; a
+fixed-level calibrator is linearly interpolated between its levels there, and a point calibrator
+counts as the point mass at its estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from dprm import metrics as M
+from dprm.data.contract import CalibrationSet
+from dprm.models.base import Calibrator
+
+METRIC_KEYS = ("brier", "pos_brier", "neg_brier", "ece", "wql", "calibration_area", "crossing_rate", "n")
+LEVELS_101 = np.linspace(0.0, 1.0, 101)
+
+
+def _interp_rows(q: np.ndarray, levels: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Row-wise linear interpolation of quantiles [N, L] at ``levels`` onto ``targets``."""
+    idx = np.clip(np.searchsorted(levels, targets, side="right") - 1, 0, len(levels) - 2)
+    w = (targets - levels[idx]) / (levels[idx + 1] - levels[idx])
+    return q[:, idx] * (1 - w) + q[:, idx + 1] * w
+
+
+def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int = 8192) -> dict:
+    """All metrics of one calibrator on one calibration set."""
+    records = data.records
+    y = records["success_prob"].to_numpy(np.float64)
+    score = records["prm_score"].to_numpy(np.float32)
+    hidden = data.hidden if model.uses_hidden else None
+    nan = float("nan")
+    out: dict[str, float] = {"n": int(len(y))}
+    mid = M.midpoint_levels(100)
+    if model.kind == "point":
+        p = model.point_estimate(hidden, score, batch_size).astype(np.float64)
+        out.update(wql=nan, calibration_area=nan, crossing_rate=nan)
+        q_mid = np.repeat(p[:, None], len(mid), axis=1) if data.has_truth else None
+    elif model.kind == "levels":
+        levels = np.asarray(model.fixed_levels, dtype=np.float64)
+        q = model.quantiles(hidden, levels, score, batch_size).astype(np.float64)
+        p = q[:, int(np.argmin(np.abs(levels - 0.5)))]
+        out.update(
+            wql=M.wql(q, y, levels),
+            calibration_area=M.calibration_area(q, y, levels),
+            crossing_rate=M.crossing_rate(q),
+        )
+        q_mid = _interp_rows(q, levels, mid) if data.has_truth else None
+    else:
+        q = model.quantiles(hidden, LEVELS_101, score, batch_size).astype(np.float64)
+        q11 = q[:, ::10]
+        p = M.trapezoid_mean(q11)
+        out.update(
+            wql=M.wql(q11, y),
+            calibration_area=M.calibration_area(q11, y),
+            crossing_rate=M.crossing_rate(q),
+        )
+        q_mid = model.quantiles(hidden, mid, score, batch_size).astype(np.float64) if data.has_truth else None
+    out.update(brier=M.brier(p, y), pos_brier=M.pos_brier(p, y), neg_brier=M.neg_brier(p, y), ece=M.ece(p, y))
+    if data.has_truth and q_mid is not None:
+        out["quantile_error_true"] = M.quantile_error_true(
+            q_mid, records["true_mu"].to_numpy(), records["true_sigma"].to_numpy()
+        )
+        out["crps_true"] = M.crps_true(q_mid, records["true_p"].to_numpy()) if "true_p" in records else nan
+    ordered = {k: out[k] for k in METRIC_KEYS}
+    ordered.update({k: v for k, v in out.items() if k not in ordered})
+    return ordered
+
+
+def model_names(models: list[tuple[str, Calibrator]]) -> list[str]:
+    """Unique display names: the method name, or ``method:dir`` when a method repeats."""
+    methods = [m.method for _, m in models]
+    return [
+        m.method if methods.count(m.method) == 1 else f"{m.method}:{src}" for src, m in models
+    ]
+
+
+def evaluate(data: CalibrationSet, models: Mapping[str, Calibrator] | None = None) -> dict[str, dict]:
+    """Metrics for Base, then each named calibrator, on ``data``."""
+    from dprm.models.base_prm import BaseCalibrator
+
+    results = {"base": evaluate_calibrator(BaseCalibrator(data.hidden_dim), data)}
+    for name, model in (models or {}).items():
+        results[name] = evaluate_calibrator(model, data)
+    return results
