@@ -22,7 +22,16 @@ from dprm import metrics as M
 from dprm.data.contract import CalibrationSet
 from dprm.models.base import Calibrator
 
-METRIC_KEYS = ("brier", "pos_brier", "neg_brier", "ece", "wql", "calibration_area", "crossing_rate", "n")
+METRIC_KEYS = (
+    "brier",
+    "pos_brier",
+    "neg_brier",
+    "ece",
+    "wql",
+    "calibration_area",
+    "crossing_rate",
+    "n",
+)
 LEVELS_101 = np.linspace(0.0, 1.0, 101)
 
 
@@ -65,13 +74,24 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
             calibration_area=M.calibration_area(q11, y),
             crossing_rate=M.crossing_rate(q),
         )
-        q_mid = model.quantiles(hidden, mid, score, batch_size).astype(np.float64) if data.has_truth else None
-    out.update(brier=M.brier(p, y), pos_brier=M.pos_brier(p, y), neg_brier=M.neg_brier(p, y), ece=M.ece(p, y))
+        q_mid = (
+            model.quantiles(hidden, mid, score, batch_size).astype(np.float64)
+            if data.has_truth
+            else None
+        )
+    out.update(
+        brier=M.brier(p, y),
+        pos_brier=M.pos_brier(p, y),
+        neg_brier=M.neg_brier(p, y),
+        ece=M.ece(p, y),
+    )
     if data.has_truth and q_mid is not None:
         out["quantile_error_true"] = M.quantile_error_true(
             q_mid, records["true_mu"].to_numpy(), records["true_sigma"].to_numpy()
         )
-        out["crps_true"] = M.crps_true(q_mid, records["true_p"].to_numpy()) if "true_p" in records else nan
+        out["crps_true"] = (
+            M.crps_true(q_mid, records["true_p"].to_numpy()) if "true_p" in records else nan
+        )
     ordered = {k: out[k] for k in METRIC_KEYS}
     ordered.update({k: v for k, v in out.items() if k not in ordered})
     return ordered
@@ -80,12 +100,12 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
 def model_names(models: list[tuple[str, Calibrator]]) -> list[str]:
     """Unique display names: the method name, or ``method:dir`` when a method repeats."""
     methods = [m.method for _, m in models]
-    return [
-        m.method if methods.count(m.method) == 1 else f"{m.method}:{src}" for src, m in models
-    ]
+    return [m.method if methods.count(m.method) == 1 else f"{m.method}:{src}" for src, m in models]
 
 
-def evaluate(data: CalibrationSet, models: Mapping[str, Calibrator] | None = None) -> dict[str, dict]:
+def evaluate(
+    data: CalibrationSet, models: Mapping[str, Calibrator] | None = None
+) -> dict[str, dict]:
     """Metrics for Base, then each named calibrator, on ``data``."""
     from dprm.models.base_prm import BaseCalibrator
 

@@ -67,7 +67,6 @@ def ece(p, y) -> float:
         return float("nan")
     bins = ece_bins(p)
     n_bins = len(ECE_EDGES) - 1
-    count = np.bincount(bins, minlength=n_bins)
     sum_p = np.bincount(bins, weights=p, minlength=n_bins)
     sum_y = np.bincount(bins, weights=y, minlength=n_bins)
     return float(np.sum(np.abs(sum_p - sum_y)) / len(p))
@@ -95,6 +94,8 @@ def coverage(q, y) -> np.ndarray:
     """Quantile calibration curve [L]: share of records with y <= Q(tau)."""
     q = np.asarray(q, dtype=np.float64)
     y = _as_1d(y, "y")
+    if q.ndim != 2 or q.shape[0] != y.shape[0]:
+        raise ValueError(f"q must have shape [N, L] with N = {y.shape[0]}, got {q.shape}")
     return np.mean(y[:, None] <= q, axis=0)
 
 
@@ -102,13 +103,18 @@ def calibration_area(q, y, levels=LEVELS_11) -> float:
     """Mean over levels of |coverage(tau) - tau| (the early-stopping score)."""
     if not len(y):
         return float("nan")
-    return float(np.mean(np.abs(coverage(q, y) - np.asarray(levels, dtype=np.float64))))
+    cov, levels = coverage(q, y), np.asarray(levels, dtype=np.float64)
+    if levels.shape != cov.shape:
+        raise ValueError(f"levels must have shape {cov.shape} (one per column of q), got {levels.shape}")
+    return float(np.mean(np.abs(cov - levels)))
 
 
 def crossing_rate(q) -> float:
     """Share of (record, adjacent level pair) with Q(tau_{m+1}) < Q(tau_m)."""
     q = np.asarray(q, dtype=np.float64)
-    if q.ndim != 2 or q.shape[1] < 2 or q.shape[0] == 0:
+    if q.ndim != 2:
+        raise ValueError(f"q must have shape [N, L], got {q.shape}")
+    if q.shape[1] < 2 or q.shape[0] == 0:
         return float("nan")
     return float(np.mean(np.diff(q, axis=1) < 0))
 
@@ -138,7 +144,11 @@ def quantile_error_true(q_mid, true_mu, true_sigma) -> float:
         q_mid: predicted quantiles [N, M] at ``midpoint_levels(M)``.
     """
     q_mid = np.asarray(q_mid, dtype=np.float64)
+    if q_mid.ndim != 2:
+        raise ValueError(f"q_mid must have shape [N, M], got {q_mid.shape}")
     truth = true_quantiles(true_mu, true_sigma, midpoint_levels(q_mid.shape[1]))
+    if truth.shape != q_mid.shape:
+        raise ValueError(f"q_mid must have shape {truth.shape} (one row per true_mu), got {q_mid.shape}")
     return float(np.mean(np.abs(q_mid - truth)))
 
 

@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dprm {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"dprm {args.command}: interrupted; finished work is kept, rerun to resume", file=sys.stderr)
+        print(
+            f"dprm {args.command}: interrupted; finished work is kept, rerun to resume",
+            file=sys.stderr,
+        )
         return 130
     return int(result or 0)
 

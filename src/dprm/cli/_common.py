@@ -7,7 +7,9 @@ import argparse
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """``--config FILE.toml`` and repeatable ``--set key=value`` overrides."""
-    parser.add_argument("--config", metavar="FILE.toml", help="TOML config file (unknown keys are rejected)")
+    parser.add_argument(
+        "--config", metavar="FILE.toml", help="TOML config file (unknown keys are rejected)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -23,7 +25,9 @@ def parse_levels(text: str) -> list[float]:
     try:
         levels = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--levels {text!r}: expected comma-separated numbers") from None
+        raise argparse.ArgumentTypeError(
+            f"--levels {text!r}: expected comma-separated numbers"
+        ) from None
     if not levels or any(not 0.0 <= t <= 1.0 for t in levels):
         raise argparse.ArgumentTypeError(f"--levels {text!r}: expected levels in [0, 1]")
     return levels

@@ -16,9 +16,18 @@ def _synth(args: argparse.Namespace) -> int:
     for preset in presets:
         out = Path(args.out) if len(presets) == 1 else Path(args.out) / preset
         start = time.perf_counter()
-        written = write_world(out, preset, size=args.size, seed=args.seed, hidden_dim=args.hidden_dim, progress=not args.quiet)
+        written = write_world(
+            out,
+            preset,
+            size=args.size,
+            seed=args.seed,
+            hidden_dim=args.hidden_dim,
+            progress=not args.quiet,
+        )
         if not args.quiet:
-            print(f"{preset}: wrote {', '.join(str(p) for p in written.values())} in {time.perf_counter() - start:.1f}s")
+            print(
+                f"{preset}: wrote {', '.join(str(p) for p in written.values())} in {time.perf_counter() - start:.1f}s"
+            )
     return 0
 
 
@@ -42,8 +51,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"Known: {', '.join(preset_names())}",
     )
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--seed", type=int, default=None, help="world seed (default: derived from the preset)")
-    parser.add_argument("--size", choices=sorted(SIZES), default=None, help="world size (default: paper; demo for --preset demo)")
-    parser.add_argument("--hidden-dim", type=int, default=None, help="override the hidden dimension (paper size: 3584)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="world seed (default: derived from the preset)"
+    )
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default=None,
+        help="world size (default: paper; demo for --preset demo)",
+    )
+    parser.add_argument(
+        "--hidden-dim",
+        type=int,
+        default=None,
+        help="override the hidden dimension (paper size: 3584)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=_synth)

@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--data", required=True, help="calibration set directory")
-    parser.add_argument("--model", action="append", default=[], help="calibrator directory (repeatable)")
+    parser.add_argument(
+        "--model", action="append", default=[], help="calibrator directory (repeatable)"
+    )
     parser.add_argument("--out", required=True, help="output JSON file")
     parser.add_argument("--quiet", action="store_true", help="do not print the results")
     parser.set_defaults(func=_evaluate)

@@ -162,8 +162,12 @@ class Embedding:
         self.col_shift = rng.normal(0, 2.0, hidden_dim)
 
     def __call__(self, latent: np.ndarray) -> np.ndarray:
-        features = np.tanh(latent @ self.first + self.first_bias)
-        return ((features @ self.second) * self.col_scale + self.col_shift).astype(np.float32)
+        # float32 throughout: a float64 [chunk, D] temporary would dwarf the output chunk.
+        features = np.tanh(latent @ self.first + self.first_bias).astype(np.float32)
+        out = features @ self.second.astype(np.float32)
+        out *= self.col_scale.astype(np.float32)
+        out += self.col_shift.astype(np.float32)
+        return out
 
 
 def truth(latent: np.ndarray, gen: Generator, max_steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +196,9 @@ def _latents(rng, split: Split, size: WorldSize, n_questions: int, question_only
         for r in range(n_resp):
             n_prefix = 1 if question_only else int(rng.integers(size.min_steps, size.max_steps + 1))
             walk = np.concatenate([[0.0], np.cumsum(rng.normal(0.0, 0.55, n_prefix - 1))])
-            nuisance = rng.normal(split.nuisance_shift, 1.0, (1, 5)) + rng.normal(0, 0.3, (n_prefix, 5))
+            nuisance = rng.normal(split.nuisance_shift, 1.0, (1, 5)) + rng.normal(
+                0, 0.3, (n_prefix, 5)
+            )
             steps = np.arange(n_prefix)
             u = np.column_stack(
                 [np.full(n_prefix, difficulty[q]), walk, steps / size.max_steps, nuisance]
@@ -212,7 +218,7 @@ def write_world(
     seed: int | None = None,
     hidden_dim: int | None = None,
     progress: bool = True,
-    chunk_rows: int = 4096,
+    chunk_rows: int = 1024,
 ) -> dict[str, Path]:
     """Write ``out/{split}/calib`` and ``out/{split}/bon`` for every split of a preset.
 
@@ -247,7 +253,9 @@ def write_world(
         "seed": seed,
         "dprm_version": __version__,
     }
-    bar = tqdm(total=2 * len(world.splits), desc=f"synth {preset}", disable=not progress, unit="set")
+    bar = tqdm(
+        total=2 * len(world.splits), desc=f"synth {preset}", disable=not progress, unit="set"
+    )
     for split_index, split in enumerate(world.splits):
         rng = np.random.default_rng([seed, split_index])
         # -- calibration set -----------------------------------------------------------------
@@ -271,13 +279,17 @@ def write_world(
         path = out / split.name / "calib"
         with SetWriter(path, "calibration", len(records), world.hidden_dim) as writer:
             for start in range(0, len(latent), chunk_rows):
-                writer.hidden[start : start + chunk_rows] = embed(latent[start : start + chunk_rows])
+                writer.hidden[start : start + chunk_rows] = embed(
+                    latent[start : start + chunk_rows]
+                )
             writer.records = records
             writer.meta.update(provenance, split=split.name)
         written[f"{split.name}/calib"] = path
         bar.update()
         # -- best-of-N set: fresh questions from the same distribution ------------------------
-        latent_q, qs_b, _, _ = _latents(rng, split, world, split.n_bon_questions, question_only=True)
+        latent_q, qs_b, _, _ = _latents(
+            rng, split, world, split.n_bon_questions, question_only=True
+        )
         mu_q, sigma_q = truth(latent_q, gen, world.max_steps)
         p_q = 1 / (1 + np.exp(-(mu_q + sigma_q * rng.standard_normal(len(mu_q)))))
         correct = rng.random((len(p_q), world.pool_size)) < p_q[:, None]
@@ -305,7 +317,10 @@ def write_world(
         )
         path = out / split.name / "bon"
         with SetWriter(path, "bon", len(questions), world.hidden_dim) as writer:
-            writer.hidden[:] = embed(latent_q)
+            for start in range(0, len(latent_q), chunk_rows):
+                writer.hidden[start : start + chunk_rows] = embed(
+                    latent_q[start : start + chunk_rows]
+                )
             writer.records = questions
             writer.responses = responses
             writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)

@@ -163,7 +163,8 @@ class Calibrator(nn.Module):
         n = len(prm_score) if hidden is None else hidden.shape[0]
         if hidden is not None and hidden.shape[1] != self.hidden_dim:
             raise DataError(
-                None, f"hidden states have dimension {hidden.shape[1]}, the calibrator expects {self.hidden_dim}"
+                None,
+                f"hidden states have dimension {hidden.shape[1]}, the calibrator expects {self.hidden_dim}",
             )
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
@@ -250,7 +251,9 @@ def load(directory: str | Path) -> Calibrator:
     cfg = read_json(cfg_path)
     method = cfg.get("method")
     if method not in REGISTRY:
-        raise DataError(cfg_path, f"key 'method': unknown calibrator {method!r}; known: {sorted(REGISTRY)}")
+        raise DataError(
+            cfg_path, f"key 'method': unknown calibrator {method!r}; known: {sorted(REGISTRY)}"
+        )
     model = REGISTRY[method].from_config(int(cfg["hidden_dim"]), cfg.get("config", {}))
     weights = directory / "model.safetensors"
     if not weights.exists():
@@ -258,7 +261,9 @@ def load(directory: str | Path) -> Calibrator:
     state = load_file(str(weights))
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise DataError(weights, f"weights do not match {method!r}: missing {missing}, unexpected {unexpected}")
+        raise DataError(
+            weights, f"weights do not match {method!r}: missing {missing}, unexpected {unexpected}"
+        )
     model.info = cfg.get("info", {})
     model.eval()
     return model
