@@ -11,7 +11,6 @@ OUT    ?= runs/demo
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(BIN)/dprm

@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from sklearn.metrics import brier_score_loss, mean_pinball_loss
-from torchmetrics.classification import BinaryCalibrationError
 
 from dprm import metrics as M
 
@@ -47,10 +44,17 @@ def _inside_bin_predictions(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _torchmetrics_ece(p: np.ndarray, y: np.ndarray, *, soft: bool) -> float:
-    metric = BinaryCalibrationError(n_bins=12, norm="l1", validate_args=not soft)
+    # imported here: torchmetrics pulls in transformers and scipy (seconds of import time)
+    torch = pytest.importorskip("torch")
+    classification = pytest.importorskip("torchmetrics.classification")
+    metric = classification.BinaryCalibrationError(n_bins=12, norm="l1", validate_args=not soft)
     target = torch.tensor(y, dtype=torch.float64) if soft else torch.tensor(y, dtype=torch.long)
     metric.update(torch.tensor(p, dtype=torch.float64), target)
     return float(metric.compute())
+
+
+def _sklearn_metrics():
+    return pytest.importorskip("sklearn.metrics")
 
 
 def _ece_by_hand(p: np.ndarray, y: np.ndarray, bins: np.ndarray) -> float:
@@ -67,7 +71,7 @@ def test_brier_matches_sklearn_on_hard_labels(seed: int) -> None:
     rng = np.random.default_rng(seed)
     p = rng.uniform(0, 1, 200)
     y = (rng.uniform(0, 1, 200) < 0.4).astype(np.float64)
-    assert M.brier(p, y) == pytest.approx(brier_score_loss(y, p), abs=1e-12)
+    assert M.brier(p, y) == pytest.approx(_sklearn_metrics().brier_score_loss(y, p), abs=1e-12)
 
 
 def test_brier_soft_labels_by_hand() -> None:
@@ -179,6 +183,7 @@ def test_pinball_matches_sklearn_per_level(soft: bool) -> None:
     n = 150
     y = rng.integers(0, 9, n) / 8.0 if soft else (rng.uniform(size=n) < 0.5).astype(np.float64)
     q = np.sort(rng.uniform(0, 1, (n, 11)), axis=1)
+    mean_pinball_loss = _sklearn_metrics().mean_pinball_loss
     loss = M.pinball(q, y, M.LEVELS_11)
     assert loss.shape == (n, 11)
     for j, tau in enumerate(M.LEVELS_11):

@@ -7,7 +7,9 @@ directories store as JSON.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -57,11 +59,16 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if annotation is int:
         if isinstance(value, bool):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return int(value)  # exact for large integers (seeds), unlike a float round trip
         try:
             as_float = float(value)
         except (TypeError, ValueError):
             raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
-        if as_float != int(as_float):
+        if not math.isfinite(as_float) or as_float != int(as_float):
             raise ConfigError(f"{key}: expected an integer, got {value!r}")
         return int(as_float)
     if annotation is float:

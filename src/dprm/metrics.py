@@ -105,7 +105,9 @@ def calibration_area(q, y, levels=LEVELS_11) -> float:
         return float("nan")
     cov, levels = coverage(q, y), np.asarray(levels, dtype=np.float64)
     if levels.shape != cov.shape:
-        raise ValueError(f"levels must have shape {cov.shape} (one per column of q), got {levels.shape}")
+        raise ValueError(
+            f"levels must have shape {cov.shape} (one per column of q), got {levels.shape}"
+        )
     return float(np.mean(np.abs(cov - levels)))
 
 
@@ -148,7 +150,9 @@ def quantile_error_true(q_mid, true_mu, true_sigma) -> float:
         raise ValueError(f"q_mid must have shape [N, M], got {q_mid.shape}")
     truth = true_quantiles(true_mu, true_sigma, midpoint_levels(q_mid.shape[1]))
     if truth.shape != q_mid.shape:
-        raise ValueError(f"q_mid must have shape {truth.shape} (one row per true_mu), got {q_mid.shape}")
+        raise ValueError(
+            f"q_mid must have shape {truth.shape} (one row per true_mu), got {q_mid.shape}"
+        )
     return float(np.mean(np.abs(q_mid - truth)))
 
 

@@ -52,7 +52,9 @@ def make_hidden(n: int = N, d: int = D, seed: int = 0) -> np.ndarray:
 
 
 def make_bon(q: int = 3) -> tuple[pd.DataFrame, pd.DataFrame]:
-    questions = pd.DataFrame({"question_id": [f"q{i}" for i in range(q)], "prm_score": np.linspace(0.1, 0.9, q)})
+    questions = pd.DataFrame(
+        {"question_id": [f"q{i}" for i in range(q)], "prm_score": np.linspace(0.1, 0.9, q)}
+    )
     responses = pd.DataFrame(
         {
             "question_id": [f"q{i}" for i in range(q) for _ in range(4)],
@@ -112,7 +114,9 @@ def test_calibration_set_round_trip(tmp_path: Path, dtype: str) -> None:
     records, hidden = make_records(), make_hidden()
     records["question"] = [f"What is {i}?" for i in range(N)]
     records["true_p"] = np.linspace(0, 1, N)
-    out = write_calibration_set(tmp_path / "cal", records, hidden, {"prm": "tiny", "seed": 1}, dtype=dtype)
+    out = write_calibration_set(
+        tmp_path / "cal", records, hidden, {"prm": "tiny", "seed": 1}, dtype=dtype
+    )
     data = read_calibration_set(out)
     assert isinstance(data.hidden, np.memmap)
     assert data.hidden.dtype == np.dtype(dtype)
@@ -147,15 +151,23 @@ def test_set_writer_chunked(tmp_path: Path) -> None:
         for start in range(0, 10, 3):
             w.hidden[start : start + 3] = hidden[start : start + 3]
         w.records = records
-        w.meta.update(layer=-1, kind="ignored", hidden_dim=999)  # kind/hidden_dim are not overridable
+        w.meta.update(
+            layer=-1, kind="ignored", hidden_dim=999
+        )  # kind/hidden_dim are not overridable
     data = read_calibration_set(tmp_path / "cal")
     np.testing.assert_array_equal(np.asarray(data.hidden), hidden)
-    assert data.meta["kind"] == "calibration" and data.meta["hidden_dim"] == 4 and data.meta["layer"] == -1
+    assert (
+        data.meta["kind"] == "calibration"
+        and data.meta["hidden_dim"] == 4
+        and data.meta["layer"] == -1
+    )
 
 
 def test_subset_reads_only_selected_rows(tmp_path: Path) -> None:
     hidden = make_hidden()
-    data = read_calibration_set(write_calibration_set(tmp_path / "cal", make_records(), hidden, dtype="float32"))
+    data = read_calibration_set(
+        write_calibration_set(tmp_path / "cal", make_records(), hidden, dtype="float32")
+    )
     sub = data.subset(np.array([1, 4, 5]))
     assert len(sub) == 3 and sub.hidden.shape == (3, D)
     np.testing.assert_array_equal(np.asarray(sub.hidden), hidden[[1, 4, 5]])
@@ -168,7 +180,9 @@ def test_subset_reads_only_selected_rows(tmp_path: Path) -> None:
 def test_bon_set_round_trip(tmp_path: Path, dtype: str) -> None:
     questions, responses = make_bon()
     hidden = make_hidden(len(questions))
-    out = write_bon_set(tmp_path / "bon", questions, hidden, responses, {"prm": "tiny"}, dtype=dtype)
+    out = write_bon_set(
+        tmp_path / "bon", questions, hidden, responses, {"prm": "tiny"}, dtype=dtype
+    )
     data = read_bon_set(out)
     assert isinstance(data.hidden, np.memmap) and data.hidden.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(np.asarray(data.hidden), hidden.astype(dtype))
@@ -190,7 +204,9 @@ def test_handwritten_calibration_set_loads(tmp_path: Path) -> None:
     data = read_calibration_set(tmp_path / "cal")
     assert isinstance(data.hidden, np.memmap) and data.hidden.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(data.hidden), hidden)
-    np.testing.assert_array_equal(data.records["prm_score"].to_numpy(), records["prm_score"].to_numpy())
+    np.testing.assert_array_equal(
+        data.records["prm_score"].to_numpy(), records["prm_score"].to_numpy()
+    )
     np.testing.assert_array_equal(data.n_correct, np.arange(N) % 9)
 
 
@@ -379,7 +395,10 @@ BAD_CALIBRATION: dict[str, tuple[Mutation, str]] = {
         _write_text("records.parquet", "question_id,step\n"),
         r"records\.parquet: not a readable parquet file",
     ),
-    "meta not JSON": (_write_text("meta.json", "{kind: calibration"), r"meta\.json: not valid JSON"),
+    "meta not JSON": (
+        _write_text("meta.json", "{kind: calibration"),
+        r"meta\.json: not valid JSON",
+    ),
     "meta not an object": (_meta(["calibration"]), r"meta\.json: expected a JSON object"),
     "wrong meta kind": (
         _meta({"kind": "bon", "hidden_dim": D}),
@@ -425,7 +444,10 @@ def test_nan_hidden_check_can_be_skipped_and_finds_late_rows(tmp_path: Path) -> 
     hidden[17_000, 1] = np.inf  # beyond the first scan chunk
     records = pd.concat([make_records()] * 4000, ignore_index=True).iloc[:20_000]
     write_calibration_by_hand(tmp_path / "cal", records, hidden)
-    with pytest.raises(DataError, match=r"hidden_states\.npy: row 17000, column 1: expected a finite number, found inf"):
+    with pytest.raises(
+        DataError,
+        match=r"hidden_states\.npy: row 17000, column 1: expected a finite number, found inf",
+    ):
         read_calibration_set(tmp_path / "cal")
     assert len(read_calibration_set(tmp_path / "cal", check_hidden=False)) == 20_000
 
@@ -528,7 +550,9 @@ def test_writer_rejects_bad_bon_responses(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- atomicity
 def _existing_set(tmp_path: Path) -> tuple[Path, pd.DataFrame, np.ndarray]:
     records, hidden = make_records(), make_hidden(seed=5)
-    path = write_calibration_set(tmp_path / "cal", records, hidden, {"version": "old"}, dtype="float32")
+    path = write_calibration_set(
+        tmp_path / "cal", records, hidden, {"version": "old"}, dtype="float32"
+    )
     return path, records, hidden
 
 
@@ -536,7 +560,11 @@ def _assert_unchanged(path: Path, hidden: np.ndarray) -> None:
     data = read_calibration_set(path)
     assert data.meta["version"] == "old"
     np.testing.assert_array_equal(np.asarray(data.hidden), hidden)
-    assert sorted(p.name for p in path.iterdir()) == ["hidden_states.npy", "meta.json", "records.parquet"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "hidden_states.npy",
+        "meta.json",
+        "records.parquet",
+    ]
 
 
 def test_failed_write_keeps_existing_set(tmp_path: Path) -> None:

@@ -1,0 +1,102 @@
+"""Tests for the ``dprm`` command line: every subcommand's help, and errors as exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from dprm import __version__
+from dprm.cli import build_parser, main
+
+
+def _subcommands() -> list[str]:
+    parser = build_parser()
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert len(actions) == 1
+    return sorted(actions[0].choices)
+
+
+SUBCOMMANDS = _subcommands()
+
+
+def test_import_park_is_registered() -> None:
+    assert "import-park" in SUBCOMMANDS
+
+
+def test_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: dprm")
+    for name in SUBCOMMANDS:
+        assert name in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dprm {__version__}"
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_subcommand_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: dprm {command}")
+
+
+def test_every_subcommand_has_a_function() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, subparser in sub.choices.items():
+        assert callable(subparser.get_default("func")), f"{name} sets no func"
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+    assert "usage: dprm" in capsys.readouterr().err
+
+
+def test_import_park_missing_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["import-park", "--json", "x.json"])
+    assert info.value.code == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_data_error_exits_2_with_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "park.json"
+    bad.write_text(json.dumps([{"question": "q", "reasoning_prefix": "", "success_prob": 1.5}]))
+    out = tmp_path / "labels.parquet"
+    code = main(["import-park", "--json", str(bad), "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dprm import-park: error: ")
+    assert f"{bad}: record 0: field 'success_prob': expected a value in [0, 1], found 1.5" in err
+    assert not out.exists()
+
+
+def test_import_park_success(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "park.jsonl"
+    records = [
+        {"question": "q", "reasoning_prefix": prefix, "success_prob": prob}
+        for prefix, prob in [("", 0.5), ("a", 0.25), ("", 0.75), ("a\n\nb", 0.0)]
+    ]
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "labels.parquet"
+    assert main(["import-park", "--json", str(src), "--out", str(out), "--n-rollouts", "4"]) == 0
+    assert out.exists()
+    assert "wrote 4 labelled prefixes (1 question(s), 2 response(s))" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as info:
+        main(["import-park", "--json", str(src), "--out", str(out), "--n-rollouts", "0"])
+    assert info.value.code == 2
