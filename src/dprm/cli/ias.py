@@ -1,0 +1,132 @@
+"""``dprm ias``: instance-adaptive best-of-N sweeps on a BoN set (contract, DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+ORDER = 60
+
+COLUMN_DOC = {
+    "method": "calibrator display name (base = the raw PRM score; names as in dprm evaluate)",
+    "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99) or beta (beta-threshold early stopping, cap at C=0.9)",
+    "C": "target probability of at least one correct candidate",
+    "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep",
+    "cost": "exact expected mean number of candidates drawn per question / n_max",
+    "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
+    "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
+}
+
+
+def _ias(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dprm import __version__
+    from dprm.data import read_bon_set
+    from dprm.evaluation import model_names
+    from dprm.ias import BUDGET_COLUMNS, SUMMARY_COLUMNS, Pools, run_ias, uniform_curve
+    from dprm.io import atomic_path, write_json
+    from dprm.models import load
+
+    bon = read_bon_set(args.bon)
+    loaded = [(Path(m).name, load(m)) for m in args.model]
+    names = model_names(loaded)
+    models = {name: m for name, (_, m) in zip(names, loaded, strict=True) if name != "base"}
+    summary, budgets = run_ias(
+        bon, models, beta=args.beta, n_max=args.n_max, mc_trials=args.mc_trials, seed=args.seed
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "ias.csv") as tmp:
+        summary[SUMMARY_COLUMNS].to_csv(tmp, index=False)
+    with atomic_path(out / "ias_full.csv") as tmp:
+        summary.to_csv(tmp, index=False)
+    with atomic_path(out / "budgets.parquet") as tmp:
+        pq.write_table(pa.Table.from_pandas(budgets[BUDGET_COLUMNS], preserve_index=False), tmp)
+    with atomic_path(out / "uniform.csv") as tmp:
+        uniform_curve(Pools.from_bon(bon), n_max=args.n_max).to_csv(tmp, index=False)
+    write_json(
+        out / "ias_meta.json",
+        {
+            "bon": str(bon.path),
+            "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
+            "beta": args.beta,
+            "n_max": args.n_max,
+            "mc_trials": args.mc_trials,
+            "seed": args.seed,
+            "n_questions": len(bon),
+            "columns": COLUMN_DOC,
+            "extra_files": {
+                "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), n_questions",
+                "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
+                "budgets.parquet": "per-question budget n; for the beta sweep n is the cap N_i",
+            },
+            "dprm_version": __version__,
+        },
+    )
+    if not args.quiet:
+        c_rows = summary[summary["sweep"] == "C"]
+        for method, grp in c_rows.groupby("method", sort=False):
+            pts = ", ".join(
+                f"C={c:g}: {a:.3f}@{x:.3f}"
+                for c, a, x in zip(grp["C"], grp["accuracy"], grp["cost"], strict=True)
+            )
+            print(f"{method:>12}  accuracy@cost  {pts}")
+        print(f"wrote {out / 'ias.csv'} ({len(summary)} rows) and {out / 'budgets.parquet'}")
+    return 0
+
+
+def _level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a level in [0, 1], got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "ias",
+        help="instance-adaptive best-of-N: C, tau and beta sweeps (exact + Monte Carlo)",
+        description=(
+            "Allocate a per-question sample budget with Base (the raw PRM score), each --model "
+            "(QR: point rule at Q(beta); full-distribution calibrators: the mixture rule over 100 "
+            "mid-point levels) and pick the candidate with the highest uncalibrated PRM score. "
+            "Writes OUT/ias.csv (method, sweep, C, level, cost, accuracy, accuracy_mc), "
+            "OUT/budgets.parquet (question_id, method, sweep, C, level, n) and OUT/ias_meta.json. "
+            "'accuracy' is the exact expectation over draws; 'accuracy_mc' a seeded Monte Carlo."
+        ),
+    )
+    parser.add_argument("--bon", required=True, help="best-of-N set directory")
+    parser.add_argument(
+        "--model", action="append", default=[], help="calibrator directory (repeatable)"
+    )
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument(
+        "--beta",
+        type=_level,
+        default=0.1,
+        help="QR's quantile level for the point rule (default 0.1)",
+    )
+    parser.add_argument(
+        "--n-max", type=_positive, default=64, help="maximum budget N_max (default 64)"
+    )
+    parser.add_argument(
+        "--mc-trials", type=int, default=100, help="Monte Carlo trials (default 100; 0 skips)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    parser.set_defaults(func=_ias)

@@ -1,0 +1,265 @@
+"""Adaptive best-of-N on a live generator, with a fixed-N baseline on the same samples.
+
+For each question: the question-only PRM state gives the calibrated distribution of p, the
+IAS rule of ``dprm ias`` sets N_i, the generator samples candidates, the PRM scores each
+complete response (its last step, as in the reference) and the candidate with the highest
+uncalibrated score is the answer (DESIGN.md section 4). The fixed baseline (``baseline_n`` = B)
+uses the same pool: each question draws max(N_i, B) i.i.d. samples once; the adaptive pick
+looks at the first N_i, the baseline at the first B, and each method is charged only for the
+samples (and their tokens) it looks at. The summary adds the fixed-n curve (first n samples,
+n = 1, 2, 4, ..., B) so the fixed n that matches the adaptive accuracy can be read off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dprm.live.calibrated_prm import CalibratedPRM, States
+from dprm.live.run import (
+    SolveConfig,
+    load_run_questions,
+    question_states,
+    start_run,
+    write_bon_export,
+)
+from dprm.live.runlog import ResultLog, read_results
+
+
+def _grade(pool: Any, golds: list[str], texts: list[str]) -> list[bool]:
+    if not texts:
+        return []
+    return [bool(v) for v in pool.grade(golds, texts).correct]
+
+
+def _pick(scores: list[float], n: int) -> int:
+    """Index of the first maximum of the uncalibrated PRM score among the first ``n``."""
+    return int(np.argmax(np.asarray(scores[:n], dtype=np.float64)))
+
+
+def _choice(cands: list[dict], n: int) -> dict[str, Any]:
+    index = _pick([c["prm_score"] for c in cands], n)
+    return {
+        "n": n,
+        "samples": n,
+        "tokens": int(sum(c["n_tokens"] for c in cands[:n])),
+        "chosen": {
+            "index": index,
+            "prm_score": cands[index]["prm_score"],
+            "text": cands[index]["text"],
+        },
+        "correct": cands[index]["correct"],
+    }
+
+
+def solve_chunk(
+    rows: list[dict],
+    budgets: list[int],
+    states: States,
+    cprm: CalibratedPRM,
+    generator: Any,
+    config: SolveConfig,
+    pool: Any,
+) -> list[dict]:
+    """Sample, score, grade and pick for a few questions; one finished record per question."""
+    from dprm.llm.generate import derive_seed
+    from dprm.llm.prompts import build_prompt, split_steps
+
+    base_n = int(config.baseline_n or 0)
+    draws = [max(int(b), base_n) for b in budgets]
+    completions: list[list] = [[] for _ in rows]
+    for n in sorted(set(draws)):
+        idx = [i for i, d in enumerate(draws) if d == n]
+        outs = generator.generate(
+            [build_prompt(rows[i]["question"], generator.model_name) for i in idx],
+            n,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_new_tokens=config.max_new_tokens,
+            seeds=[derive_seed(config.seed, "solve-bon", rows[i]["question_id"]) for i in idx],
+        )
+        for i, out in zip(idx, outs, strict=True):
+            completions[i] = list(out)[:n]
+    levels = cprm.default_levels
+    q_levels = cprm.quantiles(states, levels)
+    p_hat = cprm.mean(states)
+    graded = [i for i, r in enumerate(rows) if r["answer"].strip()]
+    grades = _grade(
+        pool,
+        [rows[i]["answer"] for i in graded for _ in completions[i]],
+        [c.text for i in graded for c in completions[i]],
+    )
+    grade_at = {}
+    pos = 0
+    for i in graded:
+        grade_at[i] = grades[pos : pos + len(completions[i])]
+        pos += len(completions[i])
+    records = []
+    for i, row in enumerate(rows):
+        scored = cprm.path_states(row["question"], [split_steps(c.text) for c in completions[i]])
+        cands = [
+            {
+                "text": c.text,
+                "n_tokens": int(c.n_tokens),
+                "finish_reason": c.finish_reason,
+                "prm_score": float(scored.scores[j]),
+                "truncated": bool(scored.truncated[j]),
+                "correct": grade_at[i][j] if i in grade_at else None,
+            }
+            for j, c in enumerate(completions[i])
+        ]
+        adaptive = _choice(cands, int(budgets[i]))
+        records.append(
+            {
+                "question_id": row["question_id"],
+                "mode": "bon",
+                "gold": row["answer"] or None,
+                "C": float(config.C),
+                "question_prm_score": float(states.scores[i]),
+                "question_p_hat": float(p_hat[i]),
+                "question_quantiles": {"levels": levels.tolist(), "values": q_levels[i].tolist()},
+                "budget": int(budgets[i]),
+                "samples": adaptive["samples"],
+                "tokens": adaptive["tokens"],
+                "chosen": adaptive["chosen"],
+                "correct": adaptive["correct"],
+                "baseline": _choice(cands, base_n) if base_n else None,
+                "candidates": cands,
+            }
+        )
+    return records
+
+
+def run_bon(
+    config: SolveConfig,
+    cprm: CalibratedPRM,
+    generator: Any,
+    out: str | Path,
+    *,
+    progress: bool = True,
+    pool: Any = None,
+) -> dict[str, Any]:
+    """Adaptive best-of-N over this shard's questions; resumable; returns the summary.
+
+    Writes ``OUT/bonSFX.jsonl`` (one line per question), ``OUT/bon_set/`` (the run as a
+    BoN set) and ``OUT/summary.json`` (over every finished question of every shard).
+    """
+    from tqdm.auto import tqdm
+
+    from dprm.io import write_json
+    from dprm.llm.grading import GradingPool, grader_info
+    from dprm.llm.shard import chunked
+
+    out = Path(out)
+    questions, suffix = load_run_questions(config)
+    provenance = {
+        **cprm.provenance(),
+        "generator_backend": getattr(generator, "backend", "?"),
+        **grader_info(),
+    }
+    start_run(out, config, provenance)
+    states, budgets = question_states(out, suffix, questions, cprm, float(config.C))
+    log = ResultLog(out / f"bon{suffix}.jsonl")
+    rows = questions.to_dict("records")
+    pending = [i for i, r in enumerate(rows) if r["question_id"] not in log]
+    bar = tqdm(
+        total=len(rows), initial=len(rows) - len(pending), desc="solve bon", disable=not progress
+    )
+    own = (
+        GradingPool(workers=config.grade_workers, timeout=config.grade_timeout)
+        if pool is None
+        else None
+    )
+    pool = pool if pool is not None else own
+    try:
+        for part in chunked(pending, config.batch_questions):
+            sub = States(states.scores[part], states.hidden[part], states.truncated[part])
+            for record in solve_chunk(
+                [rows[i] for i in part],
+                [int(budgets[i]) for i in part],
+                sub,
+                cprm,
+                generator,
+                config,
+                pool,
+            ):
+                log.append(record)
+                bar.update(1)
+    finally:
+        if own is not None:
+            own.close()
+    bar.close()
+    mine = [log.records[r["question_id"]] for r in rows if r["question_id"] in log]
+    write_bon_export(out, suffix, mine, {"source": "dprm solve --mode bon", **provenance})
+    summary = summarize_bon(read_results(out, "bon"), config)
+    write_json(out / "summary.json", summary, allow_nan=False)
+    return summary
+
+
+def _mean(values: list) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _side(records: list[dict], key: str | None) -> dict[str, Any]:
+    parts = [r if key is None else r[key] for r in records]
+    graded = [p["correct"] for p in parts if p["correct"] is not None]
+    return {
+        "accuracy": _mean([float(v) for v in graded]),
+        "n_graded": len(graded),
+        "samples": int(sum(p["samples"] for p in parts)),
+        "tokens": int(sum(p["tokens"] for p in parts)),
+        "mean_samples": _mean([p["samples"] for p in parts]),
+    }
+
+
+def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:
+    """Best of the first n samples, n = 1, 2, 4, ... and ``n_top``: accuracy, samples, tokens."""
+    ns = sorted({n for n in (2**k for k in range(12)) if n < n_top} | {n_top})
+    rows = []
+    for n in ns:
+        picks = [_choice(r["candidates"], n) for r in records]
+        rows.append({"n": n, **_side(picks, None)})
+    return rows
+
+
+def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
+    """Accuracy vs compute of the adaptive run and the fixed baseline (JSON-ready)."""
+    adaptive = _side(records, None)
+    adaptive["mean_budget"] = _mean([r["budget"] for r in records])
+    adaptive["cost"] = (
+        None if adaptive["mean_budget"] is None else adaptive["mean_budget"] / config.n_max
+    )
+    summary: dict[str, Any] = {
+        "mode": "bon",
+        "C": config.C,
+        "n_max": config.n_max,
+        "n_questions": len(records),
+        "adaptive": adaptive,
+        "baseline": None,
+    }
+    with_base = [r for r in records if r.get("baseline")]
+    if with_base and len(with_base) == len(records):
+        base = _side(records, "baseline")
+        base["n"] = int(config.baseline_n)
+        summary["baseline"] = base
+        summary["saving"] = {
+            "samples": 1.0 - adaptive["samples"] / max(base["samples"], 1),
+            "tokens": 1.0 - adaptive["tokens"] / max(base["tokens"], 1),
+            "accuracy_change": None
+            if adaptive["accuracy"] is None or base["accuracy"] is None
+            else adaptive["accuracy"] - base["accuracy"],
+        }
+        curve = fixed_curve(records, int(config.baseline_n))
+        summary["fixed_curve"] = curve
+        match = next(
+            (
+                c
+                for c in curve
+                if adaptive["accuracy"] is not None and c["accuracy"] >= adaptive["accuracy"]
+            ),
+            None,
+        )
+        summary["fixed_n_matching_adaptive_accuracy"] = match
+    return summary

@@ -1,0 +1,308 @@
+"""Sampling completions behind one interface, with a transformers and a vLLM backend.
+
+``load_generator("transformers" | "vllm", model, **opts)`` returns a :class:`Generator`;
+``generator.generate(prompts, n, ...)`` returns, for each prompt, ``n`` :class:`Completion` s.
+Both backends sample with temperature ``T`` and ``top_p`` (defaults 0.7 and 1.0, no top-k, as
+in the reference), stop at the model's end-of-turn tokens (``<|im_end|>``, ``<|endoftext|>``,
+``<|eot_id|>`` when present, plus EOS) and take one seed *per prompt*, so a prompt's samples do
+not depend on which other prompts share its batch or shard. That is what makes a resumed or
+sharded run reproduce an uninterrupted one.
+
+- **transformers** (CPU or GPU): one ``model.generate`` call per prompt with
+  ``num_return_sequences=n`` (the prompt is encoded once and shared).
+- **vLLM** (optional extra, GPU): all prompts in one ``LLM.generate`` call with one
+  ``SamplingParams(n=..., seed=...)`` per prompt; prefix caching on by default (rollouts from
+  the same trajectory share most of their prompt); ``tensor_parallel_size`` for large models.
+
+Prompts are tokenised as vLLM does by default (``add_special_tokens=True``), as the reference
+did; Park's Llama-3 template already starts with ``<|begin_of_text|>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled continuation: its text, how many tokens it used, and why it stopped."""
+
+    text: str
+    n_tokens: int
+    finish_reason: str  # "stop" (end token or stop string) or "length"
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """What every backend provides."""
+
+    backend: str
+    model_name: str
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_new_tokens: int = 2048,
+        seeds: list[int] | None = None,
+        stop: list[str] | None = None,
+    ) -> list[list[Completion]]:
+        """``n`` completions for each prompt, in prompt order."""
+        ...
+
+
+def derive_seed(seed: int, *keys: Any) -> int:
+    """A 31-bit seed that depends only on ``seed`` and ``keys`` (stable across runs/machines)."""
+    digest = hashlib.blake2b(repr((int(seed), *keys)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def boxed_first(completions: list[Completion], keep: int) -> list[Completion]:
+    """Park's ``prioritize_boxed``: completions with a ``\\boxed{}`` first (stable), keep ``keep``."""
+    from dprm.llm.prompts import contains_boxed
+
+    boxed = [c for c in completions if contains_boxed(c.text)]
+    rest = [c for c in completions if not contains_boxed(c.text)]
+    return (boxed + rest)[:keep]
+
+
+def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
+    if not stop:
+        return text, False
+    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return (text[: min(hits)], True) if hits else (text, False)
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """Ids of the end-of-turn tokens the tokenizer knows, plus its EOS."""
+    vocab = tokenizer.get_vocab()
+    ids = [vocab[t] for t in STOP_TOKENS if t in vocab]
+    eos = tokenizer.eos_token_id
+    for value in eos if isinstance(eos, list) else [eos]:
+        if value is not None and value not in ids:
+            ids.append(int(value))
+    return ids
+
+
+def default_device_dtype(device: str | None, dtype: Any) -> tuple[str, Any]:
+    """``cuda`` with bf16 (fp16 without bf16 support) when a GPU is visible, else ``cpu`` fp32."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(dtype, str):
+        dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dtype, dtype)
+        dtype = getattr(torch, dtype)
+    if dtype is None:
+        if str(device).startswith("cuda"):
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        else:
+            dtype = torch.float32
+    return str(device), dtype
+
+
+class TransformersGenerator:
+    """Sampling with ``transformers`` (works on CPU). One ``generate`` call per prompt.
+
+    Args:
+        model: local directory or hub id of a causal LM (with its tokenizer).
+        device: ``"cpu"``, ``"cuda"``, ... (default: cuda if available).
+        dtype: torch dtype or name (default: bf16 on GPU, fp32 on CPU).
+        max_model_len: prompt + completion token limit (default: the model's
+            ``max_position_embeddings``); completions are cut to fit (finish_reason "length").
+    """
+
+    backend = "transformers"
+
+    def __init__(
+        self,
+        model: str,
+        device: str | None = None,
+        dtype: Any = None,
+        max_model_len: int | None = None,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model_name = str(model)
+        self.device, self.dtype = default_device_dtype(device, dtype)
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(model, dtype=self.dtype).to(self.device).eval()
+        )
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_model_len = int(max_model_len or limit or 4096)
+        self.stop_ids = stop_token_ids(self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else (self.stop_ids[0] if self.stop_ids else 0))
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_new_tokens: int = 2048,
+        seeds: list[int] | None = None,
+        stop: list[str] | None = None,
+    ) -> list[list[Completion]]:
+        import torch
+
+        seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        results = []
+        for prompt, seed in zip(prompts, seeds, strict=True):
+            ids = self.tokenizer(prompt, return_tensors="pt").input_ids.to(self.device)
+            budget = min(int(max_new_tokens), self.max_model_len - ids.shape[1])
+            if budget <= 0:
+                results.append([Completion("", 0, "length") for _ in range(n)])
+                continue
+            torch.manual_seed(int(seed))
+            with torch.inference_mode():
+                out = self.model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=temperature > 0,
+                    temperature=temperature if temperature > 0 else None,
+                    top_p=top_p,
+                    top_k=0,
+                    num_return_sequences=n,
+                    max_new_tokens=budget,
+                    eos_token_id=self.stop_ids or None,
+                    pad_token_id=self.pad_id,
+                )
+            results.append(
+                [self._completion(row[ids.shape[1] :].tolist(), budget, stop) for row in out]
+            )
+        return results
+
+    def _completion(self, tokens: list[int], budget: int, stop: list[str] | None) -> Completion:
+        stops = set(self.stop_ids)
+        end = next((i for i, t in enumerate(tokens) if t in stops), None)
+        if end is not None:
+            used, reason, tokens = end + 1, "stop", tokens[:end]
+        else:
+            used, reason = len(tokens), ("length" if len(tokens) >= budget else "stop")
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        text, stopped = _cut_at_stop(text, stop)
+        return Completion(text, used, "stop" if stopped else reason)
+
+
+class VLLMGenerator:
+    """Sampling with vLLM (optional extra ``dprm[vllm]``; needs a CUDA GPU).
+
+    Args:
+        model: local directory or hub id.
+        tensor_parallel_size: GPUs to split the model over (large generators).
+        enable_prefix_caching: reuse the KV cache of shared prompt prefixes (rollouts).
+        seed: engine seed (per-prompt seeds are passed in ``SamplingParams``).
+        max_model_len: context limit (reference: 4096).
+        dtype: ``"auto"``, ``"bfloat16"``, ``"float16"``.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take.
+    """
+
+    backend = "vllm"
+
+    def __init__(
+        self,
+        model: str,
+        tensor_parallel_size: int = 1,
+        enable_prefix_caching: bool = True,
+        seed: int = 42,
+        max_model_len: int | None = 4096,
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.9,
+        device: str | None = None,
+    ):
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError(
+                "the vLLM backend needs the optional extra: pip install 'dprm[vllm]' (and a CUDA GPU); "
+                "use --backend transformers to sample without it"
+            ) from err
+        self.model_name = str(model)
+        self.llm = LLM(
+            model=str(model),
+            tensor_parallel_size=int(tensor_parallel_size),
+            enable_prefix_caching=bool(enable_prefix_caching),
+            seed=int(seed),
+            max_model_len=max_model_len,
+            dtype=str(dtype) if dtype is not None else "auto",
+            gpu_memory_utilization=float(gpu_memory_utilization),
+        )
+        self.stop_ids = stop_token_ids(self.llm.get_tokenizer())
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_new_tokens: int = 2048,
+        seeds: list[int] | None = None,
+        stop: list[str] | None = None,
+    ) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=int(max_new_tokens),
+                seed=int(seed),
+                stop=stop,
+                stop_token_ids=self.stop_ids,
+            )
+            for seed in seeds
+        ]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [
+            [
+                Completion(o.text, len(o.token_ids), str(o.finish_reason or "stop"))
+                for o in request.outputs
+            ]
+            for request in outputs
+        ]
+
+
+GENERATORS: dict[str, type] = {"transformers": TransformersGenerator, "vllm": VLLMGenerator}
+
+
+def load_generator(backend: str, model: str, **opts: Any) -> Generator:
+    """Build a generator: ``backend`` is ``"transformers"`` or ``"vllm"``; ``opts`` go to its class.
+
+    Options a backend does not take (e.g. ``tensor_parallel_size`` for transformers) are
+    dropped only when they are None; any other unknown option is an error.
+    """
+    if backend not in GENERATORS:
+        raise ValueError(
+            f"unknown generation backend {backend!r}; expected one of {sorted(GENERATORS)}"
+        )
+    cls = GENERATORS[backend]
+    import inspect
+
+    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "model"}
+    unknown = sorted(k for k, v in opts.items() if k not in accepted and v is not None)
+    if unknown:
+        raise ValueError(
+            f"backend {backend!r} does not take option(s) {unknown}; it takes {sorted(accepted)}"
+        )
+    return cls(model, **{k: v for k, v in opts.items() if k in accepted})
+
+
+def model_label(model: str) -> str:
+    """A short, file-safe label of a model id or path (for provenance and file names)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(model).rstrip("/"))

@@ -1,0 +1,209 @@
+"""``binomial``: a noise-aware quantile map of the latent success probability p itself.
+
+``ot``, ``mono`` and ``qr`` learn the distribution of the label y = k / n, which from n = 8
+rollouts is p blurred by binomial noise (the paper's own limitations paragraph: the noise
+degrades the tails). IAS needs the distribution of p. This calibrator models p directly: with
+Q(tau | h) the monotone quantile map (the same :class:`~dprm.models.picnn.QuantileMapNet`), p
+given h is Q(U | h), U ~ U(0, 1), and the counts k of a record with n rollouts have the binomial
+mixture likelihood
+
+    P(k | h, n) = integral_0^1 Binomial(k; n, Q(tau | h)) dtau
+               ~ (1/M) sum_m Binomial(k; n, Q(tau_m | h)),
+
+maximised over the network's parameters (log-sum-exp over the M levels). Any n per record works.
+Training uses M = ``n_levels`` levels tau_m = (m - 1 + u) / M with one u ~ U(0, 1) per record
+(systematic sampling: unbiased for the integral and the map is trained at every level);
+validation uses the fixed mid-points (m - 0.5) / ``val_levels``.
+
+**Link.** ``link="logit"`` (default) parameterises the map on the logit scale,
+Q = sigmoid(T), so the likelihood is smooth everywhere and no gradient is lost to a clamp;
+``link="clamp"`` uses T on the probability scale clamped to [eps, 1 - eps] inside the
+likelihood (and to [0, 1] outside), like the other map calibrators. Both are monotone in tau.
+
+**Model selection.** The early-stopping / checkpoint score is the validation negative
+log-likelihood of the counts (``select_metric="nll"``), not the calibration area: the
+calibration area compares Q with the quantiles of the noisy y, so a correct model of p (whose
+quantiles are less dispersed than y's) scores badly on it, and selecting by it would pull the
+model back towards the label distribution. The held-out count log-likelihood is a strictly
+proper score for the model's predictive distribution of k, which is exactly what it models.
+The calibration area and WQL against y are still logged for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dprm.data.contract import CalibrationSet
+from dprm.models.base import register
+from dprm.models.map_calibrator import MapNetConfig, MapQuantiles, QuantileMapCalibrator
+from dprm.train import Batch, Trainer
+
+LINKS = ("logit", "clamp")
+
+
+@dataclass
+class BinomialConfig(MapNetConfig):
+    """Map architecture and optimisation (shared) plus the likelihood's settings."""
+
+    n_levels: int = 32  # M: levels per record in the training mixture
+    val_levels: int = 64  # mid-point levels of the validation mixture
+    jitter: bool = True  # random systematic levels per record (False: fixed mid-points)
+    link: str = "logit"  # "logit": Q = sigmoid(T); "clamp": Q = clamp(T, eps, 1 - eps)
+    eps: float = 1e-4  # clamp of Q inside the likelihood for link="clamp"
+    select_metric: str = "nll"  # validation count NLL; "calibration_area" is against noisy y
+
+
+def log_binomial_coefficient(k: Tensor, n: Tensor) -> Tensor:
+    """log C(n, k) elementwise via lgamma."""
+    return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
+
+
+def mixture_log_likelihood(
+    raw: Tensor, k: Tensor, n: Tensor, link: str, eps: float = 1e-4
+) -> Tensor:
+    """log (1/M) sum_m Binomial(k; n, Q_m) per record.
+
+    Args:
+        raw: map outputs T [B, M] at M levels (logits for ``link="logit"``, probabilities for
+            ``"clamp"``).
+        k: successes [B]; n: rollouts [B] (float tensors; any n >= 1 per record).
+        link: ``"logit"`` or ``"clamp"``.
+        eps: clamp of the probabilities for ``"clamp"``.
+
+    Returns:
+        log-likelihoods [B] (including the binomial coefficient).
+    """
+    if link == "logit":
+        log_p, log_not_p = -F.softplus(-raw), -F.softplus(raw)
+    elif link == "clamp":
+        p = raw.clamp(eps, 1.0 - eps)
+        log_p, log_not_p = torch.log(p), torch.log1p(-p)
+    else:
+        raise ValueError(f"link must be one of {LINKS}, got {link!r}")
+    per_level = k[:, None] * log_p + (n - k)[:, None] * log_not_p  # [B, M]
+    return (
+        torch.logsumexp(per_level, dim=1) - math.log(raw.shape[1]) + log_binomial_coefficient(k, n)
+    )
+
+
+def systematic_levels(shift: Tensor, n_levels: int) -> Tensor:
+    """Levels [B, M] = (m + shift_b) / M, m = 0..M-1, for shifts [B] in [0, 1)."""
+    grid = torch.arange(n_levels, dtype=shift.dtype)
+    return (grid[None, :] + shift[:, None]) / n_levels
+
+
+def midpoints(n_levels: int) -> Tensor:
+    """(m - 0.5) / M, m = 1..M [M]."""
+    return (torch.arange(n_levels, dtype=torch.float32) + 0.5) / n_levels
+
+
+class SigmoidMapQuantiles(MapQuantiles):
+    """Q(tau | h) = sigmoid(T(tau | h)): the map lives on the logit scale."""
+
+    def quantile(self, levels: Tensor) -> Tensor:
+        levels = torch.as_tensor(levels, dtype=self.context.dtype)
+        return torch.sigmoid(self.net.quantile_levels(self.context, levels))
+
+
+@register("binomial")
+class BinomialCalibrator(QuantileMapCalibrator):
+    """Quantile map of p fitted by the binomial-mixture likelihood of the rollout counts."""
+
+    config_class: ClassVar[type] = BinomialConfig
+
+    def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
+        super().__init__(hidden_dim, config)
+        if self.settings.link not in LINKS:
+            raise ValueError(f"binomial: link must be one of {LINKS}, got {self.settings.link!r}")
+
+    def forward_standardized(
+        self, hidden_std: Tensor, prm_score: Tensor | None = None
+    ) -> MapQuantiles:
+        quantiles = SigmoidMapQuantiles if self.settings.link == "logit" else MapQuantiles
+        return quantiles(self.net, self.net.embed(hidden_std))
+
+    def raw_map(self, hidden_std: Tensor, levels: Tensor) -> Tensor:
+        """Unclipped map outputs T [B, M] at per-record levels [B, M]."""
+        return self.net.quantile(self.net.embed(hidden_std), levels)
+
+    def initial_targets(self, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Targets whose marginal quantiles start the map, on the map's own scale.
+
+        On the logit scale the labels are shrunk to (k + 0.5) / (n + 1) so that k = 0 and k = n
+        stay finite.
+        """
+        if self.settings.link == "clamp":
+            return k / n
+        shrunk = (k + 0.5) / (n + 1.0)
+        return np.log(shrunk) - np.log1p(-shrunk)
+
+    @staticmethod
+    def loss(model: BinomialCalibrator, batch: Batch) -> Tensor:
+        """Mean negative mixture log-likelihood of the batch's counts."""
+        cfg = model.settings
+        shift = batch.tau if cfg.jitter else torch.full_like(batch.tau, 0.5)
+        levels = systematic_levels(shift, cfg.n_levels)
+        raw = model.raw_map(batch.hidden, levels)
+        ll = mixture_log_likelihood(raw, batch.n_correct, batch.n_rollouts, cfg.link, cfg.eps)
+        return -ll.mean()
+
+    @classmethod
+    def fit_model(
+        cls,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: BinomialConfig,
+        seed: int,
+        progress: bool,
+    ) -> tuple[BinomialCalibrator, list[dict]]:
+        """Fit by maximum likelihood; early stopping on the validation count NLL (by default)."""
+        torch.manual_seed(seed)
+        model = cls(train.hidden_dim, vars(config))
+        trainer = CountTrainer(model, train, val, config, seed=seed, progress=progress)
+        k, n = trainer.n_correct.double().numpy(), trainer.n_rollouts.double().numpy()
+        model.net.init_marginal(model.initial_targets(k, n))
+        history = trainer.fit_loss(cls.loss, desc="binomial")
+        model.info["training"] = trainer.summary
+        return model, history
+
+
+class CountTrainer(Trainer):
+    """The generic :class:`~dprm.train.Trainer` plus a held-out count NLL in its evaluation.
+
+    ``evaluate`` adds ``nll``: the mean negative log-likelihood per validation record of its
+    counts under the model's binomial mixture at ``val_levels`` fixed mid-points.
+    """
+
+    def __init__(
+        self, model: BinomialCalibrator, train: CalibrationSet, val: CalibrationSet, config, **kw
+    ):
+        super().__init__(model, train, val, config, **kw)
+        self.val_k = torch.as_tensor(val.n_correct, dtype=torch.float32)
+        self.val_n = torch.as_tensor(val.records["n_rollouts"].to_numpy(np.float32))
+
+    @torch.no_grad()
+    def validation_nll(self) -> float:
+        model: BinomialCalibrator = self.model  # type: ignore[assignment]
+        cfg = model.settings
+        levels = midpoints(cfg.val_levels)
+        model.eval()
+        total = 0.0
+        for start, block in self.val_rows.chunks():
+            stop = start + block.shape[0]
+            raw = model.net.quantile_levels(model.net.embed(block), levels)
+            ll = mixture_log_likelihood(
+                raw, self.val_k[start:stop], self.val_n[start:stop], cfg.link, cfg.eps
+            )
+            total -= float(ll.double().sum())
+        model.train()
+        return total / max(len(self.val_rows), 1)
+
+    def evaluate(self) -> dict[str, float]:
+        return {**super().evaluate(), "nll": self.validation_nll()}

@@ -1,0 +1,121 @@
+"""``ot``: the paper's conditional optimal-transport quantile map (CondOT dual min-max).
+
+Two quantile-map networks, each a context MLP u0 = phi(h) followed by a PICNN (paper,
+"Modification to CondOT conditioning"):
+
+* g, the transport potential: T(tau, h) = dg/dtau is the conditional quantile function
+  Q(tau | h) (paper, "Learning conditional quantiles"); convex in tau, so monotone;
+* f, the dual potential on the target side: df/dy maps success probabilities back to levels.
+
+Objectives (paper eq. for l_DOT^f / l_DOT^g, DESIGN.md section 5), with tau ~ U(0, 1) drawn per
+record and y the same record's success_prob:
+
+    g loss: f(T(tau, h), h) - tau * T(tau, h)        (g updated every batch)
+    f loss: f(y, h) - f(T(tau, h), h)                (f updated every ``f_every``-th batch)
+
+Why this does not collapse: both networks start at the unconditional optimum. g starts with
+dg/dtau = Q0, the marginal quantile function of the training targets, and f with df/dy = Q0^-1
+(the marginal CDF), its exact convex conjugate; at that point the g gradient f'(T) - tau is zero
+and the min-max only has to learn how the distribution moves with h. The PICNN x-paths start
+small, and T is computed by forward-mode slope (one backward pass per update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from dprm.data.contract import CalibrationSet
+from dprm.models.base import register
+from dprm.models.map_calibrator import MapNetConfig, QuantileMapCalibrator, build_net
+from dprm.train import Batch, Trainer
+
+
+@dataclass
+class OTConfig(MapNetConfig):
+    """Architecture (shared by f and g), the alternating schedule and optimisation settings.
+
+    ``lr`` is g's learning rate, ``lr_f`` f's. f's StepLR decays at the same wall-clock steps
+    as g's (its step size is divided by ``f_every``).
+    """
+
+    lr: float = 2e-3
+    lr_f: float = 2e-3
+    f_every: int = 2  # update f once every f_every batches (g every batch)
+    dual_barrier: float = 10.0  # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
+
+
+@register("ot")
+class OTCalibrator(QuantileMapCalibrator):
+    """Conditional quantile function T(tau | h) = d g(tau, h) / d tau learned by CondOT's dual."""
+
+    config_class: ClassVar[type] = OTConfig
+
+    def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
+        super().__init__(hidden_dim, config)
+        # ``self.net`` is g (its gradient is the quantile map); ``self.dual`` is f.
+        self.dual = build_net(hidden_dim, self.settings, barrier=self.settings.dual_barrier)
+
+    def init_marginal(self, targets) -> None:
+        """Start at the unconditional OT solution: g' = marginal quantiles, f' = marginal CDF."""
+        self.net.init_marginal(targets)
+        self.dual.init_marginal(targets, inverse=True)
+
+    def transport_loss(
+        self, batch: Batch, context_f: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """g's objective E f(T, h) - tau T and the transported levels T(tau, h) [b].
+
+        Args:
+            batch: the training batch (tau drawn per record).
+            context_f: f's context for the batch [b, C], treated as a constant.
+        """
+        g = self.net
+        transported = g.quantile(g.embed(batch.hidden), batch.tau)
+        f_of_t, _ = self.dual.potential(context_f, transported)
+        return (f_of_t - batch.tau * transported).mean(), transported
+
+    def dual_loss(
+        self, context_f: torch.Tensor, target: torch.Tensor, transported: torch.Tensor
+    ) -> torch.Tensor:
+        """f's objective E f(y, h) - E f(T, h), with T a constant."""
+        f_of_y, _ = self.dual.potential(context_f, target)
+        f_of_t, _ = self.dual.potential(context_f, transported.detach())
+        return (f_of_y - f_of_t).mean()
+
+    @classmethod
+    def fit_model(
+        cls, train: CalibrationSet, val: CalibrationSet, config: OTConfig, seed: int, progress: bool
+    ) -> tuple[OTCalibrator, list[dict]]:
+        torch.manual_seed(seed)
+        model = cls(train.hidden_dim, vars(config))
+        trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
+        model.init_marginal(trainer.target.numpy())
+        g_params = list(model.net.parameters())
+        f_params = list(model.dual.parameters())
+        opt_g, sched_g = trainer.optimizer(g_params, config.lr)
+        opt_f, sched_f = trainer.optimizer(f_params, config.lr_f)
+        sched_f.step_size = max(1, config.lr_step_size // config.f_every)
+
+        def step(batch: Batch, index: int) -> dict[str, float]:
+            update_f = index % config.f_every == 0
+            # f's context is computed once per batch; with gradients only when f is updated.
+            with torch.set_grad_enabled(update_f):
+                context_f = model.dual.embed(batch.hidden)
+            # g step: f's parameters are constants (no gradients computed for them).
+            model.dual.requires_grad_(False)
+            loss_g, transported = model.transport_loss(batch, context_f.detach())
+            norm_g = trainer.update(loss_g, opt_g, sched_g, g_params)
+            model.dual.requires_grad_(True)
+            logs = {"loss_g": loss_g.item(), "grad_norm_g": norm_g}
+            if update_f:
+                loss_f = model.dual_loss(context_f, batch.target, transported)
+                logs["loss_f"] = loss_f.item()
+                logs["grad_norm_f"] = trainer.update(loss_f, opt_f, sched_f, f_params)
+            return logs
+
+        history = trainer.run(step, desc="ot")
+        model.info["training"] = trainer.summary
+        return model, history

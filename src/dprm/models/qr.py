@@ -1,0 +1,87 @@
+"""``qr``: the paper's quantile-regression baseline (Park et al. 2025, 11 levels).
+
+One linear layer h -> M outputs, a sigmoid each, trained with the pinball loss summed over the
+fixed levels. Levels are fitted independently, so quantiles may cross: that is the point of the
+baseline, and ``dprm evaluate`` reports the crossing rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dprm.config import from_dict, to_dict
+from dprm.data.contract import CalibrationSet
+from dprm.metrics import LEVELS_11
+from dprm.models.base import Calibrator, FixedLevels, register
+from dprm.models.mono import pinball
+from dprm.train import Batch, TrainConfig, Trainer
+
+
+@dataclass
+class QRConfig(TrainConfig):
+    """Levels of the QR head plus the shared optimisation settings."""
+
+    levels: tuple[float, ...] = tuple(float(t) for t in LEVELS_11)
+    # Start each output at the training targets' marginal quantile (clipped away from 0 / 1
+    # where the sigmoid saturates) instead of 0.5: same optimum, fewer wasted steps.
+    init_marginal: bool = True
+
+
+@register("qr")
+class QRCalibrator(Calibrator):
+    """Quantiles sigmoid(W h_std + b) [n, M] at fixed levels (may cross)."""
+
+    kind = "levels"
+    config_class: ClassVar[type] = QRConfig
+
+    def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
+        resolved = from_dict(QRConfig, dict(config or {}), source="qr config")
+        super().__init__(hidden_dim, to_dict(resolved))
+        levels = np.asarray(resolved.levels, dtype=np.float64)
+        if levels.ndim != 1 or len(levels) < 2 or (np.diff(levels) <= 0).any():
+            raise ValueError(f"qr levels must be strictly increasing, got {resolved.levels}")
+        self.register_buffer("levels", torch.as_tensor(levels, dtype=torch.float32))
+        self.head = nn.Linear(hidden_dim, len(levels))
+
+    @property
+    def fixed_levels(self) -> np.ndarray:
+        return self.levels.double().numpy()
+
+    def forward_standardized(
+        self, hidden_std: Tensor, prm_score: Tensor | None = None
+    ) -> FixedLevels:
+        return FixedLevels(torch.sigmoid(self.head(hidden_std)), self.levels)
+
+    def forward(self, hidden: Tensor, prm_score: Tensor | None = None) -> FixedLevels:
+        return self.forward_standardized(self.standardizer(hidden), prm_score)
+
+    @staticmethod
+    def loss(model: QRCalibrator, batch: Batch) -> Tensor:
+        """Pinball loss averaged over records and the fixed levels."""
+        quantiles = torch.sigmoid(model.head(batch.hidden))  # [b, M]
+        return pinball(batch.target[:, None], quantiles, model.levels[None, :]).mean()
+
+    @torch.no_grad()
+    def init_marginal(self, targets: np.ndarray) -> None:
+        q = np.quantile(np.asarray(targets, np.float64), self.fixed_levels)
+        q = np.clip(q, 0.02, 0.98)
+        self.head.weight.zero_()
+        self.head.bias.copy_(torch.as_tensor(np.log(q / (1 - q)), dtype=torch.float32))
+
+    @classmethod
+    def fit_model(
+        cls, train: CalibrationSet, val: CalibrationSet, config: QRConfig, seed: int, progress: bool
+    ) -> tuple[QRCalibrator, list[dict]]:
+        torch.manual_seed(seed)
+        model = cls(train.hidden_dim, vars(config))
+        trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
+        if config.init_marginal:
+            model.init_marginal(trainer.target.numpy())
+        history = trainer.fit_loss(cls.loss, desc="qr")
+        model.info["training"] = trainer.summary
+        return model, history

@@ -1,0 +1,110 @@
+"""The Markdown text of ``report.md`` (figures embedded by relative path, tables inlined)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dprm.report.tables import DATASET_LABELS, caption, display, to_markdown
+
+
+def _rel(path: str, out: Path) -> str:
+    return str(Path(path).relative_to(out)) if Path(path).is_absolute() else path
+
+
+def _check_lines(checks: dict[str, Any]) -> list[str]:
+    lines = []
+    if checks["frontier"]:
+        lines += [
+            "| world | dataset | OT cost range | Base cost range | wider | OT accuracy (C=0.5 → 0.999) | largest drop | rises |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in checks["frontier"]:
+            lines.append(
+                f"| {r['world']} | {DATASET_LABELS.get(r['dataset'], r['dataset'])} | "
+                f"{r['cost_range'][0]:.3f}–{r['cost_range'][1]:.3f} | {r['base_cost_range'][0]:.3f}–{r['base_cost_range'][1]:.3f} | "
+                f"{'yes' if r['wider_than_base'] else 'NO'} | {r['accuracy_range'][0]:.3f} → {r['accuracy_range'][1]:.3f} | "
+                f"{r['largest_drop']:.4f} | {'yes' if r['rises'] else 'NO'} |"
+            )
+        lines.append("")
+    if checks["tables"]:
+        lines += [
+            "| PRM | dataset | Brier OT / Base | ECE OT / Base | OT ahead on both (generator mean) | ahead for every generator (Brier, ECE) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in checks["tables"]:
+            lines.append(
+                f"| {r['prm']} | {DATASET_LABELS.get(r['dataset'], r['dataset'])} | {r['brier']:.4f} / {r['base_brier']:.4f} | "
+                f"{r['ece']:.4f} / {r['base_ece']:.4f} | {'yes' if r['ahead_on_brier_and_ece'] else 'NO'} | "
+                f"{'yes' if r['ahead_on_brier_every_generator'] else 'no'}, {'yes' if r['ahead_on_ece_every_generator'] else 'no'} |"
+            )
+        lines.append("")
+    return lines
+
+
+def render_report(cfg, run: dict, tables: dict, figs: list[dict], checks: dict, out: Path) -> str:
+    """The report: grid, seeds, versions and timing; checks; Table 1 per PRM; figures; appendix."""
+    v = run["versions"]
+    lines = [
+        f"# dprm reproduction: preset `{cfg.preset}`",
+        "",
+        "Synthetic worlds with a known truth stand in for the paper's data (MATH500 → `ID`, "
+        "AIME24-25 → `OOD`); every number below is recomputed by `dprm reproduce` and listed in "
+        "`results.json` (per-question budgets in `ias/**/seed*.parquet`).",
+        "",
+        "## Run",
+        "",
+        f"- Grid: generators {', '.join(cfg.generators)} × PRMs {', '.join(cfg.prms)} × datasets ID, OOD "
+        f"(world size `{cfg.size}`).",
+        f"- Methods: Base (raw PRM score) + {', '.join(display(m) for m in cfg.methods)}; training seeds {cfg.seeds}; "
+        "calibrators are trained on the ID calibration set (80/20 question split inside, seed 42) and evaluated on the "
+        "full ID set and the unseen OOD set.",
+        f"- IAS: N_max = 64, QR at β = {cfg.beta}, mixture over 100 mid-point levels, accuracy exact "
+        f"(Monte Carlo with {cfg.mc_trials} trials as a cross-check in `results.json`).",
+        f"- Training overrides: {cfg.overrides if cfg.overrides else 'none (each method’s defaults)'}.",
+        f"- Versions: dprm {v['dprm']}, torch {v['torch']}, numpy {v['numpy']}, pandas {v['pandas']}, "
+        f"python {v['python']}"
+        + (f", matplotlib {v['matplotlib']}" if "matplotlib" in v else "")
+        + ".",
+        f"- Wall time of this invocation: {run['wall_time_s']:.1f} s"
+        + (" (resumed: finished units were skipped)" if run["resumed"] else "")
+        + f"; total time of all units so far: {run['unit_seconds_total']:.1f} s.",
+        "",
+        "| stage | seconds | units run | units skipped |",
+        "|---|---:|---:|---:|",
+    ]
+    for stage, t in run["stage_timing"].items():
+        lines.append(f"| {stage} | {t['seconds']:.1f} | {t['units']} | {t['skipped']} |")
+    lines += [
+        "",
+        "## Checks",
+        "",
+        "OT against Base on the IAS frontier (C sweep) and in the calibration tables:",
+        "",
+    ]
+    lines += _check_lines(checks)
+    lines += ["## Calibration (Table 1)", ""]
+    for prm, table in tables.items():
+        lines += [
+            f"### PRM {prm}",
+            "",
+            caption(table),
+            "",
+            to_markdown(table),
+            f"LaTeX: `tables/calibration_{prm}.tex`, CSV: `tables/calibration_{prm}.csv`.",
+            "",
+        ]
+    sections = (
+        ("main", "## Instance-adaptive best-of-N and flexibility"),
+        ("calibration", "## Calibration figures"),
+        ("appendix", "## Appendix: τ sweeps for the other generators"),
+    )
+    for section, heading in sections:
+        chosen = [f for f in figs if f["section"] == section]
+        if not chosen:
+            continue
+        lines += [heading, ""]
+        for f in chosen:
+            png = next(p for p in f["files"] if p.endswith(".png"))
+            lines += [f"![{f['name']}]({_rel(png, out)})", "", f"*{f['caption']}*", ""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,321 @@
+"""The paper's Table 1 for any grid of (dataset, generator, PRM) and any set of methods.
+
+Input is a tidy metrics frame, one row per (dataset, generator, prm, method[, seed]) with the
+columns of ``dprm evaluate`` (``brier``, ``pos_brier``, ``ece``, ``wql``). Seeds are averaged
+(the CSV keeps their standard deviation). Per PRM the table has, per dataset, one row per
+generator with Brier, PosBrier, ECE and WQL for every method (Base / OT / QR first, then the
+others), the best value per (dataset, generator, metric) marked, and one "Avg. % improvement"
+row per non-Base method: the mean over generators of 100 (Base - method) / Base, except for WQL
+where Base has no quantiles and the reference is QR (the paper's dagger); QR's own WQL
+improvement is "--". Lower is better for every metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: (column, header) of the four metrics of Table 1
+METRICS: tuple[tuple[str, str], ...] = (
+    ("brier", "Brier"),
+    ("pos_brier", "PosBrier"),
+    ("ece", "ECE"),
+    ("wql", "WQL"),
+)
+DISPLAY = {"base": "Base", "ot": "OT", "qr": "QR", "mono": "Mono", "truth": "Truth"}
+DATASET_LABELS = {"id": "ID (MATH500-like)", "ood": "OOD (AIME-like)"}
+#: the reference of the WQL improvement (Base has no WQL)
+WQL_REFERENCE = "qr"
+TIE_TOL = 1e-12
+
+
+def display(method: str) -> str:
+    """Display name: Base / OT / QR / Mono, others capitalised."""
+    return DISPLAY.get(method, method[:1].upper() + method[1:])
+
+
+def method_order(methods) -> list[str]:
+    """Base, OT, QR first (those present), then the others in sorted order."""
+    methods = list(dict.fromkeys(methods))
+    head = [m for m in ("base", "ot", "qr") if m in methods]
+    return head + sorted(m for m in methods if m not in head)
+
+
+@dataclass
+class CalibrationTable:
+    """One PRM's Table 1.
+
+    Attributes:
+        prm: PRM name.
+        methods: column order.
+        mean: index (dataset, generator), columns (metric, method): seed means.
+        std: same layout: standard deviation over seeds (NaN with one seed).
+        best: same layout, bool: the best (lowest) value of its (row, metric).
+        improvement: index (dataset, method), columns metric: average % improvement (NaN = "--").
+        n_seeds: seeds averaged per cell (max over cells).
+    """
+
+    prm: str
+    methods: list[str]
+    mean: pd.DataFrame
+    std: pd.DataFrame
+    best: pd.DataFrame
+    improvement: pd.DataFrame
+    n_seeds: int
+
+
+def build_table(metrics: pd.DataFrame, prm: str | None = None) -> CalibrationTable:
+    """Assemble Table 1 for one PRM from a tidy metrics frame (see the module docstring)."""
+    need = {"dataset", "generator", "method"} | {m for m, _ in METRICS}
+    missing = need - set(metrics.columns)
+    if missing:
+        raise ValueError(f"metrics frame lacks columns {sorted(missing)}")
+    df = metrics
+    if prm is not None:
+        df = df[df["prm"] == prm]
+    elif "prm" in df.columns and df["prm"].nunique() > 1:
+        raise ValueError("several PRMs in the frame; pass prm=")
+    if df.empty:
+        raise ValueError(f"no metrics rows for prm={prm!r}")
+    methods = method_order(df["method"])
+    keys = ["dataset", "generator", "method"]
+    cols = [m for m, _ in METRICS]
+    grouped = df.groupby(keys, sort=False)[cols]
+    mean_long, std_long = grouped.mean(), grouped.std(ddof=1)
+    n_seeds = int(grouped.size().max())
+    datasets = list(dict.fromkeys(df["dataset"]))
+    order = sorted(
+        datasets, key=lambda d: (list(DATASET_LABELS).index(d) if d in DATASET_LABELS else 99, d)
+    )
+    rows = [(d, g) for d in order for g in dict.fromkeys(df.loc[df["dataset"] == d, "generator"])]
+    columns = pd.MultiIndex.from_product([cols, methods], names=["metric", "method"])
+
+    def wide(long: pd.DataFrame) -> pd.DataFrame:
+        out = pd.DataFrame(
+            np.nan,
+            index=pd.MultiIndex.from_tuples(rows, names=["dataset", "generator"]),
+            columns=columns,
+        )
+        for (d, g, m), vals in long.iterrows():
+            for metric in cols:
+                out.loc[(d, g), (metric, m)] = vals[metric]
+        return out
+
+    mean, std = wide(mean_long), wide(std_long)
+    best = pd.DataFrame(False, index=mean.index, columns=columns)
+    for metric in cols:
+        block = mean[metric]
+        low = block.min(axis=1, skipna=True)
+        best[metric] = block.le(low + TIE_TOL, axis=0) & block.notna()
+    improvement = _improvements(mean, methods, order)
+    name = prm if prm is not None else (str(df["prm"].iloc[0]) if "prm" in df.columns else "")
+    return CalibrationTable(name, methods, mean, std, best, improvement, n_seeds)
+
+
+def _improvements(mean: pd.DataFrame, methods: list[str], datasets: list[str]) -> pd.DataFrame:
+    """Average over generators of 100 (reference - method) / reference (see module docstring)."""
+    cols = [m for m, _ in METRICS]
+    idx = pd.MultiIndex.from_product(
+        [datasets, [m for m in methods if m != "base"]], names=["dataset", "method"]
+    )
+    out = pd.DataFrame(np.nan, index=idx, columns=cols)
+    for d in datasets:
+        block = mean.loc[d]
+        for method in methods:
+            if method == "base":
+                continue
+            for metric in cols:
+                ref = WQL_REFERENCE if metric == "wql" else "base"
+                if method == ref or ref not in methods:
+                    continue
+                r, v = block[(metric, ref)].to_numpy(float), block[(metric, method)].to_numpy(float)
+                ok = np.isfinite(r) & np.isfinite(v) & (np.abs(r) > 0)
+                if ok.any():
+                    out.loc[(d, method), metric] = float(np.mean(100.0 * (r[ok] - v[ok]) / r[ok]))
+    return out
+
+
+# ----------------------------------------------------------------------------- rendering
+def _improvement_methods(table: CalibrationTable, dataset: str) -> list[str]:
+    """Non-Base methods with at least one value in ``dataset`` (others get no improvement row)."""
+    block = table.mean.loc[dataset]
+    return [
+        m
+        for m in table.methods
+        if m != "base" and np.isfinite(block.xs(m, axis=1, level="method").to_numpy(float)).any()
+    ]
+
+
+def _fmt(v: float) -> str:
+    return "--" if not np.isfinite(v) else f"{v:.4f}"
+
+
+def _pct(v: float) -> str:
+    return "--" if not np.isfinite(v) else f"{v:+.1f}%"
+
+
+def caption(table: CalibrationTable) -> str:
+    """A caption that says what the table shows and how to read it."""
+    seeds = f"mean over {table.n_seeds} training seeds; " if table.n_seeds > 1 else ""
+    return (
+        f"Calibration metrics for PRM {table.prm} (all lower is better; {seeds}best per "
+        "(dataset, generator, metric) in bold). 'Avg. % improv.' is the mean over generators of "
+        "100 (Base - method) / Base; for WQL (marked †) the reference is QR, since Base has no "
+        "quantile predictions."
+    )
+
+
+def to_markdown(table: CalibrationTable) -> str:
+    """GitHub-flavoured Markdown of the table, best values in bold."""
+    names = [display(m) for m in table.methods]
+    head = ["Dataset", "Generator"] + [f"{h} {n}" for _, h in METRICS for n in names]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|",
+    ]
+    for dataset in dict.fromkeys(table.mean.index.get_level_values(0)):
+        label = DATASET_LABELS.get(dataset, dataset)
+        for gen in table.mean.loc[dataset].index:
+            cells = []
+            for metric, _ in METRICS:
+                for m in table.methods:
+                    text = _fmt(table.mean.loc[(dataset, gen), (metric, m)])
+                    cells.append(
+                        f"**{text}**" if table.best.loc[(dataset, gen), (metric, m)] else text
+                    )
+            lines.append(f"| {label} | {gen} | " + " | ".join(cells) + " |")
+        for m in _improvement_methods(table, dataset):
+            cells = []
+            for metric, _ in METRICS:
+                for col in table.methods:
+                    v = table.improvement.loc[(dataset, m), metric] if col == m else np.nan
+                    cells.append(_pct(v) + ("†" if metric == "wql" and np.isfinite(v) else ""))
+            lines.append(f"| {label} | *Avg. % improv. {display(m)}* | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _tex(text: str) -> str:
+    return text.replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
+
+
+def to_latex(table: CalibrationTable) -> str:
+    """A booktabs LaTeX table in the paper's layout (needs booktabs, multirow, graphicx)."""
+    k = len(table.methods)
+    names = [display(m) for m in table.methods]
+    spec = "ll|" + "|".join(["r" * k] * len(METRICS))
+    cap = _tex(caption(table)).replace("†", r"$^\dagger$")
+    out = [
+        r"\begin{table}[h!]",
+        r"\centering",
+        rf"\caption{{{cap}}}",
+        r"\resizebox{\textwidth}{!}{%",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        "Dataset & Model & "
+        + " & ".join(rf"\multicolumn{{{k}}}{{c}}{{{h}}}" for _, h in METRICS)
+        + r" \\",
+        " & & " + " & ".join(names * len(METRICS)) + r" \\",
+        r"\midrule",
+    ]
+    datasets = list(dict.fromkeys(table.mean.index.get_level_values(0)))
+    for i, dataset in enumerate(datasets):
+        gens = list(table.mean.loc[dataset].index)
+        label = _tex(DATASET_LABELS.get(dataset, dataset))
+        for j, gen in enumerate(gens):
+            cells = []
+            for metric, _ in METRICS:
+                for m in table.methods:
+                    text = _fmt(table.mean.loc[(dataset, gen), (metric, m)])
+                    cells.append(
+                        rf"\textbf{{{text}}}"
+                        if table.best.loc[(dataset, gen), (metric, m)]
+                        else text
+                    )
+            first = rf"\multirow{{{len(gens)}}}{{*}}{{{label}}}" if j == 0 else ""
+            out.append(f"{first} & {_tex(gen)} & " + " & ".join(cells) + r" \\")
+        others = _improvement_methods(table, dataset)
+        for j, m in enumerate(others):
+            cells = []
+            for metric, _ in METRICS:
+                for col in table.methods:
+                    v = table.improvement.loc[(dataset, m), metric] if col == m else np.nan
+                    cell = _tex(_pct(v))
+                    cells.append(
+                        cell + (r"$^\dagger$" if metric == "wql" and np.isfinite(v) else "")
+                    )
+            first = (
+                rf"\multirow{{{len(others)}}}{{*}}{{\textit{{Avg.\ \%\ improv.}}}}"
+                if j == 0
+                else ""
+            )
+            out.append(f"{first} & {display(m)} & " + " & ".join(cells) + r" \\")
+        if i < len(datasets) - 1:
+            out.append(r"\midrule")
+    out += [r"\bottomrule", r"\end{tabular}", "}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def to_frame(table: CalibrationTable) -> pd.DataFrame:
+    """Tidy CSV rows: value rows (mean, std, best) and improvement rows."""
+    rows = []
+    for (dataset, gen), _ in table.mean.iterrows():
+        for metric, _h in METRICS:
+            for m in table.methods:
+                rows.append(
+                    {
+                        "prm": table.prm,
+                        "dataset": dataset,
+                        "generator": gen,
+                        "row": "value",
+                        "metric": metric,
+                        "method": m,
+                        "value": table.mean.loc[(dataset, gen), (metric, m)],
+                        "std": table.std.loc[(dataset, gen), (metric, m)],
+                        "best": bool(table.best.loc[(dataset, gen), (metric, m)]),
+                        "reference": "",
+                    }
+                )
+    for (dataset, m), vals in table.improvement.iterrows():
+        for metric, _h in METRICS:
+            rows.append(
+                {
+                    "prm": table.prm,
+                    "dataset": dataset,
+                    "generator": "",
+                    "row": "avg_pct_improvement",
+                    "metric": metric,
+                    "method": m,
+                    "value": vals[metric],
+                    "std": np.nan,
+                    "best": False,
+                    "reference": WQL_REFERENCE if metric == "wql" else "base",
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def write_tables(
+    metrics: pd.DataFrame, out_dir: str | Path, stem: str = "calibration"
+) -> dict[str, CalibrationTable]:
+    """Write ``{stem}_{prm}.md|tex|csv`` per PRM in ``out_dir`` (atomically); returns the tables."""
+    from dprm.io import atomic_path
+
+    out_dir = Path(out_dir)
+    tables = {}
+    prms = list(dict.fromkeys(metrics["prm"])) if "prm" in metrics.columns else [""]
+    for prm in prms:
+        table = build_table(metrics, prm if prm else None)
+        name = f"{stem}_{prm}" if prm else stem
+        for ext, text in (
+            ("md", caption(table) + "\n\n" + to_markdown(table)),
+            ("tex", to_latex(table)),
+        ):
+            with atomic_path(out_dir / f"{name}.{ext}") as tmp:
+                tmp.write_text(text)
+        with atomic_path(out_dir / f"{name}.csv") as tmp:
+            to_frame(table).to_csv(tmp, index=False)
+        tables[prm] = table
+    return tables

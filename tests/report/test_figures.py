@@ -1,0 +1,134 @@
+"""Figures render to PNG + PDF (Agg backend) from tidy frames, for any set of methods."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from dprm import ias  # noqa: E402
+from dprm.metrics import midpoint_levels, true_quantiles  # noqa: E402
+from dprm.report import figures as F  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ias_frame():
+    """Real sweeps (oracle estimates) for two generators x two datasets, two seeds."""
+    frames = []
+    for g, gen in enumerate(["gen-a", "gen-b"]):
+        for dataset in ("id", "ood"):
+            rng = np.random.default_rng(g * 10 + len(dataset))
+            q_count = 25
+            mu, sigma = rng.normal(-0.5 * g, 1.2, q_count), rng.uniform(0.4, 1.2, q_count)
+            p = 1 / (1 + np.exp(-mu))
+            correct = rng.random((q_count, 64)) < p[:, None]
+            score = 1 / (
+                1 + np.exp(-(1.0 + 1.5 * (2 * correct - 1) + rng.normal(0, 1, correct.shape)))
+            )
+            pools = ias.Pools.from_arrays(list(score), list(correct))
+            levels = np.concatenate([midpoint_levels(100), ias.BETA_GRID])
+            q = true_quantiles(mu, sigma, levels)
+            est = [
+                ias.Estimate("base", "point", p=np.clip(p + 0.3, 0, 1)),
+                ias.Estimate("ot", "distribution", q_mid=q[:, :100], levels=levels, q_levels=q),
+                ias.Estimate(
+                    "qr",
+                    "levels",
+                    p=q[:, 101],
+                    levels=np.asarray(ias.BETA_GRID),
+                    q_levels=q[:, 100:],
+                    beta=0.1,
+                ),
+                ias.Estimate("isotonic", "point", p=p),
+            ]
+            for seed in (0, 1):
+                summary, _ = ias.run_sweeps(pools, est, mc_trials=0)
+                frames.append(
+                    summary.assign(dataset=dataset, generator=gen, prm="qwen-prm", seed=seed)
+                )
+    return pd.concat(frames, ignore_index=True)
+
+
+def _ok(files):
+    import matplotlib.image as mpimg
+
+    assert {f.suffix for f in files} == {".png", ".pdf"}
+    for f in files:
+        assert f.exists() and f.stat().st_size > 1000
+    img = mpimg.imread(next(f for f in files if f.suffix == ".png"))
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 200
+
+
+def test_flexibility(tmp_path):
+    levels = np.linspace(0, 1, 101)
+    qr_levels = np.linspace(0, 1, 11)
+    qr = np.linspace(0.1, 0.9, 11)
+    qr[6] = 0.4  # a crossing
+    files, cap = F.flexibility_figure(tmp_path / "flex", levels, levels**2, qr_levels, qr, levels)
+    _ok(files)
+    assert "crosses itself 1 time" in cap and "true quantile" in cap
+    _, cap = F.flexibility_figure(tmp_path / "flex2", levels, levels**2, qr_levels, np.sort(qr))
+    assert "no crossing" in cap
+
+
+def test_frontier_beta_tau(tmp_path, ias_frame):
+    uniform = pd.DataFrame(
+        [
+            {"dataset": d, "generator": g, "n": n, "cost": n / 64, "accuracy": 0.5 + 0.001 * n}
+            for d in ("id", "ood")
+            for g in ("gen-a", "gen-b")
+            for n in (1, 4, 16, 64)
+        ]
+    )
+    files, cap = F.frontier_figure(ias_frame, tmp_path / "frontier", uniform)
+    _ok(files)
+    assert "cost" in cap
+    files, _ = F.beta_figure(ias_frame, tmp_path / "beta", methods=["ot"])
+    _ok(files)
+    files, _ = F.tau_figure(ias_frame[ias_frame.generator == "gen-a"], tmp_path / "tau")
+    _ok(files)
+
+
+def test_calibration_figures(tmp_path):
+    rows, bins = [], []
+    for gen in ("gen-a", "gen-b"):
+        for d in ("id", "ood"):
+            for m in ("ot", "qr", "mono"):
+                for t in np.linspace(0, 1, 11):
+                    rows.append(
+                        {
+                            "dataset": d,
+                            "generator": gen,
+                            "method": m,
+                            "seed": 0,
+                            "level": t,
+                            "coverage": min(1, t * 1.1),
+                        }
+                    )
+            for m in ("base", "ot", "qr"):
+                for b in range(12):
+                    bins.append(
+                        {
+                            "dataset": d,
+                            "generator": gen,
+                            "method": m,
+                            "seed": 0,
+                            "bin": b,
+                            "p_mean": (b + 0.5) / 12,
+                            "y_mean": (b + 0.5) / 14,
+                            "count": 0 if b == 11 else 10 + b,
+                        }
+                    )
+    files, _ = F.coverage_figure(pd.DataFrame(rows), tmp_path / "coverage")
+    _ok(files)
+    files, cap = F.reliability_figure(pd.DataFrame(bins), tmp_path / "reliability")
+    _ok(files)
+    assert "over-confident" in cap
+
+
+def test_colours_are_stable():
+    methods = ["base", "ot", "qr", "isotonic", "platt"]
+    assert F.color("ot", methods) == F.COLORS["ot"]
+    assert F.color("isotonic", methods) != F.color("platt", methods)

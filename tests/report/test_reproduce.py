@@ -1,0 +1,81 @@
+"""End-to-end ``reproduce`` on a tiny world with a tiny step budget, then resume behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from dprm.report.reproduce import State, reproduce, resolve  # noqa: E402
+
+
+@pytest.mark.slow
+def test_reproduce_tiny_end_to_end_and_resume(tmp_path):
+    steps = {"max_steps": 20, "eval_every": 10}
+    cfg = resolve(
+        "tiny",
+        methods=["ot", "qr", "isotonic"],
+        overrides={"ot": steps, "qr": steps},
+        keep_worlds=False,
+        jobs=2,
+    )
+    cfg.mc_trials = 10
+    out = tmp_path / "run"
+    logs: list[str] = []
+    report = reproduce(out, cfg, progress=False, log=logs.append)
+    text = report.read_text()
+    for needle in (
+        "## Run",
+        "## Checks",
+        "## Calibration (Table 1)",
+        "figures/frontiers_qwen-prm.png",
+        "figures/flexibility.png",
+        "torch",
+        "Wall time",
+    ):
+        assert needle in text, needle
+    for name in (
+        "frontiers_qwen-prm",
+        "beta_qwen-prm",
+        "tau_qwen-prm_r1-qwen-7b",
+        "coverage_qwen-prm",
+        "reliability_qwen-prm",
+        "flexibility",
+    ):
+        assert (out / "figures" / f"{name}.png").exists() and (
+            out / "figures" / f"{name}.pdf"
+        ).exists()
+    for ext in ("md", "tex", "csv"):
+        assert (out / "tables" / f"calibration_qwen-prm.{ext}").exists()
+    results = json.loads((out / "results.json").read_text())  # strict JSON: no NaN
+    assert {r["method"] for r in results["metrics"]} == {"base", "ot", "qr", "isotonic"}
+    assert {r["method"] for r in results["ias"]} >= {"base", "truth", "ot", "qr", "isotonic"}
+    assert results["run"]["config"]["seeds"] == [0] and results["run"]["versions"]["torch"]
+    assert results["run"]["train_configs"]["ot"]["max_steps"] == 20
+    assert not (out / "worlds" / "r1-qwen-7b__qwen-prm").exists()  # deleted after use
+    done = State(out).data["done"]
+    assert sum(k.startswith("train/") for k in done) == 3
+    model_cfg = out / "models" / "r1-qwen-7b__qwen-prm" / "ot" / "seed0" / "config.json"
+    mtime = model_cfg.stat().st_mtime_ns
+
+    # resume: nothing to redo, no world regenerated, models untouched
+    reproduce(out, cfg, progress=False, log=logs.append)
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed"] is True
+    assert all(
+        t["units"] == 0
+        for k, t in run["stage_timing"].items()
+        if k in ("synth", "train", "evaluate", "ias")
+    )
+    assert model_cfg.stat().st_mtime_ns == mtime
+    assert not (out / "worlds" / "r1-qwen-7b__qwen-prm").exists()
+
+    # a lost output is recomputed (the world is regenerated for it), nothing else
+    (out / "ias" / "r1-qwen-7b__qwen-prm" / "ood" / "qr" / "seed0.csv").unlink()
+    reproduce(out, cfg, progress=False, log=logs.append)
+    run = json.loads((out / "run.json").read_text())
+    assert run["stage_timing"]["ias"]["units"] == 1
+    assert run["stage_timing"]["train"]["units"] == 0
+    assert model_cfg.stat().st_mtime_ns == mtime
