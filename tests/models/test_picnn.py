@@ -54,8 +54,8 @@ def test_picnn_is_convex_along_random_segments(seed):
     g_b, _ = net(b, context)
     g_mid, _ = net(t * a[:, None] + (1 - t) * b[:, None], context)
     chord = t * g_a[:, None] + (1 - t) * g_b[:, None]
-    scale = 1.0 + chord.abs()
-    assert (chord - g_mid >= -1e-10 * scale).all()
+    scale = 1.0 + torch.stack([g_a.abs(), g_b.abs()]).amax(0)[:, None]
+    assert (chord - g_mid >= -1e-9 * scale).all()
 
 
 @settings(max_examples=25, deadline=None)
@@ -80,20 +80,29 @@ def test_quantile_map_net_is_convex_and_monotone(seed):
     x = torch.linspace(-0.5, 1.5, 401, dtype=torch.float64).expand(32, -1)
     potential, slope = net.potential(context, x)
     assert (slope.diff(dim=1) >= -1e-10).all()
-    # discrete convexity: second differences of the potential on a uniform grid
-    assert (potential.diff(dim=1).diff(dim=1) >= -1e-10 * (1 + potential.abs()[:, 1:-1])).all()
+    # discrete convexity: second differences of the potential on a uniform grid (random weights
+    # make potentials of ~1e4 from cancelling larger terms: allow float64 rounding relative to it)
+    rounding = 1e-9 * (1 + potential.abs().amax(dim=1, keepdim=True))
+    assert (potential.diff(dim=1).diff(dim=1) >= -rounding).all()
 
 
 @pytest.mark.parametrize("shape", [(50,), (7, 11)])
-def test_forward_slope_equals_autograd_float64(shape):
-    net = random_picnn(3)
+@pytest.mark.parametrize("wild", [False, True])
+def test_forward_slope_equals_autograd_float64(shape, wild):
+    """Forward-mode slope = reverse-mode autograd to 1e-8 (relative to the slope's scale)."""
+    if wild:  # every parameter redrawn with std 2: slopes reach ~1e3, so compare relatively
+        net = random_picnn(3)
+    else:
+        torch.manual_seed(3)
+        net = PICNN(5, (16, 16, 8), x_init_scale=1.0).double()
     gen = torch.Generator().manual_seed(0)
     context = torch.randn(shape[0], 5, generator=gen, dtype=torch.float64)
     x = torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_(True)
     potential, slope = net(x, context)
     assert potential.shape == slope.shape == x.shape
     (reference,) = torch.autograd.grad(potential.sum(), x)
-    torch.testing.assert_close(slope, reference, atol=1e-8, rtol=0)
+    scale = max(1.0, reference.abs().max().item())
+    torch.testing.assert_close(slope, reference, atol=1e-8 * scale, rtol=0)
 
 
 def test_map_net_slope_equals_autograd_including_base_and_barrier():
