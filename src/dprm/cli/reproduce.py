@@ -28,12 +28,18 @@ def _reproduce(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         overrides=overrides,
         keep_worlds=True if args.keep_worlds else None,
-        jobs=args.jobs,
+        jobs=args.jobs if args.jobs is not None else _default_jobs(args.preset),
     )
     reproduce(
         args.out, config, progress=not args.quiet, log=(lambda s: None) if args.quiet else print
     )
     return 0
+
+
+def _default_jobs(preset: str) -> int:
+    import os
+
+    return 2 if preset == "demo" and (os.cpu_count() or 1) >= 2 else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:

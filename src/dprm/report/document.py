@@ -350,13 +350,14 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
         "coverage": data["coverage"].to_dict("records"),
         "reliability": data["reliability"].to_dict("records"),
         "checks": checks,
+        "failures": pipe.failures,
         "figures": figs,
     }
     pipe.timing["report"]["seconds"] = time.perf_counter() - t0
     run["wall_time_s"] = round(time.perf_counter() - started_at, 2)
     write_json(out / "run.json", run, allow_nan=False)
     write_json(out / "results.json", results, allow_nan=False)
-    text = render_report(cfg, run, tables, figs, checks, out)
+    text = render_report(cfg, run, tables, figs, checks, out, pipe.failures)
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text(text)
     return out / "report.md"

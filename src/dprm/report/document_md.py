@@ -42,7 +42,15 @@ def _check_lines(checks: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_report(cfg, run: dict, tables: dict, figs: list[dict], checks: dict, out: Path) -> str:
+def render_report(
+    cfg,
+    run: dict,
+    tables: dict,
+    figs: list[dict],
+    checks: dict,
+    out: Path,
+    failures: list[dict] | None = None,
+) -> str:
     """The report: grid, seeds, versions and timing; checks; Table 1 per PRM; figures; appendix."""
     v = run["versions"]
     lines = [

@@ -211,6 +211,7 @@ class Pipeline:
         self.out, self.config, self.progress, self.log = out, config, progress, log
         self.state = State(out)
         self.timing: dict[str, dict[str, float]] = {}
+        self.failures: list[dict[str, str]] = []
 
     def world_dir(self, world: str) -> Path:
         return self.out / "worlds" / world
@@ -237,12 +238,25 @@ class Pipeline:
                 if unit in parallel and len(parallel) > 1:
                     continue
                 bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=True)
-                t0 = time.perf_counter()
-                info = unit.run()
-                self.state.mark(unit.key, time.perf_counter() - t0, **(info or {}))
-                stats["units"] += 1
+                t0, c0 = time.perf_counter(), time.process_time()
+                try:
+                    info = unit.run()
+                except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
+                    self._failed(unit, err)
+                else:
+                    cpu = {"cpu_seconds": round(time.process_time() - c0, 3)}
+                    self.state.mark(unit.key, time.perf_counter() - t0, **cpu, **(info or {}))
+                    stats["units"] += 1
                 bar.update()
         stats["seconds"] += time.perf_counter() - start
+
+    def _failed(self, unit: Unit, err: Exception) -> None:
+        """Record a failed unit: it is not marked done (a rerun retries it); the report lists it."""
+        text = f"{type(err).__name__}: {err}".strip()
+        self.failures.append({"unit": unit.key, "error": text[:2000]})
+        self.log(
+            f"dprm reproduce: WARNING: {unit.key} failed ({text.splitlines()[0][:300]}); continuing without it"
+        )
 
     def _run_parallel(self, units: list[Unit], bar, stats: dict) -> None:
         """Run picklable units in ``jobs`` spawned worker processes; record each as it finishes."""
@@ -256,9 +270,13 @@ class Pipeline:
             started = {pool.submit(u.run): (u, time.perf_counter()) for u in units}
             for future in as_completed(started):
                 unit, t0 = started[future]
-                info = future.result()
-                self.state.mark(unit.key, time.perf_counter() - t0, **(info or {}))
-                stats["units"] += 1
+                try:
+                    info = future.result()
+                except Exception as err:  # noqa: BLE001
+                    self._failed(unit, err)
+                else:
+                    self.state.mark(unit.key, time.perf_counter() - t0, **(info or {}))
+                    stats["units"] += 1
                 bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
                 bar.update()
 

@@ -71,6 +71,10 @@ def model_dir(pipe: Pipeline, world: str, method: str, seed: int) -> Path:
     return pipe.out / "models" / world / method / f"seed{seed}"
 
 
+def _trained(pipe: Pipeline, world: str, method: str, seed: int) -> bool:
+    return (model_dir(pipe, world, method, seed) / "config.json").exists()
+
+
 def train_one(
     calib: str, method: str, seed: int, overrides: dict, out: str, threads: int = 0
 ) -> dict:
@@ -80,12 +84,19 @@ def train_one(
     from dprm.data import read_calibration_set
     from dprm.train import fit
 
+    import time
+
+    c0 = time.process_time()
     if threads > 0:
         torch.set_num_threads(threads)
     data = read_calibration_set(calib, check_hidden=False)
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
     model.save(out)
-    return {"overrides": overrides, "fit_seconds": model.info.get("fit_seconds")}
+    return {
+        "overrides": overrides,
+        "fit_seconds": model.info.get("fit_seconds"),
+        "cpu_seconds": round(time.process_time() - c0, 3),
+    }
 
 
 def train_units(pipe: Pipeline, world: str) -> list[Unit]:
@@ -157,7 +168,12 @@ def eval_path(pipe: Pipeline, world: str, method: str, seed: int) -> Path:
 
 
 def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
-    jobs = [("base", 0)] + [(m, s) for m in pipe.config.methods for s in pipe.config.seeds]
+    jobs = [("base", 0)] + [
+        (m, s)
+        for m in pipe.config.methods
+        for s in pipe.config.seeds
+        if _trained(pipe, world, m, s)
+    ]
     units = []
     for method, seed in jobs:
         out = eval_path(pipe, world, method, seed)
@@ -245,6 +261,8 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
         )
         for method in pipe.config.methods:
             for seed in pipe.config.seeds:
+                if not _trained(pipe, world, method, seed):
+                    continue  # its training failed: reported, nothing to evaluate
                 out = ias_path(pipe, world, split, method, seed)
 
                 def run(split=split, method=method, seed=seed, out=out) -> None:
