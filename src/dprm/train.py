@@ -209,7 +209,7 @@ class Trainer:
         groups.append({"params": reads_hidden, "lr": lr * scale})
         groups = [g for g in groups if g["params"]]
         try:  # the fused kernel is ~3x faster per step on CPU for these small models
-            opt = torch.optim.Adam(groups, fused=True, weight_decay=cfg.weight_decay)
+            opt = torch.optim.Adam(groups, foreach=True, weight_decay=cfg.weight_decay)
         except (RuntimeError, TypeError, ValueError):
             opt = torch.optim.Adam(groups, weight_decay=cfg.weight_decay)
         return opt, torch.optim.lr_scheduler.StepLR(opt, cfg.lr_step_size, cfg.lr_gamma)

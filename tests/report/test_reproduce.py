@@ -79,3 +79,31 @@ def test_reproduce_tiny_end_to_end_and_resume(tmp_path):
     assert run["stage_timing"]["ias"]["units"] == 1
     assert run["stage_timing"]["train"]["units"] == 0
     assert model_cfg.stat().st_mtime_ns == mtime
+
+
+def test_resolve_and_cli_flags(monkeypatch):
+    from dprm.cli import build_parser
+    from dprm.config import ConfigError
+    from dprm.models import REGISTRY
+
+    cfg = resolve("demo")
+    assert cfg.methods[:2] == ["ot", "qr"] and "base" not in cfg.methods
+    assert set(cfg.methods) <= set(REGISTRY)
+    assert cfg.generators and cfg.prms == ["qwen-prm"] and cfg.seeds == [0] and cfg.keep_worlds
+    # preset overrides are filtered to keys the method's config knows
+    for method, values in cfg.overrides.items():
+        assert values, method
+    paper = resolve("paper")
+    assert len(paper.worlds) == 18 and paper.seeds == [0, 1, 2] and not paper.keep_worlds
+    assert paper.overrides == {}
+    with pytest.raises(ConfigError, match="unknown or untrainable"):
+        resolve("demo", methods=["ot", "nope"])
+    with pytest.raises(ConfigError, match="unknown preset"):
+        resolve("huge")
+    args = build_parser().parse_args(
+        ["reproduce", "--preset", "demo", "--out", "x", "--set", "ot.max_steps=5"]
+    )
+    assert args.overrides == ["ot.max_steps=5"] and args.jobs is None
+    from dprm.cli import main
+
+    assert main(["reproduce", "--preset", "demo", "--out", "x", "--set", "max_steps=5"]) == 2

@@ -79,7 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="keep the synthetic worlds (paper deletes each after use)",
     )
     parser.add_argument(
-        "--jobs", type=int, default=1, help="recorded; training runs one unit at a time"
+        "--jobs",
+        type=int,
+        default=None,
+        help="training units run in parallel worker processes, torch threads split between them "
+        "(default: 2 for demo when there are >= 2 CPU cores, else 1)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     parser.set_defaults(func=_reproduce)

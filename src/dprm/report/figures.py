@@ -23,8 +23,20 @@ import pandas as pd
 
 from dprm.report.tables import DATASET_LABELS, display, method_order
 
-COLORS = {"base": "0.35", "ot": "#1f77b4", "qr": "#ff7f0e", "truth": "#2ca02c"}
-EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728", "#7f7f7f"]
+COLORS = {
+    "base": "0.35",
+    "ot": "#1f77b4",
+    "qr": "#ff7f0e",
+    "truth": "#2ca02c",
+    # beyond the paper: fixed colours so a method looks the same in every figure
+    "mono": "#8c564b",
+    "binomial": "#9467bd",
+    "isotonic": "#e377c2",
+    "platt": "#17becf",
+    "conformal": "#bcbd22",
+}
+EXTRA_COLORS = ["#d62728", "#7f7f7f", "#393b79", "#637939", "#8c6d31", "#843c39"]
+PAPER_METHODS = ("base", "ot", "qr")
 
 
 def _plt():
@@ -41,17 +53,47 @@ def _plt():
     return plt
 
 
-def color(method: str, methods: list[str]) -> str:
+def color(method: str, methods: list[str] | None = None) -> str:
+    """A method's colour: fixed for known methods, a stable hash-picked one otherwise."""
     if method in COLORS:
         return COLORS[method]
-    extras = [m for m in methods if m not in COLORS]
-    return EXTRA_COLORS[extras.index(method) % len(EXTRA_COLORS)] if method in extras else "k"
+    import zlib
+
+    return EXTRA_COLORS[zlib.crc32(method.encode()) % len(EXTRA_COLORS)]
 
 
 def _style(method: str) -> dict:
+    """Paper methods bold, other calibrators thin, the truth oracle dashed."""
     if method == "truth":
         return {"linestyle": "--", "linewidth": 1.2, "alpha": 0.8}
-    return {"linewidth": 1.8}
+    if method in PAPER_METHODS:
+        return {"linewidth": 2.0, "zorder": 3}
+    return {"linewidth": 1.0, "alpha": 0.75}
+
+
+def _legend(fig, axes) -> None:
+    """One legend for the whole figure, below the panels (never over the data)."""
+    handles, labels = {}, {}
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles[lab], labels[lab] = h, lab
+    fig.legend(
+        list(handles.values()),
+        list(labels),
+        loc="lower center",
+        ncol=min(len(labels), 5),
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
+
+
+def _finish(fig, axes, title: str) -> None:
+    fig.suptitle(title, fontsize=11)
+    bottom = min(0.15, 0.5 / fig.get_figheight())  # room for the legend row(s)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    _legend(fig, axes)
 
 
 def save(fig, stem: str | Path) -> list[Path]:
@@ -213,12 +255,11 @@ def frontier_figure(
             ax.set_xlabel("normalised cost  mean N / N_max")
             ax.set_ylabel("accuracy (exact expectation)")
             ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7, loc="lower right")
-    fig.suptitle(
+    _finish(
+        fig,
+        axes,
         title or "Instance-adaptive best-of-N: cost–accuracy frontier over C ∈ [0.5, 0.999]",
-        fontsize=11,
     )
-    fig.tight_layout()
     cap = (
         "IAS best-of-N: accuracy against normalised cost mean N_i / 64 as the target C sweeps "
         "{0.5, …, 0.999} (one marker per C). Each method allocates per-question budgets from its "
@@ -277,9 +318,7 @@ def beta_figure(
         ax.set_xlabel("normalised cost  mean draws / N_max")
         ax.set_ylabel("accuracy (exact expectation)")
         ax.grid(alpha=0.3)
-    axes[0, -1].legend(fontsize=7, loc="best")
-    fig.suptitle(title or "β-threshold early stopping at C = 0.9 (β = 0, 0.1, …, 1)", fontsize=11)
-    fig.tight_layout()
+    _finish(fig, axes, title or "β-threshold early stopping at C = 0.9 (β = 0, 0.1, …, 1)")
     cap = (
         "Calibrated best-of-N with β-threshold early stopping: the cap N_i comes from the mixture "
         "rule at C = 0.9; candidates are drawn one at a time and sampling stops at the first whose "
@@ -332,9 +371,7 @@ def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[li
             ax.grid(alpha=0.3)
             if r == 0:
                 ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle(title or "IAS at C = 0.99 with the budget set from Q(τ | h)", fontsize=11)
-    fig.tight_layout()
+    _finish(fig, axes, title or "IAS at C = 0.99 with the budget set from Q(τ | h)")
     cap = (
         "Accuracy (top) and cost (bottom) when the per-question budget is N(Q(τ | h_i), 0.99) for "
         "each quantile level τ. Continuous calibrators can be queried at 100 levels; QR only at its "
@@ -377,9 +414,7 @@ def coverage_figure(
             ax.set_xlabel("nominal level τ")
             ax.set_ylabel("coverage  P(y ≤ Q(τ | h))")
             ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(title or "Quantile calibration curves", fontsize=11)
-    fig.tight_layout()
+    _finish(fig, axes, title or "Quantile calibration curves")
     cap = (
         "Quantile calibration: the share of records whose observed success rate y lies at or "
         "below the predicted τ-quantile, against τ. A calibrated quantile function follows the "
@@ -432,9 +467,7 @@ def reliability_figure(
             ax.set_xlabel("mean predicted p̂ in bin")
             ax.set_ylabel("mean observed success rate y")
             ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(title or "Reliability diagram (12 equal-width ECE bins)", fontsize=11)
-    fig.tight_layout()
+    _finish(fig, axes, title or "Reliability diagram (12 equal-width ECE bins)")
     cap = (
         "Reliability of the point estimates p̂ (Base: the raw PRM score; OT and other "
         "distributions: the mean of Q; QR: its median) on the 12 ECE bins: mean observed success "

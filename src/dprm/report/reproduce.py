@@ -244,8 +244,8 @@ class Pipeline:
                 except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
                     self._failed(unit, err)
                 else:
-                    cpu = {"cpu_seconds": round(time.process_time() - c0, 3)}
-                    self.state.mark(unit.key, time.perf_counter() - t0, **cpu, **(info or {}))
+                    info = {"cpu_seconds": round(time.process_time() - c0, 3)} | (info or {})
+                    self.state.mark(unit.key, time.perf_counter() - t0, **info)
                     stats["units"] += 1
                 bar.update()
         stats["seconds"] += time.perf_counter() - start
@@ -275,7 +275,10 @@ class Pipeline:
                 except Exception as err:  # noqa: BLE001
                     self._failed(unit, err)
                 else:
-                    self.state.mark(unit.key, time.perf_counter() - t0, **(info or {}))
+                    info = info or {}
+                    self.state.mark(
+                        unit.key, info.pop("wall_seconds", time.perf_counter() - t0), **info
+                    )
                     stats["units"] += 1
                 bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
                 bar.update()

@@ -71,6 +71,11 @@ def model_dir(pipe: Pipeline, world: str, method: str, seed: int) -> Path:
     return pipe.out / "models" / world / method / f"seed{seed}"
 
 
+def _threads(pipe: Pipeline) -> int:
+    """torch threads per worker process when units run in parallel (0 = leave torch's default)."""
+    return max(1, (os.cpu_count() or 1) // pipe.config.jobs) if pipe.config.jobs > 1 else 0
+
+
 def _trained(pipe: Pipeline, world: str, method: str, seed: int) -> bool:
     return (model_dir(pipe, world, method, seed) / "config.json").exists()
 
@@ -79,14 +84,14 @@ def train_one(
     calib: str, method: str, seed: int, overrides: dict, out: str, threads: int = 0
 ) -> dict:
     """Fit one calibrator and save it (module level, so worker processes can run it)."""
+    import time
+
     import torch
 
     from dprm.data import read_calibration_set
     from dprm.train import fit
 
-    import time
-
-    c0 = time.process_time()
+    c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
         torch.set_num_threads(threads)
     data = read_calibration_set(calib, check_hidden=False)
@@ -96,6 +101,7 @@ def train_one(
         "overrides": overrides,
         "fit_seconds": model.info.get("fit_seconds"),
         "cpu_seconds": round(time.process_time() - c0, 3),
+        "wall_seconds": round(time.perf_counter() - t0, 3),
     }
 
 
@@ -103,7 +109,7 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
     from dprm.report.reproduce import _hash
 
     units = []
-    threads = max(1, (os.cpu_count() or 1) // pipe.config.jobs) if pipe.config.jobs > 1 else 0
+    threads = _threads(pipe)
     for method in pipe.config.methods:
         overrides = pipe.config.overrides.get(method, {})
         for seed in pipe.config.seeds:
@@ -167,6 +173,61 @@ def eval_path(pipe: Pipeline, world: str, method: str, seed: int) -> Path:
     return pipe.out / "eval" / world / method / f"seed{seed}.json"
 
 
+def evaluate_one(
+    world_dir: str,
+    world: str,
+    method: str,
+    seed: int,
+    model: str | None,
+    flex: bool,
+    out: str,
+    threads: int = 0,
+) -> dict:
+    """Metrics and figure data of one calibrator (``model`` None = Base) on both splits.
+
+    Module level so worker processes can run it; writes ``out`` (JSON) atomically.
+    """
+    import time
+
+    import torch
+
+    from dprm.data import read_calibration_set
+    from dprm.evaluation import evaluate_calibrator
+    from dprm.models import load
+    from dprm.models.base_prm import BaseCalibrator
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    result: dict[str, Any] = {"world": world, "method": method, "seed": seed, "splits": {}}
+    for split in SPLITS:
+        data = read_calibration_set(Path(world_dir) / split / "calib", check_hidden=False)
+        calibrator = BaseCalibrator(data.hidden_dim) if model is None else load(model)
+        sample = None
+        if split == "id" and flex:
+            rng = np.random.default_rng(0)
+            sample = np.sort(rng.choice(len(data), min(FLEX_SAMPLE, len(data)), replace=False))
+            if model is None and data.has_truth:  # the truth curve of the same records
+                from dprm.metrics import true_quantiles
+
+                rec = data.records.iloc[sample]
+                q = true_quantiles(rec["true_mu"], rec["true_sigma"], FLEX_LEVELS)
+                result["truth_flex"] = {
+                    "rows": sample.tolist(),
+                    "levels": FLEX_LEVELS.tolist(),
+                    "values": np.round(q, 6).tolist(),
+                }
+        result["splits"][split] = {
+            "metrics": evaluate_calibrator(calibrator, data),
+            **_figure_data(calibrator, data, method, sample),
+        }
+    write_json(out, result)
+    return {
+        "cpu_seconds": round(time.process_time() - c0, 3),
+        "wall_seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
 def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
     jobs = [("base", 0)] + [
         (m, s)
@@ -177,47 +238,27 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
     units = []
     for method, seed in jobs:
         out = eval_path(pipe, world, method, seed)
-
-        def run(method=method, seed=seed, out=out) -> None:
-            from dprm.data import read_calibration_set
-            from dprm.evaluation import evaluate_calibrator
-            from dprm.models import load
-            from dprm.models.base_prm import BaseCalibrator
-
-            result: dict[str, Any] = {"world": world, "method": method, "seed": seed, "splits": {}}
-            for split in SPLITS:
-                data = read_calibration_set(
-                    pipe.world_dir(world) / split / "calib", check_hidden=False
-                )
-                model = (
-                    BaseCalibrator(data.hidden_dim)
-                    if method == "base"
-                    else load(model_dir(pipe, world, method, seed))
-                )
-                sample = None
-                if split == "id" and seed == pipe.config.seeds[0]:
-                    rng = np.random.default_rng(0)
-                    sample = np.sort(
-                        rng.choice(len(data), min(FLEX_SAMPLE, len(data)), replace=False)
-                    )
-                    if method == "base" and data.has_truth:  # the truth curve of the same records
-                        from dprm.metrics import true_quantiles
-
-                        rec = data.records.iloc[sample]
-                        q = true_quantiles(rec["true_mu"], rec["true_sigma"], FLEX_LEVELS)
-                        result["truth_flex"] = {
-                            "rows": sample.tolist(),
-                            "levels": FLEX_LEVELS.tolist(),
-                            "values": np.round(q, 6).tolist(),
-                        }
-                result["splits"][split] = {
-                    "metrics": evaluate_calibrator(model, data),
-                    **_figure_data(model, data, method, sample),
-                }
-            write_json(out, result)
-
+        model = None if method == "base" else str(model_dir(pipe, world, method, seed))
+        flex = seed == pipe.config.seeds[0]
+        run = functools.partial(
+            evaluate_one,
+            str(pipe.world_dir(world)),
+            world,
+            method,
+            seed,
+            model,
+            flex,
+            str(out),
+            _threads(pipe),
+        )
         units.append(
-            _unit(key=f"evaluate/{world}/{method}/seed{seed}", outputs=[out], run=run, world=world)
+            _unit(
+                key=f"evaluate/{world}/{method}/seed{seed}",
+                outputs=[out],
+                run=run,
+                world=world,
+                parallel=method != "base",
+            )
         )
     return units
 

@@ -1,0 +1,244 @@
+"""Beyond-the-paper grid: ``binomial`` and ``mono`` (and the score-only baselines) against ``ot``.
+
+On the synthetic ``GENERATOR__qwen-prm`` worlds (truth known), for every preset x training seed
+x method: fit on the ID calibration set (``dprm.train.fit``: 80/20 split by question, seed 42),
+evaluate on ID and OOD calibration sets (``dprm.evaluation.evaluate_calibrator``, including
+``quantile_error_true``) and run the IAS C sweep on the ID and OOD best-of-N sets
+(``dprm.ias.run_ias``, exact accuracy). The world of a preset is fixed (its default seed), so the
+seed-to-seed spread measures optimisation stability alone.
+
+Reported (``--out`` JSON):
+
+* ``quantile_error``: mean ``quantile_error_true`` per method and split, and the binomial / ot
+  ratio against the 0.75 target;
+* ``spread``: per preset, std over seeds of Brier and of the quantile error, averaged over
+  presets, for every method (mono vs ot is the target);
+* ``collapses``: runs that raised ``CollapseError`` (or failed) per method;
+* ``frontier``: binomial vs ot at matched cost: each method's accuracy-vs-cost curve over the C
+  sweep is interpolated linearly at the other's costs (inside the common cost range); the
+  difference binomial - ot at every matched point, its minimum and the number of points where
+  binomial is below.
+
+Every finished run is stored as ``WORK/runs/PRESET/METHOD/seedS.json`` (atomic), so an interrupted
+grid resumes where it stopped. Example::
+
+    python benchmarks/grid_beyond.py --size demo --seeds 0 1 2 --out grid.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dprm import __version__
+from dprm.data import read_bon_set, read_calibration_set
+from dprm.data.synth import GENERATORS, write_world
+from dprm.evaluation import evaluate_calibrator
+from dprm.ias import run_ias, truth_estimate
+from dprm.io import write_json
+from dprm.train import CollapseError, fit
+
+GRADIENT_METHODS = ("ot", "mono", "binomial")
+SPLITS = ("id", "ood")
+TARGET_RATIO = 0.75
+
+
+def world_dir(work: Path, preset: str, size: str, hidden_dim: int | None) -> Path:
+    """The preset's world (written once, reused by every method and seed)."""
+    suffix = "" if hidden_dim is None else f"-d{hidden_dim}"
+    path = work / "worlds" / f"{preset}-{size}{suffix}"
+    if not (path / "ood" / "bon" / "meta.json").exists():
+        write_world(path, preset, size=size, hidden_dim=hidden_dim, progress=False)
+    return path
+
+
+def frontier_points(summary) -> list[dict]:
+    """The C-sweep rows (C, cost, accuracy) of one method, sorted by cost."""
+    rows = summary[summary["sweep"] == "C"].sort_values("cost")
+    return [{"C": float(r.C), "cost": float(r.cost), "accuracy": float(r.accuracy)} for r in rows.itertuples()]
+
+
+def run_one(world: Path, method: str, seed: int, overrides: dict) -> dict:
+    """Fit, evaluate and sweep one (method, seed) on one world."""
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    data = read_calibration_set(world / "id" / "calib")
+    try:
+        model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
+    except CollapseError as err:
+        return {"collapsed": True, "error": str(err), "seconds": time.perf_counter() - started}
+    result: dict = {"collapsed": False, "seconds": None, "training": model.info.get("training")}
+    for split in SPLITS:
+        metrics = evaluate_calibrator(model, read_calibration_set(world / split / "calib"))
+        summary, _ = run_ias(read_bon_set(world / split / "bon"), {method: model}, include_base=False, mc_trials=0)
+        result[split] = {"metrics": metrics, "frontier": frontier_points(summary)}
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def reference_frontiers(world: Path) -> dict:
+    """Base (raw PRM score) and the truth oracle's C-sweep curves per split."""
+    from dprm.ias import Pools, run_sweeps
+    from dprm.models.base_prm import BaseCalibrator
+
+    out = {}
+    for split in SPLITS:
+        bon = read_bon_set(world / split / "bon")
+        summary, _ = run_ias(bon, {"base": BaseCalibrator(bon.hidden_dim)}, mc_trials=0)
+        truth, _ = run_sweeps(Pools.from_bon(bon), [truth_estimate(bon)], mc_trials=0)
+        out[split] = {"base": frontier_points(summary), "truth": frontier_points(truth)}
+    return out
+
+
+# ----------------------------------------------------------------------------- aggregation
+def _nanmean(values) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def matched_differences(first: list[dict], second: list[dict]) -> list[dict]:
+    """first - second accuracy at matched costs, interpolating each curve at the other's costs."""
+    out = []
+    for a, b, sign in ((first, second, 1.0), (second, first, -1.0)):
+        cost_b = np.array([p["cost"] for p in b])
+        acc_b = np.array([p["accuracy"] for p in b])
+        for p in a:
+            if cost_b.min() - 1e-12 <= p["cost"] <= cost_b.max() + 1e-12:
+                other = float(np.interp(p["cost"], cost_b, acc_b))
+                out.append({"cost": p["cost"], "diff": sign * (p["accuracy"] - other)})
+    return out
+
+
+def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[str]) -> dict:
+    """The summary tables of the module docstring from ``runs[preset][method][seed]``."""
+
+    def ok(preset, method):
+        return [runs[preset][method][s] for s in seeds if not runs[preset][method][s].get("collapsed")]
+
+    error = {
+        m: {s: _nanmean(r[s]["metrics"]["quantile_error_true"] for p in presets for r in ok(p, m)) for s in SPLITS}
+        for m in methods
+    }
+    per_preset_error = {
+        p: {m: {s: _nanmean(r[s]["metrics"]["quantile_error_true"] for r in ok(p, m)) for s in SPLITS} for m in methods}
+        for p in presets
+    }
+    result: dict = {"quantile_error": error, "quantile_error_per_preset": per_preset_error}
+    if {"binomial", "ot"} <= set(methods):
+        ratio = {s: error["binomial"][s] / error["ot"][s] for s in SPLITS}
+        result["binomial_over_ot"] = {
+            "ratio": ratio,
+            "target": TARGET_RATIO,
+            "met": {s: bool(ratio[s] <= TARGET_RATIO) for s in SPLITS},
+            "per_preset": {
+                p: {s: per_preset_error[p]["binomial"][s] / per_preset_error[p]["ot"][s] for s in SPLITS}
+                for p in presets
+            },
+        }
+    spread = {}
+    for m in methods:
+        spread[m] = {}
+        for s in SPLITS:
+            for key in ("brier", "quantile_error_true"):
+                stds = [
+                    float(np.std([r[s]["metrics"][key] for r in ok(p, m)], ddof=1))
+                    for p in presets
+                    if len(ok(p, m)) >= 2
+                ]
+                spread[m][f"{s}_{key}_std"] = _nanmean(stds)
+    result["spread"] = spread
+    result["collapses"] = {
+        m: [f"{p}/seed{s}" for p in presets for s in seeds if runs[p][m][s].get("collapsed")] for m in methods
+    }
+    if {"binomial", "ot"} <= set(methods):
+        frontier = {}
+        for s in SPLITS:
+            diffs = []
+            for p in presets:
+                for seed in seeds:
+                    b, o = runs[p]["binomial"][seed], runs[p]["ot"][seed]
+                    if b.get("collapsed") or o.get("collapsed"):
+                        continue
+                    for d in matched_differences(b[s]["frontier"], o[s]["frontier"]):
+                        diffs.append({"preset": p, "seed": seed, **d})
+            values = np.array([d["diff"] for d in diffs]) if diffs else np.array([np.nan])
+            frontier[s] = {
+                "n_matched": len(diffs),
+                "min_diff": float(values.min()),
+                "mean_diff": float(values.mean()),
+                "n_below": int((values < 0).sum()),
+                "n_below_0.005": int((values < -0.005).sum()),
+                "worst": sorted(diffs, key=lambda d: d["diff"])[:5],
+            }
+        result["frontier_binomial_minus_ot"] = frontier
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="paper", choices=["paper", "demo", "tiny"])
+    parser.add_argument("--hidden-dim", type=int, default=None, help="override the world's hidden dimension")
+    parser.add_argument("--presets", nargs="*", default=[f"{g}__qwen-prm" for g in GENERATORS])
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="*", default=["ot", "mono", "binomial", "isotonic", "platt"])
+    parser.add_argument("--max-steps", type=int, default=None, help="max_steps for every gradient method")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="METHOD.key=value")
+    parser.add_argument("--work", default="runs/grid_beyond", help="worlds and per-run results (resumable)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    work = Path(args.work)
+    overrides: dict[str, dict] = {m: {} for m in args.methods}
+    for m in GRADIENT_METHODS:
+        if m in overrides and args.max_steps is not None:
+            overrides[m]["max_steps"] = args.max_steps
+    for item in args.overrides:
+        key, value = item.split("=", 1)
+        method, field = key.split(".", 1)
+        overrides.setdefault(method, {})[field] = value
+    runs: dict = {}
+    references: dict = {}
+    bar = tqdm(total=len(args.presets) * len(args.methods) * len(args.seeds), desc="grid", unit="run")
+    for preset in args.presets:
+        world = world_dir(work, preset, args.size, args.hidden_dim)
+        references[preset] = reference_frontiers(world)
+        runs[preset] = {}
+        for method in args.methods:
+            runs[preset][method] = {}
+            for seed in args.seeds:
+                path = work / "runs" / f"{preset}-{args.size}" / method / f"seed{seed}.json"
+                if path.exists():
+                    runs[preset][method][seed] = json.loads(path.read_text())
+                else:
+                    bar.set_postfix_str(f"{preset} {method} seed {seed}")
+                    result = run_one(world, method, seed, overrides.get(method, {}))
+                    result["overrides"] = overrides.get(method, {})
+                    write_json(path, result)
+                    runs[preset][method][seed] = json.loads(path.read_text())
+                bar.update()
+    bar.close()
+    summary = aggregate(runs, args.presets, args.seeds, args.methods)
+    ran = {
+        "size": args.size,
+        "hidden_dim": args.hidden_dim,
+        "presets": args.presets,
+        "seeds": args.seeds,
+        "methods": args.methods,
+        "overrides": overrides,
+        "dprm_version": __version__,
+        "torch_threads": args.threads,
+    }
+    write_json(args.out, {"ran": ran, "summary": summary, "references": references, "runs": runs})
+    print(json.dumps({"ran": ran, "summary": {k: v for k, v in summary.items() if k != "quantile_error_per_preset"}}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

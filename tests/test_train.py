@@ -1,0 +1,179 @@
+"""Training entry point and generic trainer: split, batches, early stopping, checkpoints,
+determinism, the collapse check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dprm
+from dprm.config import ConfigError
+from dprm.data import read_calibration_set
+from dprm.data.synth import write_world
+from dprm.models import REGISTRY
+from dprm.models.mono import MonoCalibrator
+from dprm.models.qr import QRCalibrator, QRConfig
+from dprm.train import CollapseError, Trainer, check_collapse, fit
+
+FAST = {"max_steps": "60", "eval_every": "20", "warmup_steps": "20", "batch_size": "64"}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    paths = write_world(
+        tmp_path_factory.mktemp("w"), "llama-3.2-1b__qwen-prm", size="tiny", progress=False
+    )
+    return read_calibration_set(paths["id/calib"])
+
+
+def halves(data):
+    rows = np.arange(len(data))
+    return data.subset(rows[rows % 5 != 0]), data.subset(rows[rows % 5 == 0])
+
+
+def make_constant(model):
+    """Turn a quantile-map calibrator into the map T = 0 for every tau and h."""
+    net = model.net
+    with torch.no_grad():
+        net.base_scale.bias.fill_(-60.0)
+        net.picnn.curvature.bias.fill_(-60.0)
+        for layer in [*net.picnn.layers, net.picnn.output]:
+            layer.x_coefficient.weight.zero_()
+            layer.x_coefficient.bias.zero_()
+    return model
+
+
+def test_batches_cover_each_epoch_and_streaming_equals_preloaded(world):
+    train, val = halves(world)
+    config = QRConfig(batch_size=32)
+    model = QRCalibrator(world.hidden_dim, vars(config))
+    preloaded = Trainer(model, train, val, config, seed=5, progress=False)
+    assert preloaded.train_rows.matrix is not None
+    streaming_config = QRConfig(batch_size=32, preload_max_gb=0.0)
+    streaming = Trainer(QRCalibrator(world.hidden_dim, vars(config)), train, val, streaming_config, seed=5, progress=False)
+    assert streaming.train_rows.matrix is None
+    per_epoch = len(train) // 32
+    seen = []
+    for a, b, _ in zip(preloaded.batches(), streaming.batches(), range(per_epoch), strict=False):
+        assert a.hidden.shape == (32, world.hidden_dim) and a.hidden.dtype == torch.float32
+        torch.testing.assert_close(a.hidden, b.hidden, rtol=1e-6, atol=1e-5)
+        assert torch.equal(a.tau, b.tau) and torch.equal(a.target, b.target)
+        assert ((a.tau >= 0) & (a.tau < 1)).all()
+        seen.append(a.rows)
+    seen = np.concatenate(seen)
+    assert len(np.unique(seen)) == len(seen) == per_epoch * 32  # no row twice in an epoch
+    # standardised with the training statistics
+    full = preloaded.train_rows[np.arange(len(train))]
+    assert full.mean(0).abs().max() < 1e-3 and (full.std(0) - 1).abs().max() < 1e-2
+
+
+def test_input_layer_learning_rate_is_scaled(world):
+    train, val = halves(world)
+    config = QRConfig(lr=1e-3, input_lr_scale=0.25)
+    model = QRCalibrator(world.hidden_dim, vars(config))
+    trainer = Trainer(model, train, val, config, seed=0, progress=False)
+    opt, _ = trainer.optimizer(model.parameters())
+    lrs = {id(p): group["lr"] for group in opt.param_groups for p in group["params"]}
+    assert lrs[id(model.head.weight)] == pytest.approx(2.5e-4)
+    assert lrs[id(model.head.bias)] == pytest.approx(1e-3)
+
+
+def test_patience_stops_early_and_best_checkpoint_is_restored(world):
+    train, val = halves(world)
+    config = QRConfig(eval_every=1, patience=3, warmup_steps=0, min_delta=0.0, max_steps=50)
+    model = QRCalibrator(world.hidden_dim, vars(config))
+    trainer = Trainer(model, train, val, config, seed=0, progress=False)
+    model.init_marginal(trainer.target.numpy())
+    good = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def step(batch, index):
+        with torch.no_grad():  # step 1 keeps the marginal map, later steps ruin it
+            if index == 1:
+                model.head.bias.add_(1e-3)
+            else:
+                model.head.bias.fill_(-20.0 + index)
+        return {"loss": float(index)}
+
+    history = trainer.run(step)
+    # step 1 ties or beats the init; steps 2, 3, ... are worse: patience 3 ends it at step 3 or 4
+    best = trainer.summary["best_step"]
+    assert best in (0, 1) and trainer.summary["stopped_early"]
+    assert trainer.summary["steps"] == best + 3
+    assert [h["step"] for h in history] == list(range(best + 4))
+    assert torch.allclose(model.head.bias, good["head.bias"], atol=2e-3)
+    assert history[1]["loss"] == 1.0 and "calibration_area" in history[1]
+
+
+def test_warmup_checkpoints_are_not_eligible(world):
+    train, val = halves(world)
+    config = QRConfig(eval_every=5, warmup_steps=10, max_steps=20, patience=100)
+    model = QRCalibrator(world.hidden_dim, vars(config))
+    trainer = Trainer(model, train, val, config, seed=0, progress=False)
+    trainer.fit_loss(QRCalibrator.loss)
+    assert trainer.summary["best_step"] >= 10
+
+
+def test_fit_is_deterministic_and_records_info(world):
+    a = fit("mono", world, overrides=FAST, seed=3, progress=False)
+    b = fit("mono", world, overrides=FAST, seed=3, progress=False)
+    c = fit("mono", world, overrides=FAST, seed=4, progress=False)
+    for key, value in a.state_dict().items():
+        assert torch.equal(value, b.state_dict()[key]), key
+    assert any(not torch.equal(v, c.state_dict()[k]) for k, v in a.state_dict().items())
+    info = a.info
+    assert info["seed"] == 3 and info["method"] == "mono"
+    assert info["config"]["max_steps"] == 60 and info["config"]["context_hidden"] == [64]
+    assert info["dprm_version"] == dprm.__version__
+    assert info["data_path"] == str(world.path)
+    assert info["n_train"] + info["n_val"] == len(world)
+    assert info["collapse"]["collapsed"] is False
+    assert info["training"]["steps"] == 60
+    assert a.history[0]["step"] == 0 and a.history[-1]["step"] == 60
+
+
+def test_fit_errors_and_base(world):
+    with pytest.raises(ConfigError, match="unknown method"):
+        fit("nope", world)
+    with pytest.raises(ConfigError, match="unknown key"):
+        fit("mono", world, overrides={"learning_rate": "1"})
+    with pytest.raises(ConfigError, match="no hyper-parameters"):
+        fit("base", world, overrides={"lr": "1"})
+    base = fit("base", world, progress=False)
+    assert base.kind == "point" and base.history == []
+
+
+def test_check_collapse_fires_on_constant_map_only(world):
+    train, val = halves(world)
+    model = MonoCalibrator(world.hidden_dim)
+    model.standardizer.fit(np.asarray(train.hidden))
+    model.net.init_marginal(train.records["success_prob"].to_numpy())
+    healthy = check_collapse(model, val)
+    assert not healthy["collapsed"] and healthy["tau_spread"] > healthy["threshold"]
+    report = check_collapse(make_constant(model), val)
+    assert report["collapsed"] and report["tau_spread"] < 1e-9 and report["h_spread"] < 1e-9
+    with torch.no_grad():
+        model.net.base_scale.bias.fill_(float("nan"))
+    assert check_collapse(model, val)["collapsed"]
+
+
+def test_fit_raises_on_collapse(world, monkeypatch):
+    cls = REGISTRY["mono"]
+    original = cls.fit_model.__func__
+
+    def collapsing(klass, train, val, config, seed, progress):
+        model, history = original(klass, train, val, config, seed, progress)
+        return make_constant(model), history
+
+    monkeypatch.setattr(cls, "fit_model", classmethod(collapsing))
+    with pytest.raises(CollapseError, match="collapsed"):
+        fit("mono", world, overrides=FAST, progress=False)
+
+
+def test_top_level_api_is_lazy():
+    import subprocess
+    import sys
+
+    code = "import sys, dprm; assert 'torch' not in sys.modules; dprm.fit; dprm.load; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
