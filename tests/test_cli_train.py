@@ -14,16 +14,37 @@ from dprm.data import read_calibration_set
 from dprm.data.synth import write_world
 from dprm.models import REGISTRY
 
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread per test worker avoids oversubscribing the cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 FAST = ["--set", "max_steps=40", "--set", "eval_every=20", "--set", "warmup_steps=20"]
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    return write_world(tmp_path_factory.mktemp("w"), "r1-qwen-7b__qwen-prm", size="tiny", progress=False)
+    return write_world(
+        tmp_path_factory.mktemp("w"), "r1-qwen-7b__qwen-prm", size="tiny", progress=False
+    )
 
 
 def train(world, out, method, *extra):
-    args = ["train", "--method", method, "--data", str(world["id/calib"]), "--out", str(out), "--quiet"]
+    args = [
+        "train",
+        "--method",
+        method,
+        "--data",
+        str(world["id/calib"]),
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     return main(args + list(extra))
 
 
@@ -41,16 +62,51 @@ def test_train_writes_calibrator_dir_and_predict_matches_api(world, tmp_path, me
         assert json.loads((out / "history.json").read_text())[-1]["step"] == 40
     levels = "0,0.5,1" if method == "qr" else "0,0.25,0.5,0.9"
     npy = tmp_path / "q.npy"
-    assert main(["predict", "--model", str(out), "--data", str(world["ood/calib"]), "--levels", levels, "--out", str(npy), "--batch-size", "50", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                str(out),
+                "--data",
+                str(world["ood/calib"]),
+                "--levels",
+                levels,
+                "--out",
+                str(npy),
+                "--batch-size",
+                "50",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     pred = np.load(npy)
     data = read_calibration_set(world["ood/calib"])
     model = dprm.load(out)
     expected = model.quantiles(
-        data.hidden, [float(t) for t in levels.split(",")], data.records["prm_score"].to_numpy(), batch_size=50
+        data.hidden,
+        [float(t) for t in levels.split(",")],
+        data.records["prm_score"].to_numpy(),
+        batch_size=50,
     )
     assert pred.dtype == np.float32 and pred.shape == (len(data), len(levels.split(",")))
     np.testing.assert_array_equal(pred, expected)
-    assert main(["evaluate", "--data", str(world["ood/calib"]), "--model", str(out), "--out", str(tmp_path / "m.json"), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--data",
+                str(world["ood/calib"]),
+                "--model",
+                str(out),
+                "--out",
+                str(tmp_path / "m.json"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
 
 
 def test_method_choices_come_from_the_registry():
@@ -62,7 +118,9 @@ def test_method_choices_come_from_the_registry():
 
 def test_config_file_and_overrides(world, tmp_path):
     config = tmp_path / "c.toml"
-    config.write_text("[mono]\nmax_steps = 30\neval_every = 10\nwarmup_steps = 10\ncontext_dim = 8\n")
+    config.write_text(
+        "[mono]\nmax_steps = 30\neval_every = 10\nwarmup_steps = 10\ncontext_dim = 8\n"
+    )
     out = tmp_path / "m"
     assert train(world, out, "mono", "--config", str(config), "--set", "max_steps=20") == 0
     resolved = json.loads((out / "run.json").read_text())["resolved_config"]
@@ -75,7 +133,20 @@ def test_predict_rejects_untrained_levels_for_qr(world, tmp_path):
     out = tmp_path / "qr"
     assert train(world, out, "qr", *FAST) == 0
     npy = tmp_path / "q.npy"
-    code = main(["predict", "--model", str(out), "--data", str(world["id/calib"]), "--levels", "0.25", "--out", str(npy), "--quiet"])
+    code = main(
+        [
+            "predict",
+            "--model",
+            str(out),
+            "--data",
+            str(world["id/calib"]),
+            "--levels",
+            "0.25",
+            "--out",
+            str(npy),
+            "--quiet",
+        ]
+    )
     assert code == 2 and not npy.exists()
 
 

@@ -324,3 +324,15 @@ def test_estimate_from_model_kinds_and_truth():
     assert (np.diff(truth.q_mid, axis=1) >= 0).all()
     assert truth.q_mid[0, 49] < 0.5 < truth.q_mid[0, 50]  # median of mu = 0 is 0.5
     assert math.isclose(truth.quantiles_at([0.5])[0, 0], 0.5, abs_tol=1e-12)
+
+
+def test_uniform_curve_and_small_n_max():
+    pools = random_pools(np.random.default_rng(11), q=10)
+    u = ias.uniform_curve(pools)
+    assert list(u["n"]) == list(range(1, 65))
+    np.testing.assert_allclose(u["accuracy"], ias.exact_accuracy_table(pools).mean(axis=0))
+    small = ias.uniform_curve(pools, n_max=16)
+    assert len(small) == 16 and small["cost"].iloc[-1] == 1.0
+    est = ias.Estimate("p", "point", p=np.full(10, 0.01))
+    summary, budgets = ias.run_sweeps(pools, [est], n_max=16, mc_trials=0)
+    assert budgets["n"].max() == 16 and summary["cost"].max() == 1.0

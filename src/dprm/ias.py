@@ -569,9 +569,17 @@ def run_sweeps(
 
 
 def uniform_curve(
-    pools: Pools, n_values: Sequence[int] = (1, 2, 4, 8, 16, 32, 64), n_max: int = N_MAX
+    pools: Pools, n_values: Sequence[int] | None = None, n_max: int = N_MAX
 ) -> pd.DataFrame:
-    """Reference: the same n for every question (plain best-of-n); columns ``n, cost, accuracy``."""
+    """Reference: the same n for every question (plain best-of-n), exact.
+
+    Args:
+        n_values: budgets to evaluate (default 1..n_max).
+
+    Returns:
+        columns ``n, cost, accuracy``.
+    """
+    n_values = range(1, n_max + 1) if n_values is None else n_values
     table = exact_accuracy_table(pools, n_max)
     n = np.asarray(n_values, dtype=np.int64)
     return pd.DataFrame(

@@ -60,16 +60,13 @@ def test_reproduce_tiny_end_to_end_and_resume(tmp_path):
     model_cfg = out / "models" / "r1-qwen-7b__qwen-prm" / "ot" / "seed0" / "config.json"
     mtime = model_cfg.stat().st_mtime_ns
 
-    # resume: nothing to redo, no world regenerated, models untouched
+    # resume: nothing to redo (not even the report), no world regenerated, models untouched
+    report_mtime = report.stat().st_mtime_ns
     reproduce(out, cfg, progress=False, log=logs.append)
     run = json.loads((out / "run.json").read_text())
     assert run["resumed"] is True
-    assert all(
-        t["units"] == 0
-        for k, t in run["stage_timing"].items()
-        if k in ("synth", "train", "evaluate", "ias")
-    )
-    assert model_cfg.stat().st_mtime_ns == mtime
+    assert all(t["units"] == 0 for t in run["last_stage_timing"].values())
+    assert model_cfg.stat().st_mtime_ns == mtime and report.stat().st_mtime_ns == report_mtime
     assert not (out / "worlds" / "r1-qwen-7b__qwen-prm").exists()
 
     # a lost output is recomputed (the world is regenerated for it), nothing else
@@ -79,6 +76,49 @@ def test_reproduce_tiny_end_to_end_and_resume(tmp_path):
     assert run["stage_timing"]["ias"]["units"] == 1
     assert run["stage_timing"]["train"]["units"] == 0
     assert model_cfg.stat().st_mtime_ns == mtime
+    assert report.stat().st_mtime_ns != report_mtime  # results changed: the report is redone
+
+
+def test_parallel_units_and_failures(tmp_path):
+    """--jobs runs picklable units in worker processes; a failing unit is reported, not fatal."""
+    import functools
+
+    from dprm.io import write_json
+    from dprm.report.reproduce import Pipeline, Unit
+
+    cfg = resolve("tiny", methods=["qr"], jobs=2)
+    pipe = Pipeline(tmp_path, cfg, progress=False, log=lambda s: None)
+    paths = [tmp_path / f"u{i}.json" for i in range(3)]
+    units = [
+        Unit(
+            key=f"x/{i}", outputs=[p], run=functools.partial(write_json, p, {"i": i}), parallel=True
+        )
+        for i, p in enumerate(paths)
+    ]
+    bad = Unit(
+        key="x/bad",
+        outputs=[tmp_path / "never"],
+        run=functools.partial(write_json, tmp_path / "no" / "\0", object()),
+        parallel=True,
+    )
+    pipe.run_stage("demo", units + [bad])
+    assert all(p.exists() for p in paths)
+    assert pipe.timing["demo"]["units"] == 3
+    assert [f["unit"] for f in pipe.failures] == ["x/bad"]
+    assert "x/bad" not in State(tmp_path).data["done"]
+    pipe.run_stage("demo", units)  # all done: skipped
+    assert pipe.timing["demo"]["skipped"] == 3
+    from dprm.report.document_md import render_report
+
+    run = {
+        "versions": {"dprm": "x", "torch": "x", "numpy": "x", "pandas": "x", "python": "x"},
+        "wall_time_s": 1.0,
+        "resumed": False,
+        "unit_seconds_total": 1.0,
+        "stage_timing": pipe.timing,
+    }
+    text = render_report(cfg, run, {}, [], {"frontier": [], "tables": []}, tmp_path, pipe.failures)
+    assert "## Failures" in text and "`x/bad`" in text
 
 
 def test_resolve_and_cli_flags(monkeypatch):

@@ -115,3 +115,14 @@ def test_several_prms_need_a_choice():
     with pytest.raises(ValueError, match="several PRMs"):
         T.build_table(df)
     assert T.build_table(df, "shepherd").prm == "shepherd"
+
+
+def test_subset_recomputes_best():
+    table = T.build_table(_metrics())
+    small = T.subset(table, ["base", "ot", "qr"])
+    assert small.methods == ["base", "ot", "qr"]
+    # without isotonic, OT (0.1) is the best ID/g1 Brier
+    assert small.best.loc[("id", "g1"), ("brier", "ot")]
+    assert (
+        small.improvement.loc[("id", "ot"), "brier"] == table.improvement.loc[("id", "ot"), "brier"]
+    )

@@ -87,14 +87,17 @@ def _level(text: str) -> float:
     return value
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _integer(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -122,10 +125,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="QR's quantile level for the point rule (default 0.1)",
     )
     parser.add_argument(
-        "--n-max", type=_positive, default=64, help="maximum budget N_max (default 64)"
+        "--n-max", type=_integer(1), default=64, help="maximum budget N_max (default 64)"
     )
     parser.add_argument(
-        "--mc-trials", type=int, default=100, help="Monte Carlo trials (default 100; 0 skips)"
+        "--mc-trials",
+        type=_integer(0),
+        default=100,
+        help="Monte Carlo trials (default 100; 0 skips)",
     )
     parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
     parser.add_argument("--quiet", action="store_true", help="print nothing")

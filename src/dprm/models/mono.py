@@ -51,7 +51,8 @@ class MonoCalibrator(QuantileMapCalibrator):
         torch.manual_seed(seed)
         model = cls(train.hidden_dim, vars(config))
         trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
-        model.net.init_marginal(trainer.target.numpy())
+        if config.init_marginal:
+            model.net.init_marginal(trainer.target.numpy())
         history = trainer.fit_loss(cls.loss, desc="mono")
         model.info["training"] = trainer.summary
         return model, history

@@ -92,7 +92,8 @@ class OTCalibrator(QuantileMapCalibrator):
         torch.manual_seed(seed)
         model = cls(train.hidden_dim, vars(config))
         trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
-        model.init_marginal(trainer.target.numpy())
+        if config.init_marginal:
+            model.init_marginal(trainer.target.numpy())
         g_params = list(model.net.parameters())
         f_params = list(model.dual.parameters())
         opt_g, sched_g = trainer.optimizer(g_params, config.lr)

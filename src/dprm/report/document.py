@@ -85,8 +85,11 @@ def collect(out: Path, worlds: list[str], methods: list[str], seeds: list[int]) 
 
 
 # ----------------------------------------------------------------------------- checks
-def frontier_checks(ias: pd.DataFrame, method: str = "ot") -> list[dict[str, Any]]:
-    """Per (world, dataset): cost span of ``method`` vs Base on the C sweep, and whether it rises."""
+def frontier_checks(
+    ias: pd.DataFrame, method: str = "ot", uniform: pd.DataFrame | None = None
+) -> list[dict[str, Any]]:
+    """Per (world, dataset): cost span of ``method`` vs Base on the C sweep, whether it rises,
+    and (with ``uniform``) its mean accuracy minus plain best-of-n's at the same cost."""
     rows = []
     c = ias[ias["sweep"] == "C"]
     c = (
@@ -112,11 +115,25 @@ def frontier_checks(ias: pd.DataFrame, method: str = "ot") -> list[dict[str, Any
                 "accuracy_range": [float(acc[0]), float(acc[-1])],
                 "largest_drop": float(max(0.0, -np.diff(acc).min())) if len(acc) > 1 else 0.0,
                 "rises": bool(acc[-1] > acc[0] and (np.diff(acc) >= -RISE_TOL).all()),
+                "minus_uniform": _minus_uniform(m, uniform, world, dataset),
             }
         )
     for r in rows:
         r["wider_than_base"] = r["cost_span"] > r["base_cost_span"]
     return rows
+
+
+def _minus_uniform(
+    points: pd.DataFrame, uniform: pd.DataFrame | None, world: str, dataset: str
+) -> float:
+    """Mean over the C points of accuracy - (plain best-of-n accuracy interpolated at its cost)."""
+    if uniform is None or uniform.empty:
+        return float("nan")
+    u = uniform[(uniform["world"] == world) & (uniform["dataset"] == dataset)].sort_values("cost")
+    if u.empty:
+        return float("nan")
+    ref = np.interp(points["cost"], u["cost"], u["accuracy"])
+    return float(np.mean(points["accuracy"].to_numpy() - ref))
 
 
 def table_checks(metrics: pd.DataFrame, method: str = "ot") -> list[dict[str, Any]]:
@@ -303,6 +320,15 @@ def resolved_train_configs(
     return configs
 
 
+def _by_stage(unit_seconds: dict[str, float]) -> dict[str, float]:
+    """Seconds of all recorded units per stage (the key's first component), all invocations."""
+    out: dict[str, float] = {}
+    for key, seconds in unit_seconds.items():
+        stage = key.split("/", 1)[0]
+        out[stage] = round(out.get(stage, 0.0) + float(seconds), 2)
+    return out
+
+
 def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | None = None) -> Path:
     """Tables, figures, results.json, run.json and report.md for the pipeline's grid."""
     from dprm.report.document_md import render_report
@@ -323,7 +349,9 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
     pipe.timing["figures"] = {"seconds": time.perf_counter() - t0, "units": len(figs), "skipped": 0}
     t0 = time.perf_counter()
     checks = {
-        "frontier": frontier_checks(data["ias"]) if not data["ias"].empty else [],
+        "frontier": frontier_checks(data["ias"], uniform=data["uniform"])
+        if not data["ias"].empty
+        else [],
         "tables": table_checks(data["metrics"]) if not data["metrics"].empty else [],
     }
     pipe.timing["report"] = {"seconds": 0.0, "units": 1, "skipped": 0}  # filled in below
@@ -335,6 +363,7 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
         "wall_time_s": round(time.perf_counter() - started_at, 2),
         "stage_timing": pipe.timing,
         "unit_seconds_total": round(sum(unit_seconds.values()), 2),
+        "unit_seconds_by_stage": _by_stage(unit_seconds),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "resumed": previous_run is not None,
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dprm.report.tables import DATASET_LABELS, caption, display, to_markdown
+from dprm.report.tables import DATASET_LABELS, caption, display, subset, to_markdown
 
 
 def _rel(path: str, out: Path) -> str:
@@ -16,17 +16,23 @@ def _check_lines(checks: dict[str, Any]) -> list[str]:
     lines = []
     if checks["frontier"]:
         lines += [
-            "| world | dataset | OT cost range | Base cost range | wider | OT accuracy (C=0.5 → 0.999) | largest drop | rises |",
-            "|---|---|---|---|---|---|---|---|",
+            "| world | dataset | OT cost range | Base cost range | wider | OT accuracy (C=0.5 → 0.999) | largest drop | rises | OT − same-n-for-all at equal cost |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in checks["frontier"]:
             lines.append(
                 f"| {r['world']} | {DATASET_LABELS.get(r['dataset'], r['dataset'])} | "
                 f"{r['cost_range'][0]:.3f}–{r['cost_range'][1]:.3f} | {r['base_cost_range'][0]:.3f}–{r['base_cost_range'][1]:.3f} | "
                 f"{'yes' if r['wider_than_base'] else 'NO'} | {r['accuracy_range'][0]:.3f} → {r['accuracy_range'][1]:.3f} | "
-                f"{r['largest_drop']:.4f} | {'yes' if r['rises'] else 'NO'} |"
+                f"{r['largest_drop']:.4f} | {'yes' if r['rises'] else 'NO'} | {r.get('minus_uniform', float('nan')):+.4f} |"
             )
-        lines.append("")
+        lines += [
+            "",
+            "Last column: mean over the C points of OT's accuracy minus that of giving every question the "
+            "same n at the same mean cost (interpolated); negative means adaptive allocation did not beat "
+            "uniform allocation on this world.",
+            "",
+        ]
     if checks["tables"]:
         lines += [
             "| PRM | dataset | Brier OT / Base | ECE OT / Base | OT ahead on both (generator mean) | ahead for every generator (Brier, ECE) |",
@@ -78,11 +84,24 @@ def render_report(
         + (" (resumed: finished units were skipped)" if run["resumed"] else "")
         + f"; total time of all units so far: {run['unit_seconds_total']:.1f} s.",
         "",
-        "| stage | seconds | units run | units skipped |",
-        "|---|---:|---:|---:|",
+        "| stage | seconds (this invocation) | units run | units skipped | unit seconds (all invocations) |",
+        "|---|---:|---:|---:|---:|",
     ]
+    by_stage = run.get("unit_seconds_by_stage", {})
     for stage, t in run["stage_timing"].items():
-        lines.append(f"| {stage} | {t['seconds']:.1f} | {t['units']} | {t['skipped']} |")
+        total = by_stage.get(stage)
+        cell = f"{total:.1f}" if total is not None else "--"
+        lines.append(f"| {stage} | {t['seconds']:.1f} | {t['units']} | {t['skipped']} | {cell} |")
+    if failures:
+        lines += [
+            "",
+            "## Failures",
+            "",
+            "These units failed in this invocation; their methods are missing from the results "
+            "below (a rerun of the same command retries them):",
+            "",
+        ]
+        lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in failures]
     lines += [
         "",
         "## Checks",
@@ -93,13 +112,19 @@ def render_report(
     lines += _check_lines(checks)
     lines += ["## Calibration (Table 1)", ""]
     for prm, table in tables.items():
+        lines += [f"### PRM {prm}", "", caption(table), ""]
+        paper = [m for m in table.methods if m in ("base", "ot", "qr")]
+        if len(paper) < len(table.methods) and "base" in paper:
+            lines += ["Base / OT / QR as in the paper:", "", to_markdown(subset(table, paper))]
+            lines += [
+                "<details><summary>All methods (Base / OT / QR first, then the calibrators beyond the paper)</summary>",
+                "",
+            ]
+            lines += [to_markdown(table), "</details>", ""]
+        else:
+            lines += [to_markdown(table)]
         lines += [
-            f"### PRM {prm}",
-            "",
-            caption(table),
-            "",
-            to_markdown(table),
-            f"LaTeX: `tables/calibration_{prm}.tex`, CSV: `tables/calibration_{prm}.csv`.",
+            f"LaTeX: `tables/calibration_{prm}.tex`, CSV: `tables/calibration_{prm}.csv` (all methods).",
             "",
         ]
     sections = (

@@ -231,8 +231,7 @@ def frontier_figure(
                     u["cost"],
                     u["accuracy"],
                     color="0.75",
-                    linewidth=1.0,
-                    marker=".",
+                    linewidth=1.2,
                     label="same n for all (no IAS)",
                 )
             for m in methods:

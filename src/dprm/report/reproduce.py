@@ -316,7 +316,28 @@ def reproduce(
         if not config.keep_worlds:
             for w in batch:
                 shutil.rmtree(pipe.world_dir(w), ignore_errors=True)
-    report = write_outputs(pipe, started_at=started, previous_run=previous)
+    # the report stage: skipped when no unit changed since the last complete report
+    done = {
+        k: v.get("at") for k, v in pipe.state.data["done"].items() if not k.startswith("report/")
+    }
+    key = "report/" + _hash([config_dict(config), sorted(done.items())])
+    report = out / "report.md"
+    if not pipe.failures and pipe.state.done(key, [report, out / "results.json", out / "run.json"]):
+        pipe.timing["report"] = {"seconds": 0.0, "units": 0, "skipped": 1}
+        run = read_json(out / "run.json")
+        run.update(
+            resumed=True,
+            last_invocation_s=round(time.perf_counter() - started, 2),
+            last_stage_timing=pipe.timing,
+        )
+        write_json(out / "run.json", run, allow_nan=False)
+    else:
+        t0 = time.perf_counter()
+        report = write_outputs(pipe, started_at=started, previous_run=previous)
+        pipe.state.data["done"] = {
+            k: v for k, v in pipe.state.data["done"].items() if not k.startswith("report/")
+        }
+        pipe.state.mark(key, time.perf_counter() - t0)
     summary = ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in pipe.timing.items())
     log(f"dprm reproduce: wall time {time.perf_counter() - started:.1f}s ({summary})")
     log(f"report: {report}")

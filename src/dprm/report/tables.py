@@ -115,6 +115,21 @@ def build_table(metrics: pd.DataFrame, prm: str | None = None) -> CalibrationTab
     return CalibrationTable(name, methods, mean, std, best, improvement, n_seeds)
 
 
+def subset(table: CalibrationTable, methods: list[str]) -> CalibrationTable:
+    """The same table restricted to ``methods`` (best marks recomputed among them)."""
+    keep = [m for m in table.methods if m in methods]
+    cols = [(metric, m) for metric, _ in METRICS for m in keep]
+    mean, std = table.mean[cols], table.std[cols]
+    best = pd.DataFrame(False, index=mean.index, columns=mean.columns)
+    for metric, _ in METRICS:
+        block = mean[metric]
+        best[metric] = block.le(block.min(axis=1, skipna=True) + TIE_TOL, axis=0) & block.notna()
+    datasets = list(dict.fromkeys(mean.index.get_level_values(0)))
+    return CalibrationTable(
+        table.prm, keep, mean, std, best, _improvements(mean, keep, datasets), table.n_seeds
+    )
+
+
 def _improvements(mean: pd.DataFrame, methods: list[str], datasets: list[str]) -> pd.DataFrame:
     """Average over generators of 100 (reference - method) / reference (see module docstring)."""
     cols = [m for m, _ in METRICS]

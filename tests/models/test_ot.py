@@ -1,0 +1,116 @@
+"""``ot``: the paper's conditional OT map (CondOT dual min-max) against closed forms.
+
+Tolerances (mean absolute error over 50 mid-point levels) were set from seeds 0 and 1 with
+about 1.5x headroom: Beta(2, 5) from the identity map ~0.025; Beta(2, 5) from the default
+(marginal) start stays ~0.005 (the min-max does not drift away from the optimum it starts at);
+the Gaussian-logit world ~0.034, i.e. ~0.13x the marginal quantile function's error; discrete
+contexts <= 0.05 per context.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from closed_form import (
+    MIDPOINTS,
+    beta25_quantile,
+    beta_world,
+    discrete_context_world,
+    gaussian_logit_quantile,
+    gaussian_logit_world,
+)
+
+from dprm.evaluation import LEVELS_101
+from dprm.models import load
+from dprm.models.ot import OTCalibrator
+from dprm.train import fit
+
+STEPS = {"max_steps": "800", "warmup_steps": "200", "eval_every": "20"}
+HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def logit_fit():
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        data = gaussian_logit_world(4000, seed=1)
+        return data, fit("ot", data, overrides=STEPS, seed=1, progress=False)
+
+
+@pytest.mark.parametrize("init_marginal", [False, True])
+def test_beta25_unconditional(init_marginal):
+    data = beta_world(4000, seed=0)
+    overrides = {**STEPS, "init_marginal": str(init_marginal)}
+    if init_marginal:
+        overrides["max_steps"] = "300"
+    model = fit("ot", data, overrides=overrides, seed=0, progress=False)
+    q = model.quantiles(HIDDEN[:50], MIDPOINTS)
+    error = np.abs(q - beta25_quantile(MIDPOINTS)[None, :]).mean()
+    assert error < (0.01 if init_marginal else 0.035)
+
+
+def test_gaussian_logit_world_matches_closed_form(logit_fit):
+    data, model = logit_fit
+    truth = gaussian_logit_quantile(HIDDEN, MIDPOINTS)
+    marginal = np.quantile(data.records["success_prob"].to_numpy(), MIDPOINTS)
+    error = np.abs(model.quantiles(HIDDEN, MIDPOINTS) - truth).mean()
+    baseline = np.abs(marginal[None, :] - truth).mean()
+    assert error < 0.05 and error < 0.2 * baseline
+
+
+def test_discrete_contexts_match_empirical_quantiles():
+    data, context = discrete_context_world(4000, seed=0)
+    model = fit("ot", data, overrides=STEPS, seed=0, progress=False)
+    y = data.records["success_prob"].to_numpy(np.float64)
+    for c in range(3):
+        q = model.quantiles(np.eye(3, dtype=np.float32)[c : c + 1], MIDPOINTS)[0]
+        assert np.abs(q - np.quantile(y[context == c], MIDPOINTS)).mean() < 0.075, c
+
+
+def test_monotone_in_unit_interval_and_any_level(logit_fit):
+    _, model = logit_fit
+    extreme = np.concatenate([HIDDEN, HIDDEN * 20]).astype(np.float32)
+    q = model.quantiles(extreme, LEVELS_101)
+    assert (np.diff(q, axis=1) >= 0).all() and q.min() >= 0 and q.max() <= 1
+    odd = model.quantiles(extreme[:5], [0.123, 0.5, 0.987654])
+    assert odd.shape == (5, 3) and (np.diff(odd, axis=1) >= 0).all()
+    p = model.point_estimate(extreme)
+    assert p.shape == (len(extreme),) and ((p >= 0) & (p <= 1)).all()
+
+
+def test_save_load_identical_quantiles(logit_fit, tmp_path):
+    _, model = logit_fit
+    model.save(tmp_path / "ot", extra_files={"history.json": model.history})
+    loaded = load(tmp_path / "ot")
+    assert isinstance(loaded, OTCalibrator) and loaded.info == model.info
+    np.testing.assert_array_equal(loaded.quantiles(HIDDEN, LEVELS_101), model.quantiles(HIDDEN, LEVELS_101))
+    assert loaded.config == model.config
+
+
+def test_same_seed_same_weights():
+    data = gaussian_logit_world(600, seed=3)
+    fast = {"max_steps": "30", "warmup_steps": "10", "eval_every": "10", "batch_size": "64"}
+    a = fit("ot", data, overrides=fast, seed=5, progress=False).state_dict()
+    b = fit("ot", data, overrides=fast, seed=5, progress=False).state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(k.startswith("dual.") for k in a)  # f is saved with g
+
+
+def test_both_potentials_convex_by_parameterisation(logit_fit):
+    """f and g of a trained model: slopes non-decreasing on a fine grid (no clamp anywhere)."""
+    _, model = logit_fit
+    h = model.standardizer(torch.as_tensor(HIDDEN[:64]))
+    x = torch.linspace(-0.5, 1.5, 801).expand(64, -1)
+    with torch.no_grad():
+        for net in (model.net, model.dual):
+            _, slope = net.potential(net.embed(h), x)
+            assert (slope.diff(dim=1) >= -1e-5).all()
