@@ -62,7 +62,10 @@ def world_dir(work: Path, preset: str, size: str, hidden_dim: int | None) -> Pat
 def frontier_points(summary) -> list[dict]:
     """The C-sweep rows (C, cost, accuracy) of one method, sorted by cost."""
     rows = summary[summary["sweep"] == "C"].sort_values("cost")
-    return [{"C": float(r.C), "cost": float(r.cost), "accuracy": float(r.accuracy)} for r in rows.itertuples()]
+    return [
+        {"C": float(r.C), "cost": float(r.cost), "accuracy": float(r.accuracy)}
+        for r in rows.itertuples()
+    ]
 
 
 def run_one(world: Path, method: str, seed: int, overrides: dict) -> dict:
@@ -77,7 +80,9 @@ def run_one(world: Path, method: str, seed: int, overrides: dict) -> dict:
     result: dict = {"collapsed": False, "seconds": None, "training": model.info.get("training")}
     for split in SPLITS:
         metrics = evaluate_calibrator(model, read_calibration_set(world / split / "calib"))
-        summary, _ = run_ias(read_bon_set(world / split / "bon"), {method: model}, include_base=False, mc_trials=0)
+        summary, _ = run_ias(
+            read_bon_set(world / split / "bon"), {method: model}, include_base=False, mc_trials=0
+        )
         result[split] = {"metrics": metrics, "frontier": frontier_points(summary)}
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
@@ -120,14 +125,25 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
     """The summary tables of the module docstring from ``runs[preset][method][seed]``."""
 
     def ok(preset, method):
-        return [runs[preset][method][s] for s in seeds if not runs[preset][method][s].get("collapsed")]
+        return [
+            runs[preset][method][s] for s in seeds if not runs[preset][method][s].get("collapsed")
+        ]
 
     error = {
-        m: {s: _nanmean(r[s]["metrics"]["quantile_error_true"] for p in presets for r in ok(p, m)) for s in SPLITS}
+        m: {
+            s: _nanmean(r[s]["metrics"]["quantile_error_true"] for p in presets for r in ok(p, m))
+            for s in SPLITS
+        }
         for m in methods
     }
     per_preset_error = {
-        p: {m: {s: _nanmean(r[s]["metrics"]["quantile_error_true"] for r in ok(p, m)) for s in SPLITS} for m in methods}
+        p: {
+            m: {
+                s: _nanmean(r[s]["metrics"]["quantile_error_true"] for r in ok(p, m))
+                for s in SPLITS
+            }
+            for m in methods
+        }
         for p in presets
     }
     result: dict = {"quantile_error": error, "quantile_error_per_preset": per_preset_error}
@@ -138,7 +154,10 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
             "target": TARGET_RATIO,
             "met": {s: bool(ratio[s] <= TARGET_RATIO) for s in SPLITS},
             "per_preset": {
-                p: {s: per_preset_error[p]["binomial"][s] / per_preset_error[p]["ot"][s] for s in SPLITS}
+                p: {
+                    s: per_preset_error[p]["binomial"][s] / per_preset_error[p]["ot"][s]
+                    for s in SPLITS
+                }
                 for p in presets
             },
         }
@@ -155,7 +174,8 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
                 spread[m][f"{s}_{key}_std"] = _nanmean(stds)
     result["spread"] = spread
     result["collapses"] = {
-        m: [f"{p}/seed{s}" for p in presets for s in seeds if runs[p][m][s].get("collapsed")] for m in methods
+        m: [f"{p}/seed{s}" for p in presets for s in seeds if runs[p][m][s].get("collapsed")]
+        for m in methods
     }
     if {"binomial", "ot"} <= set(methods):
         frontier = {}
@@ -184,13 +204,23 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="paper", choices=["paper", "demo", "tiny"])
-    parser.add_argument("--hidden-dim", type=int, default=None, help="override the world's hidden dimension")
+    parser.add_argument(
+        "--hidden-dim", type=int, default=None, help="override the world's hidden dimension"
+    )
     parser.add_argument("--presets", nargs="*", default=[f"{g}__qwen-prm" for g in GENERATORS])
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="*", default=["ot", "mono", "binomial", "isotonic", "platt"])
-    parser.add_argument("--max-steps", type=int, default=None, help="max_steps for every gradient method")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="METHOD.key=value")
-    parser.add_argument("--work", default="runs/grid_beyond", help="worlds and per-run results (resumable)")
+    parser.add_argument(
+        "--methods", nargs="*", default=["ot", "mono", "binomial", "isotonic", "platt"]
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="max_steps for every gradient method"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="METHOD.key=value"
+    )
+    parser.add_argument(
+        "--work", default="runs/grid_beyond", help="worlds and per-run results (resumable)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -206,7 +236,9 @@ def main() -> None:
         overrides.setdefault(method, {})[field] = value
     runs: dict = {}
     references: dict = {}
-    bar = tqdm(total=len(args.presets) * len(args.methods) * len(args.seeds), desc="grid", unit="run")
+    bar = tqdm(
+        total=len(args.presets) * len(args.methods) * len(args.seeds), desc="grid", unit="run"
+    )
     for preset in args.presets:
         world = world_dir(work, preset, args.size, args.hidden_dim)
         references[preset] = reference_frontiers(world)
@@ -237,7 +269,16 @@ def main() -> None:
         "torch_threads": args.threads,
     }
     write_json(args.out, {"ran": ran, "summary": summary, "references": references, "runs": runs})
-    print(json.dumps({"ran": ran, "summary": {k: v for k, v in summary.items() if k != "quantile_error_per_preset"}}, indent=1, default=str))
+    print(
+        json.dumps(
+            {
+                "ran": ran,
+                "summary": {k: v for k, v in summary.items() if k != "quantile_error_per_preset"},
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

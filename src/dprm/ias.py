@@ -412,7 +412,8 @@ def estimate_from_model(
     if model.kind == "levels":
         levels = np.asarray(model.fixed_levels, dtype=np.float64)
         q = model.quantiles(hidden, levels, score).astype(np.float64)
-        below = np.flatnonzero(levels <= beta + 1e-9)
+        # Trained levels are stored in float32 (0.1 -> 0.10000000149): compare to 1e-6.
+        below = np.flatnonzero(levels <= beta + 1e-6)
         col = int(below[np.argmax(levels[below])]) if len(below) else int(np.argmin(levels))
         return Estimate(
             name, "levels", p=q[:, col], levels=levels, q_levels=q, beta=float(levels[col])

@@ -37,15 +37,9 @@ def test_assess_matches_prm_calibrator_and_mixture_rule(
     assert all(a.budget is None and a.quantiles.shape == (2,) for a in plain)
 
 
-QR_BETA_BUG = (
-    "dprm.ias.estimate_from_model picks the largest trained level <= beta + 1e-9, but QR stores its "
-    "levels in float32 (0.1 -> 0.10000000149), so beta=0.1 falls back to level 0.0"
-)
-
-
 @pytest.mark.parametrize(
     "method",
-    ["mono", pytest.param("qr", marks=pytest.mark.xfail(reason=QR_BETA_BUG, strict=True)), "base"],
+    ["mono", "qr", "base"],
 )
 def test_question_budget_follows_the_rule_of_each_kind(
     method, prm, calibrator_dirs, load_cprm, questions_file, budget_rule

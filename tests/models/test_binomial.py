@@ -65,7 +65,9 @@ FAST = {"max_steps": 400, "eval_every": 25, "lr": 3e-3, "lr_step_size": 200}
 def test_likelihood_matches_exact_binomial_pmf():
     k = torch.tensor([0.0, 3.0, 8.0, 1.0, 5.0])
     n = torch.tensor([8.0, 8.0, 8.0, 1.0, 16.0])
-    p = torch.tensor([[0.2, 0.7], [0.5, 0.5], [0.9, 0.1], [0.3, 0.6], [0.25, 0.4]], dtype=torch.float64)
+    p = torch.tensor(
+        [[0.2, 0.7], [0.5, 0.5], [0.9, 0.1], [0.3, 0.6], [0.25, 0.4]], dtype=torch.float64
+    )
     expected = [
         math.log(sum(math.comb(int(nn), int(kk)) * q**kk * (1 - q) ** (nn - kk) for q in row) / 2)
         for kk, nn, row in zip(k.tolist(), n.tolist(), p.tolist(), strict=True)
@@ -75,7 +77,9 @@ def test_likelihood_matches_exact_binomial_pmf():
     np.testing.assert_allclose(clamp.numpy(), expected, rtol=1e-10)
     np.testing.assert_allclose(logit.numpy(), expected, rtol=1e-10)
     # Far outside [0, 1] the clamp link stays finite; the logit link never leaves (0, 1).
-    assert torch.isfinite(mixture_log_likelihood(torch.tensor([[-3.0, 4.0]]), k[:1], n[:1], "clamp")).all()
+    assert torch.isfinite(
+        mixture_log_likelihood(torch.tensor([[-3.0, 4.0]]), k[:1], n[:1], "clamp")
+    ).all()
 
 
 def test_systematic_levels_cover_each_stratum_once():
@@ -114,4 +118,6 @@ def test_registered_save_load_identical(tmp_path):
     loaded = load(tmp_path / "b")
     assert isinstance(loaded, BinomialCalibrator) and loaded.settings.link == "logit"
     levels = np.linspace(0, 1, 11)
-    np.testing.assert_array_equal(loaded.quantiles(data.hidden, levels), model.quantiles(data.hidden, levels))
+    np.testing.assert_array_equal(
+        loaded.quantiles(data.hidden, levels), model.quantiles(data.hidden, levels)
+    )

@@ -77,7 +77,9 @@ def iid_pool(seed: int, size: int, continuous: bool) -> CalibrationSet:
     p = 1 / (1 + np.exp(-(mu + sigma * rng.standard_normal(size))))
     # A continuous label (n_rollouts = 1 is only a container here) vs k / 8 from 8 rollouts.
     y = p.astype(np.float32) if continuous else rng.binomial(8, p) / 8
-    return make_set(np.column_stack([mu, sigma]), y, 1 if continuous else 8, [f"q{i}" for i in range(size)])
+    return make_set(
+        np.column_stack([mu, sigma]), y, 1 if continuous else 8, [f"q{i}" for i in range(size)]
+    )
 
 
 def split_coverages(q: np.ndarray, y: np.ndarray, n_cal: int, seed: int) -> np.ndarray:
@@ -150,7 +152,9 @@ def grouped_pool(seed: int, n_questions: int) -> CalibrationSet:
 def test_question_unit_coverage_200_splits_with_platt():
     data = grouped_pool(4, 400)
     pool_rows, train_rows = split_by_question(data.records["question_id"].to_numpy(), 0.25, seed=0)
-    platt, _ = PlattCalibrator.fit_model(data.subset(train_rows), data.subset(train_rows), PlattConfig(), 0, False)
+    platt, _ = PlattCalibrator.fit_model(
+        data.subset(train_rows), data.subset(train_rows), PlattConfig(), 0, False
+    )
     pool = data.subset(pool_rows)
     q = beta_quantile(platt, pool, 0.1)
     y = pool.records["success_prob"].to_numpy(np.float64)
@@ -187,4 +191,48 @@ def test_wrapper_forward_and_save_load(tmp_path):
     loaded = load(tmp_path / "c")
     assert isinstance(loaded, ConformalCalibrator) and isinstance(loaded.inner, PlattCalibrator)
     assert float(loaded.correction) == 0.125 and loaded.config["alpha"] == 0.2
-    np.testing.assert_array_equal(loaded.point_estimate(None, score), model.point_estimate(None, score))
+    np.testing.assert_array_equal(
+        loaded.point_estimate(None, score), model.point_estimate(None, score)
+    )
+
+
+def test_train_fit_conformal_platt_and_nested_binomial(tmp_path):
+    from dprm.train import fit
+
+    data = grouped_pool(7, 300)
+    model = fit(
+        "conformal",
+        data,
+        overrides={"base_method": "platt", "alpha": "0.2"},
+        seed=0,
+        progress=False,
+    )
+    summary = model.info["conformal"]
+    # 80 % of 300 questions train; 30 % of those calibrate, one record each.
+    assert summary["n_scores"] == summary["n_calibration_questions"] == 72
+    assert summary["calibration_coverage"] >= 0.8 > summary["inner_coverage"]
+    fresh = grouped_pool(8, 300)  # new i.i.d. questions: coverage near 1 - alpha or above
+    y = fresh.records["success_prob"].to_numpy()
+    bound = model.point_estimate(None, fresh.records["prm_score"].to_numpy(np.float32))
+    per_question = pd.Series(y >= bound).groupby(fresh.records["question_id"]).mean().mean()
+    assert per_question >= 0.8 - 0.08  # one calibration draw: allow its sampling spread
+    # A neural inner calibrator nests its state dict (inner.*) and config; reload is exact.
+    nested = fit(
+        "conformal",
+        data,
+        overrides={
+            "base_method": "binomial",
+            "base_set": "max_steps=4;eval_every=2",
+            "beta": "0.2",
+        },
+        seed=0,
+        progress=False,
+    )
+    assert nested.uses_hidden and nested.config["base_config"]["max_steps"] == 4
+    nested.save(tmp_path / "n")
+    loaded = load(tmp_path / "n")
+    score = data.records["prm_score"].to_numpy(np.float32)
+    np.testing.assert_array_equal(
+        loaded.point_estimate(data.hidden, score), nested.point_estimate(data.hidden, score)
+    )
+    assert float(loaded.correction) == float(nested.correction)

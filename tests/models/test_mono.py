@@ -23,7 +23,7 @@ from dprm.models import load
 from dprm.models.mono import pinball
 from dprm.train import fit
 
-STEPS = {"max_steps": "800", "warmup_steps": "200", "eval_every": "20"}
+STEPS = {"max_steps": "500", "warmup_steps": "150", "eval_every": "25", "context_hidden": "16", "picnn_hidden": "16,16"}
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from dprm.models import load
 from dprm.models.ot import OTCalibrator
 from dprm.train import fit
 
-STEPS = {"max_steps": "800", "warmup_steps": "200", "eval_every": "20"}
+STEPS = {"max_steps": "500", "warmup_steps": "150", "eval_every": "25", "context_hidden": "16", "picnn_hidden": "16,16"}
 HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
 
 

@@ -140,13 +140,18 @@ def test_save_load_identical(cls, tmp_path):
     loaded = load(tmp_path / "m")
     assert type(loaded) is cls
     query = np.linspace(0, 1, 257, dtype=np.float32)
-    np.testing.assert_array_equal(loaded.point_estimate(None, query), model.point_estimate(None, query))
+    np.testing.assert_array_equal(
+        loaded.point_estimate(None, query), model.point_estimate(None, query)
+    )
     assert not any(p.suffix in (".pkl", ".pt", ".bin") for p in (tmp_path / "m").iterdir())
 
 
 def test_fit_improves_log_loss_over_raw_score():
     score, k, n = random_counts(7, 2000, ties=False)
-    train, val = make_set(score[:1500], k[:1500], n[:1500]), make_set(score[1500:], k[1500:], n[1500:])
+    train, val = (
+        make_set(score[:1500], k[:1500], n[:1500]),
+        make_set(score[1500:], k[1500:], n[1500:]),
+    )
     p_raw = np.clip(score[1500:], 1e-6, 1 - 1e-6)
     raw = -np.sum(k[1500:] * np.log(p_raw) + (n - k)[1500:] * np.log1p(-p_raw)) / n[1500:].sum()
     for cls in (IsotonicCalibrator, PlattCalibrator):

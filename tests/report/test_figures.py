@@ -66,8 +66,11 @@ def test_flexibility(tmp_path):
     qr_levels = np.linspace(0, 1, 11)
     qr = np.linspace(0.1, 0.9, 11)
     qr[6] = 0.4  # a crossing
-    files, cap = F.flexibility_figure(tmp_path / "flex", levels, levels**2, qr_levels, qr, levels)
+    files, cap = F.flexibility_figure(
+        tmp_path / "flex_qwen-2.5-7b", levels, levels**2, qr_levels, qr, levels
+    )
     _ok(files)
+    assert sorted(f.name for f in files) == ["flex_qwen-2.5-7b.pdf", "flex_qwen-2.5-7b.png"]
     assert "crosses itself 1 time" in cap and "true quantile" in cap
     _, cap = F.flexibility_figure(tmp_path / "flex2", levels, levels**2, qr_levels, np.sort(qr))
     assert "no crossing" in cap

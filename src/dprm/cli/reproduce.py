@@ -82,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--jobs",
         type=int,
         default=None,
-        help="training units run in parallel worker processes, torch threads split between them "
-        "(default: 2 for demo when there are >= 2 CPU cores, else 1)",
+        help="training and evaluation units run in parallel worker processes, torch threads split "
+        "between them (default: 2 for demo when there are >= 2 CPU cores, else 1)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     parser.set_defaults(func=_reproduce)

@@ -96,6 +96,36 @@ def calibration_rows(data: CalibrationSet, unit: str, rng: np.random.Generator) 
     return np.sort(np.array([rng.choice(rows) for rows in groups.values()], dtype=np.int64))
 
 
+def fit_inner(
+    method: str,
+    train: CalibrationSet,
+    val: CalibrationSet,
+    base_set: str,
+    seed: int,
+    progress: bool,
+) -> tuple[Calibrator, list[dict]]:
+    """Fit calibrator ``method`` as ``dprm.train.fit`` would, on a given split.
+
+    Args:
+        base_set: ``"key=value;key=value"`` overrides of the method's config.
+    """
+    from dprm.config import parse_overrides
+    from dprm.train import resolve_config
+
+    if method not in REGISTRY or method == "conformal":
+        raise ValueError(
+            f"conformal: base_method {method!r} is not a calibrator; known: {sorted(REGISTRY)}"
+        )
+    config = resolve_config(
+        method, None, parse_overrides([i for i in base_set.split(";") if i.strip()])
+    )
+    cls = REGISTRY[method]
+    if not hasattr(cls, "fit_model"):  # nothing to fit (base)
+        return cls(train.hidden_dim, {}), []
+    torch.manual_seed(seed)
+    return cls.fit_model(train, val, config, seed, progress)
+
+
 @dataclass(frozen=True)
 class ConformalConfig:
     """Hyper-parameters of ``conformal``."""
@@ -175,8 +205,6 @@ class ConformalCalibrator(Calibrator):
         progress: bool,
     ) -> tuple[ConformalCalibrator, list[dict]]:
         """Fit the inner calibrator on part of ``train``, conformalise on the rest."""
-        from dprm.models._inner_fit import fit_inner
-
         rest_rows, cal_rows = split_by_question(
             train.records["question_id"].to_numpy(), config.calibration_fraction, config.split_seed
         )

@@ -37,12 +37,15 @@ from dprm.train import Batch, Trainer
 class OTConfig(MapNetConfig):
     """Architecture (shared by f and g), the alternating schedule and optimisation settings.
 
-    ``lr`` is g's learning rate, ``lr_f`` f's. f's StepLR decays at the same wall-clock steps
-    as g's (its step size is divided by ``f_every``).
+    ``lr`` is g's learning rate, ``lr_f`` f's; f's StepLR decays at the same steps as g's (its
+    step size is divided by ``f_every``). Adam betas (0.5, 0.9) as in CondOT: with the default
+    (0.9, 0.999) momentum the alternating game oscillates (validation WQL ~10 % worse on the
+    synthetic worlds, and unstable once f learns faster).
     """
 
-    lr: float = 2e-3
-    lr_f: float = 2e-3
+    lr: float = 4e-3
+    lr_f: float = 4e-3
+    adam_betas: tuple[float, ...] = (0.5, 0.9)
     f_every: int = 2  # update f once every f_every batches (g every batch)
     dual_barrier: float = 10.0  # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
 

@@ -131,7 +131,12 @@ class IsotonicCalibrator(Calibrator):
 
     @classmethod
     def fit_model(
-        cls, train: CalibrationSet, val: CalibrationSet, config: IsotonicConfig, seed: int, progress: bool
+        cls,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: IsotonicConfig,
+        seed: int,
+        progress: bool,
     ) -> tuple[IsotonicCalibrator, list[dict]]:
         """Fit the knots on ``train``; report train / val binomial log-loss in the history."""
         from dprm.config import to_dict
@@ -175,7 +180,9 @@ def fit_platt(x: Tensor, k: Tensor, n: Tensor, max_iter: int = 200) -> tuple[flo
         optimizer.zero_grad()
         z = params[0] * x + params[1]
         # -log s(z) = softplus(-z), -log(1 - s(z)) = softplus(z)
-        loss = (k * torch.nn.functional.softplus(-z) + (n - k) * torch.nn.functional.softplus(z)).sum() / total
+        loss = (
+            k * torch.nn.functional.softplus(-z) + (n - k) * torch.nn.functional.softplus(z)
+        ).sum() / total
         loss.backward()
         return loss
 
@@ -218,7 +225,12 @@ class PlattCalibrator(Calibrator):
 
     @classmethod
     def fit_model(
-        cls, train: CalibrationSet, val: CalibrationSet, config: PlattConfig, seed: int, progress: bool
+        cls,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: PlattConfig,
+        seed: int,
+        progress: bool,
     ) -> tuple[PlattCalibrator, list[dict]]:
         """Fit (a, b) on ``train`` by LBFGS; report train / val binomial log-loss."""
         from dprm.config import to_dict

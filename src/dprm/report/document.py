@@ -345,7 +345,12 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
         "skipped": 0,
     }
     t0 = time.perf_counter()
-    figs = make_figures(data, out / "figures", cfg.methods)
+    try:
+        figs = make_figures(data, out / "figures", cfg.methods)
+    except ImportError as err:  # matplotlib is the optional 'plots' extra
+        figs = []
+        pipe.failures.append({"unit": "figures", "error": str(err)})
+        pipe.log(f"dprm reproduce: WARNING: no figures ({err})")
     pipe.timing["figures"] = {"seconds": time.perf_counter() - t0, "units": len(figs), "skipped": 0}
     t0 = time.perf_counter()
     checks = {

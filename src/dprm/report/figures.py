@@ -103,7 +103,7 @@ def save(fig, stem: str | Path) -> list[Path]:
     stem = Path(stem)
     paths = []
     for ext, kw in (("png", {"dpi": 150}), ("pdf", {})):
-        final = stem.with_suffix(f".{ext}")
+        final = stem.parent / f"{stem.name}.{ext}"  # names may contain dots (qwen-2.5-7b)
         with atomic_path(final) as tmp:
             fig.savefig(tmp, format=ext, bbox_inches="tight", **kw)
         paths.append(final)
