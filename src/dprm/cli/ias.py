@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dprm.cli._common import integer_at_least, unit_interval
+
 ORDER = 60
 
 COLUMN_DOC = {
@@ -77,29 +79,6 @@ def _ias(args: argparse.Namespace) -> int:
     return 0
 
 
-def _level(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a level in [0, 1], got {value}")
-    return value
-
-
-def _integer(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "ias",
@@ -120,16 +99,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument(
         "--beta",
-        type=_level,
+        type=unit_interval,
         default=0.1,
         help="QR's quantile level for the point rule (default 0.1)",
     )
     parser.add_argument(
-        "--n-max", type=_integer(1), default=64, help="maximum budget N_max (default 64)"
+        "--n-max", type=integer_at_least(1), default=64, help="maximum budget N_max (default 64)"
     )
     parser.add_argument(
         "--mc-trials",
-        type=_integer(0),
+        type=integer_at_least(0),
         default=100,
         help="Monte Carlo trials (default 100; 0 skips)",
     )

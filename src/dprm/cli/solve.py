@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from dprm.cli._common import unit_interval
+
 ORDER = 80
 
 DESCRIPTION = """\
@@ -92,16 +94,6 @@ def _solve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unit(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a value in [0, 1], got {value}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "solve",
@@ -175,7 +167,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--beta",
-        type=_unit,
+        type=unit_interval,
         default=0.1,
         help="QR calibrators: level of the point rule, as dprm ias (default 0.1)",
     )
@@ -223,7 +215,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     b.add_argument(
         "--lower-level",
-        type=_unit,
+        type=unit_interval,
         default=0.1,
         help="quantile level that sets K and M (default 0.1)",
     )

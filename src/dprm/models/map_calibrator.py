@@ -29,6 +29,7 @@ class MapNetConfig(TrainConfig):
     n_knots: int = 65  # knots of the marginal base map Q0
     x_init_scale: float = 0.05  # small: T starts within ~1e-2 of Q0
     curvature_init: float = 0.001
+    activation: str = "softplus"  # PICNN activation: "softplus" or "elu" (faster)
     # Start T at the training targets' marginal quantile function (False: at the identity map
     # T(tau) = tau, e.g. to test that training alone recovers a known law).
     init_marginal: bool = True
@@ -45,6 +46,7 @@ def build_net(hidden_dim: int, config: MapNetConfig, barrier: float = 0.0) -> Qu
         x_init_scale=config.x_init_scale,
         curvature_init=config.curvature_init,
         barrier=barrier,
+        activation=config.activation,
     )
 
 

@@ -40,6 +40,22 @@ def _softplus_inverse(value: float) -> float:
     return value + math.log(-math.expm1(-value))
 
 
+def softplus_with_slope(pre: Tensor) -> tuple[Tensor, Tensor]:
+    """softplus(pre) and its derivative sigmoid(pre): convex, non-decreasing, smooth."""
+    return F.softplus(pre), torch.sigmoid(pre)
+
+
+def elu_with_slope(pre: Tensor) -> tuple[Tensor, Tensor]:
+    """ELU(pre) and its derivative from one exp: exp(min(pre, 0)) is both e^pre - 1 + 1 on the
+    negative side and the slope (1 on the positive side). Convex and non-decreasing."""
+    negative = pre.clamp(max=0.0)
+    slope = negative.exp()
+    return pre - negative + slope - 1.0, slope
+
+
+ACTIVATIONS = {"softplus": softplus_with_slope, "elu": elu_with_slope}
+
+
 class PICNNLayer(nn.Module):
     """One PICNN layer: pre = (z * gate(u)) @ softplus(W)^T + x * x_coefficient(u) + shift(u).
 
@@ -89,15 +105,21 @@ class PICNNLayer(nn.Module):
             (pre, dpre), each [n, L, out_width].
         """
         coef = self.x_coefficient(context)[:, None, :]  # [n, 1, out]
-        pre = x * coef + self.shift(context)[:, None, :]
-        dpre = coef.expand_as(pre)
-        if self.in_width:
-            gate = F.softplus(self.z_gate(context))[:, None, :]  # [n, 1, in]
+        shift = self.shift(context)[:, None, :]
+        pre = torch.addcmul(shift, x, coef)
+        if not self.in_width:
+            return pre, coef.expand_as(pre)
+        gate = F.softplus(self.z_gate(context))  # [n, in]
+        if x.shape[1] == 1:
+            # One input per context (training): one shared matmul over the batch.
             weight = self.z_weight.t()
+            gate = gate[:, None, :]
             # Value and slope go through the same linear z-path (the slope by linearity).
-            pre = pre + (z * gate) @ weight
-            dpre = dpre + (dz * gate) @ weight
-        return pre, dpre
+            return pre + (z * gate) @ weight, coef + (dz * gate) @ weight
+        # Many inputs per context (inference at L levels): fold the positive gate into one
+        # weight matrix per context, then a batched matmul-add per path.
+        weight = gate[:, :, None] * self.z_weight.t()[None]  # [n, in, out]
+        return torch.baddbmm(pre, z, weight), torch.baddbmm(coef.expand_as(pre), dz, weight)
 
 
 class PICNN(nn.Module):
@@ -109,6 +131,8 @@ class PICNN(nn.Module):
         x_init_scale: scale of the x coefficients at initialisation (1 for a generic random
             network; small to start nearly constant in x).
         curvature_init: initial coefficient c of the output's quadratic term c(u) x^2 / 2.
+        activation: ``"softplus"`` or ``"elu"`` (both convex and non-decreasing; ELU needs one
+            exp for value and slope, about twice as fast on CPU).
     """
 
     def __init__(
@@ -117,8 +141,12 @@ class PICNN(nn.Module):
         hidden: Sequence[int] = (32, 32),
         x_init_scale: float = 1.0,
         curvature_init: float = 0.01,
+        activation: str = "softplus",
     ):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activate = ACTIVATIONS[activation]
         widths = [0, *hidden]
         self.layers = nn.ModuleList(
             PICNNLayer(context_dim, widths[i], widths[i + 1], x_init_scale)
@@ -145,8 +173,8 @@ class PICNN(nn.Module):
         z = dz = None
         for layer in self.layers:
             pre, dpre = layer(x3, z, dz, context)
-            z = F.softplus(pre)
-            dz = torch.sigmoid(pre) * dpre  # softplus' = sigmoid (chain rule, forward mode)
+            z, activation_slope = self.activate(pre)
+            dz = activation_slope * dpre  # chain rule, forward mode
         pre, dpre = self.output(x3, z, dz, context)
         curv = F.softplus(self.curvature(context))[:, None, :]  # [n, 1, 1]
         potential = (pre + 0.5 * curv * x3 * x3)[..., 0]
@@ -254,6 +282,7 @@ class QuantileMapNet(nn.Module):
             the quantile map (tau never leaves [0, 1]); positive for the dual potential f, so
             f' -> +-inf outside [0, 1] and g's objective f(T) - tau T is bounded below: without
             it a saturating f' (a CDF) lets g push T to infinity.
+        activation: the PICNN's activation (see :class:`PICNN`).
     """
 
     def __init__(
@@ -266,6 +295,7 @@ class QuantileMapNet(nn.Module):
         x_init_scale: float = 0.05,
         curvature_init: float = 0.001,
         barrier: float = 0.0,
+        activation: str = "softplus",
     ):
         super().__init__()
         self.barrier = float(barrier)
@@ -275,7 +305,7 @@ class QuantileMapNet(nn.Module):
             mlp += [nn.Linear(a, b), nn.SiLU()]
         mlp.append(nn.Linear(widths[-1], context_dim))
         self.context_mlp = nn.Sequential(*mlp)
-        self.picnn = PICNN(context_dim, picnn_hidden, x_init_scale, curvature_init)
+        self.picnn = PICNN(context_dim, picnn_hidden, x_init_scale, curvature_init, activation)
         # The output's affine x-term learns at once from zero; starting it at zero keeps the
         # initial map on Q0.
         nn.init.zeros_(self.picnn.output.x_coefficient.weight)
