@@ -46,6 +46,8 @@ from dprm.models.map_calibrator import MapNetConfig, MapQuantiles, QuantileMapCa
 from dprm.train import Batch, Trainer
 
 LINKS = ("logit", "clamp")
+#: the initial map's end knots (tau = 0 and 1) sit at these levels of the logit-normal
+INIT_LEVEL_CLIP = 1e-3
 
 
 @dataclass
@@ -93,6 +95,40 @@ def mixture_log_likelihood(
     )
 
 
+def latent_logit_normal(k: np.ndarray, n: np.ndarray) -> tuple[float, float]:
+    """(mu, sigma) of a logit-normal law of p matching the moments implied by the counts.
+
+    With y = k / n and n independent of p: E[y] = E[p] and
+    Var(y) = Var(p) + E[1/n] (E[p] - E[p]^2 - Var(p)), so
+    Var(p) = (Var(y) - c m (1 - m)) / (1 - c), c = E[1/n], m = E[y]; the variance is clipped to
+    [1e-4, 0.9] x m (1 - m) (the bounds of a law on [0, 1]). The logit-normal moments are
+    computed by 41-point Gauss-Hermite quadrature; mu is found by bisection for each sigma on a
+    grid and the sigma matching the variance best is kept.
+
+    Args:
+        k: successes [N]; n: rollouts [N].
+    """
+    y = np.asarray(k, np.float64) / np.asarray(n, np.float64)
+    m = float(np.clip(y.mean(), 0.005, 0.995))
+    c = float(np.mean(1.0 / np.asarray(n, np.float64)))
+    bound = m * (1.0 - m)
+    var = (y.var() - c * bound) / (1.0 - c) if c < 0.99 else 0.5 * bound
+    var = float(np.clip(var, 1e-4 * bound, 0.9 * bound))
+    nodes, weights = np.polynomial.hermite_e.hermegauss(41)
+    weights = weights / weights.sum()
+    sigma = np.linspace(0.02, 6.0, 300)
+    low, high = np.full_like(sigma, -20.0), np.full_like(sigma, 20.0)
+    for _ in range(60):
+        mid = (low + high) / 2
+        mean = (1 / (1 + np.exp(-(mid[:, None] + sigma[:, None] * nodes)))) @ weights
+        low, high = np.where(mean < m, mid, low), np.where(mean < m, high, mid)
+    mu = (low + high) / 2
+    p = 1 / (1 + np.exp(-(mu[:, None] + sigma[:, None] * nodes)))
+    variance = (p**2) @ weights - (p @ weights) ** 2
+    best = int(np.argmin(np.abs(variance - var)))
+    return float(mu[best]), float(sigma[best])
+
+
 def systematic_levels(shift: Tensor, n_levels: int) -> Tensor:
     """Levels [B, M] = (m + shift_b) / M, m = 0..M-1, for shifts [B] in [0, 1)."""
     grid = torch.arange(n_levels, dtype=shift.dtype)
@@ -133,16 +169,25 @@ class BinomialCalibrator(QuantileMapCalibrator):
         """Unclipped map outputs T [B, M] at per-record levels [B, M]."""
         return self.net.quantile(self.net.embed(hidden_std), levels)
 
-    def initial_targets(self, k: np.ndarray, n: np.ndarray) -> np.ndarray:
-        """Targets whose marginal quantiles start the map, on the map's own scale.
+    def init_marginal_from_counts(self, k: np.ndarray, n: np.ndarray) -> tuple[float, float]:
+        """Start the map at a smooth estimate of the marginal law of p, for every h.
 
-        On the logit scale the labels are shrunk to (k + 0.5) / (n + 1) so that k = 0 and k = n
-        stay finite.
+        The label quantiles (atoms at multiples of 1/n) would give a step-shaped start that the
+        likelihood, nearly flat in those directions (n rollouts identify only n moments of the
+        mixing law), does not smooth out. Instead: a logit-normal law of p whose mean and
+        variance match the counts' moment estimates (:func:`latent_logit_normal`).
+
+        Returns:
+            (mu, sigma) of the initial logit-normal.
         """
+        mu, sigma = latent_logit_normal(k, n)
+        levels = torch.linspace(0.0, 1.0, len(self.net.base.knot_x), dtype=torch.float64)
+        z = torch.special.ndtri(levels.clamp(INIT_LEVEL_CLIP, 1.0 - INIT_LEVEL_CLIP))
+        values = mu + sigma * z
         if self.settings.link == "clamp":
-            return k / n
-        shrunk = (k + 0.5) / (n + 1.0)
-        return np.log(shrunk) - np.log1p(-shrunk)
+            values = torch.sigmoid(values)
+        self.net.base.set_knots(levels, values)
+        return mu, sigma
 
     @staticmethod
     def loss(model: BinomialCalibrator, batch: Batch) -> Tensor:
@@ -168,7 +213,8 @@ class BinomialCalibrator(QuantileMapCalibrator):
         model = cls(train.hidden_dim, vars(config))
         trainer = CountTrainer(model, train, val, config, seed=seed, progress=progress)
         k, n = trainer.n_correct.double().numpy(), trainer.n_rollouts.double().numpy()
-        model.net.init_marginal(model.initial_targets(k, n))
+        mu, sigma = model.init_marginal_from_counts(k, n)
+        model.info["init_logit_normal"] = {"mu": mu, "sigma": sigma}
         history = trainer.fit_loss(cls.loss, desc="binomial")
         model.info["training"] = trainer.summary
         return model, history

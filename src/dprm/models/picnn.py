@@ -40,20 +40,6 @@ def _softplus_inverse(value: float) -> float:
     return value + math.log(-math.expm1(-value))
 
 
-def softplus_with_slope(pre: Tensor) -> tuple[Tensor, Tensor]:
-    """softplus(pre) and its derivative sigmoid(pre): convex, non-decreasing, smooth."""
-    return F.softplus(pre), torch.sigmoid(pre)
-
-
-def elu_with_slope(pre: Tensor) -> tuple[Tensor, Tensor]:
-    """ELU(pre) and its derivative from one exp: exp(min(pre, 0)) is both e^pre - 1 + 1 on the
-    negative side and the slope (1 on the positive side). Convex and non-decreasing."""
-    negative = pre.clamp(max=0.0)
-    slope = negative.exp()
-    return pre - negative + slope - 1.0, slope
-
-
-ACTIVATIONS = {"softplus": softplus_with_slope, "elu": elu_with_slope}
 
 
 class PICNNLayer(nn.Module):
@@ -73,7 +59,7 @@ class PICNNLayer(nn.Module):
         # Coefficient of x per unit: any sign, the term stays affine in x.
         self.x_coefficient = nn.Linear(context_dim, out_width)
         nn.init.normal_(self.x_coefficient.weight, std=x_init_scale / math.sqrt(context_dim))
-        nn.init.normal_(self.x_coefficient.bias, std=x_init_scale)
+        nn.init.zeros_(self.x_coefficient.bias)
         # Context-only offset per unit.
         self.shift = nn.Linear(context_dim, out_width)
         if in_width:
@@ -93,16 +79,18 @@ class PICNNLayer(nn.Module):
 
     def forward(
         self, x: Tensor, z: Tensor | None, dz: Tensor | None, context: Tensor
-    ) -> tuple[Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor | None]:
         """Pre-activation and its x-derivative.
 
         Args:
             x: [n, L, 1] scalar inputs.
-            z, dz: [n, L, in_width] previous activations and their x-derivatives (None first).
+            z, dz: [n, L, in_width] previous activations and their x-derivatives (None for the
+                first layer; ``dz`` None to skip the slope).
             context: [n, C].
 
         Returns:
-            (pre, dpre), each [n, L, out_width].
+            (pre, dpre), each [n, L, out_width]; dpre is None when ``dz`` is None after the
+            first layer.
         """
         coef = self.x_coefficient(context)[:, None, :]  # [n, 1, out]
         shift = self.shift(context)[:, None, :]
@@ -115,11 +103,13 @@ class PICNNLayer(nn.Module):
             weight = self.z_weight.t()
             gate = gate[:, None, :]
             # Value and slope go through the same linear z-path (the slope by linearity).
-            return pre + (z * gate) @ weight, coef + (dz * gate) @ weight
+            dpre = None if dz is None else coef + (dz * gate) @ weight
+            return pre + (z * gate) @ weight, dpre
         # Many inputs per context (inference at L levels): fold the positive gate into one
         # weight matrix per context, then a batched matmul-add per path.
         weight = gate[:, :, None] * self.z_weight.t()[None]  # [n, in, out]
-        return torch.baddbmm(pre, z, weight), torch.baddbmm(coef.expand_as(pre), dz, weight)
+        dpre = None if dz is None else torch.baddbmm(coef.expand_as(pre), dz, weight)
+        return torch.baddbmm(pre, z, weight), dpre
 
 
 class PICNN(nn.Module):
@@ -131,8 +121,6 @@ class PICNN(nn.Module):
         x_init_scale: scale of the x coefficients at initialisation (1 for a generic random
             network; small to start nearly constant in x).
         curvature_init: initial coefficient c of the output's quadratic term c(u) x^2 / 2.
-        activation: ``"softplus"`` or ``"elu"`` (both convex and non-decreasing; ELU needs one
-            exp for value and slope, about twice as fast on CPU).
     """
 
     def __init__(
@@ -141,12 +129,8 @@ class PICNN(nn.Module):
         hidden: Sequence[int] = (32, 32),
         x_init_scale: float = 1.0,
         curvature_init: float = 0.01,
-        activation: str = "softplus",
     ):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.activate = ACTIVATIONS[activation]
         widths = [0, *hidden]
         self.layers = nn.ModuleList(
             PICNNLayer(context_dim, widths[i], widths[i + 1], x_init_scale)
@@ -158,12 +142,16 @@ class PICNN(nn.Module):
         nn.init.zeros_(self.curvature.weight)
         nn.init.constant_(self.curvature.bias, _softplus_inverse(curvature_init))
 
-    def forward(self, x: Tensor, context: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, context: Tensor, with_slope: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
         """Potential g(x, u) and slope dg/dx.
 
         Args:
             x: [n] (one input per context) or [n, L] (L inputs per context).
             context: [n, C].
+            with_slope: False skips the forward-mode slope (returned as None), e.g. to take
+                dg/dx by ``autograd.grad`` instead, as CondOT does.
 
         Returns:
             (potential, slope), each shaped like ``x``.
@@ -173,14 +161,15 @@ class PICNN(nn.Module):
         z = dz = None
         for layer in self.layers:
             pre, dpre = layer(x3, z, dz, context)
-            z, activation_slope = self.activate(pre)
-            dz = activation_slope * dpre  # chain rule, forward mode
+            z = F.softplus(pre)
+            if with_slope:  # softplus' = sigmoid (chain rule, forward mode)
+                dz = torch.sigmoid(pre) * dpre
         pre, dpre = self.output(x3, z, dz, context)
         curv = F.softplus(self.curvature(context))[:, None, :]  # [n, 1, 1]
         potential = (pre + 0.5 * curv * x3 * x3)[..., 0]
-        slope = (dpre + curv * x3)[..., 0]
+        slope = (dpre + curv * x3)[..., 0] if with_slope else None
         if squeeze:
-            return potential[:, 0], slope[:, 0]
+            return potential[:, 0], None if slope is None else slope[:, 0]
         return potential, slope
 
 
@@ -282,7 +271,6 @@ class QuantileMapNet(nn.Module):
             the quantile map (tau never leaves [0, 1]); positive for the dual potential f, so
             f' -> +-inf outside [0, 1] and g's objective f(T) - tau T is bounded below: without
             it a saturating f' (a CDF) lets g push T to infinity.
-        activation: the PICNN's activation (see :class:`PICNN`).
     """
 
     def __init__(
@@ -290,12 +278,11 @@ class QuantileMapNet(nn.Module):
         hidden_dim: int,
         context_hidden: Sequence[int] = (64,),
         context_dim: int = 16,
-        picnn_hidden: Sequence[int] = (32, 32),
+        picnn_hidden: Sequence[int] = (32,),
         n_knots: int = 65,
         x_init_scale: float = 0.05,
         curvature_init: float = 0.001,
         barrier: float = 0.0,
-        activation: str = "softplus",
     ):
         super().__init__()
         self.barrier = float(barrier)
@@ -305,7 +292,7 @@ class QuantileMapNet(nn.Module):
             mlp += [nn.Linear(a, b), nn.SiLU()]
         mlp.append(nn.Linear(widths[-1], context_dim))
         self.context_mlp = nn.Sequential(*mlp)
-        self.picnn = PICNN(context_dim, picnn_hidden, x_init_scale, curvature_init, activation)
+        self.picnn = PICNN(context_dim, picnn_hidden, x_init_scale, curvature_init)
         # The output's affine x-term learns at once from zero; starting it at zero keeps the
         # initial map on Q0.
         nn.init.zeros_(self.picnn.output.x_coefficient.weight)
@@ -331,19 +318,25 @@ class QuantileMapNet(nn.Module):
         """Context u0 = phi(h) [n, C] from standardised hidden states [n, D]."""
         return self.context_mlp(hidden_std)
 
-    def potential(self, context: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Potential and its x-derivative (the map), each shaped like ``x`` ([n] or [n, L])."""
+    def potential(
+        self, context: Tensor, x: Tensor, with_slope: bool = True
+    ) -> tuple[Tensor, Tensor | None]:
+        """Potential and its x-derivative (the map), each shaped like ``x`` ([n] or [n, L]).
+
+        ``with_slope=False`` returns (potential, None) without the forward-mode slope.
+        """
         base_potential, base_slope = self.base(x)
         scale = F.softplus(self.base_scale(context))  # [n, 1]
         if x.dim() == 1:
             scale = scale[:, 0]
-        learned_potential, learned_slope = self.picnn(x, context)
+        learned_potential, learned_slope = self.picnn(x, context, with_slope)
         potential = scale * base_potential + learned_potential
-        slope = scale * base_slope + learned_slope
+        slope = scale * base_slope + learned_slope if with_slope else None
         if self.barrier:
             below, above = (-x).clamp(min=0.0), (x - 1.0).clamp(min=0.0)
             potential = potential + 0.5 * self.barrier * (below**2 + above**2)
-            slope = slope + self.barrier * (above - below)
+            if with_slope:
+                slope = slope + self.barrier * (above - below)
         return potential, slope
 
     def quantile(self, context: Tensor, tau: Tensor) -> Tensor:
