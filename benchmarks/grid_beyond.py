@@ -121,13 +121,30 @@ def matched_differences(first: list[dict], second: list[dict]) -> list[dict]:
     return out
 
 
+def seed_mean_frontier(results: list[dict], split: str) -> list[dict]:
+    """Cost and accuracy averaged over seeds at each C (empty if no finished run)."""
+    if not results:
+        return []
+    curves = [sorted(r[split]["frontier"], key=lambda p: p["C"]) for r in results]
+    out = [
+        {
+            "C": points[0]["C"],
+            "cost": float(np.mean([p["cost"] for p in points])),
+            "accuracy": float(np.mean([p["accuracy"] for p in points])),
+        }
+        for points in zip(*curves, strict=True)
+    ]
+    return sorted(out, key=lambda p: p["cost"])
+
+
 def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[str]) -> dict:
     """The summary tables of the module docstring from ``runs[preset][method][seed]``."""
 
+    def done(preset, method):
+        return {s: runs[preset][method][s] for s in seeds if s in runs[preset][method]}
+
     def ok(preset, method):
-        return [
-            runs[preset][method][s] for s in seeds if not runs[preset][method][s].get("collapsed")
-        ]
+        return [r for r in done(preset, method).values() if not r.get("collapsed")]
 
     error = {
         m: {
@@ -173,8 +190,9 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
                 ]
                 spread[m][f"{s}_{key}_std"] = _nanmean(stds)
     result["spread"] = spread
+    result["runs_finished"] = {m: sum(len(done(p, m)) for p in presets) for m in methods}
     result["collapses"] = {
-        m: [f"{p}/seed{s}" for p in presets for s in seeds if runs[p][m][s].get("collapsed")]
+        m: [f"{p}/seed{s}" for p in presets for s, r in done(p, m).items() if r.get("collapsed")]
         for m in methods
     }
     if {"binomial", "ot"} <= set(methods):
@@ -183,11 +201,19 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
             diffs = []
             for p in presets:
                 for seed in seeds:
-                    b, o = runs[p]["binomial"][seed], runs[p]["ot"][seed]
-                    if b.get("collapsed") or o.get("collapsed"):
+                    b, o = done(p, "binomial").get(seed), done(p, "ot").get(seed)
+                    if b is None or o is None or b.get("collapsed") or o.get("collapsed"):
                         continue
                     for d in matched_differences(b[s]["frontier"], o[s]["frontier"]):
                         diffs.append({"preset": p, "seed": seed, **d})
+            mean_diffs = []
+            for p in presets:
+                curves = [seed_mean_frontier(ok(p, m), s) for m in ("binomial", "ot")]
+                if all(curves):
+                    mean_diffs += [{"preset": p, **d} for d in matched_differences(*curves)]
+            mean_values = (
+                np.array([d["diff"] for d in mean_diffs]) if mean_diffs else np.array([np.nan])
+            )
             values = np.array([d["diff"] for d in diffs]) if diffs else np.array([np.nan])
             frontier[s] = {
                 "n_matched": len(diffs),
@@ -196,6 +222,13 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
                 "n_below": int((values < 0).sum()),
                 "n_below_0.005": int((values < -0.005).sum()),
                 "worst": sorted(diffs, key=lambda d: d["diff"])[:5],
+                "seed_mean": {
+                    "n_matched": len(mean_diffs),
+                    "min_diff": float(mean_values.min()),
+                    "mean_diff": float(mean_values.mean()),
+                    "n_below": int((mean_values < 0).sum()),
+                    "worst": sorted(mean_diffs, key=lambda d: d["diff"])[:5],
+                },
             }
         result["frontier_binomial_minus_ot"] = frontier
     return result
@@ -222,6 +255,9 @@ def main() -> None:
         "--work", default="runs/grid_beyond", help="worlds and per-run results (resumable)"
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--aggregate-only", action="store_true", help="summarise the finished runs, train nothing"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -234,28 +270,22 @@ def main() -> None:
         key, value = item.split("=", 1)
         method, field = key.split(".", 1)
         overrides.setdefault(method, {})[field] = value
-    runs: dict = {}
-    references: dict = {}
-    bar = tqdm(
-        total=len(args.presets) * len(args.methods) * len(args.seeds), desc="grid", unit="run"
-    )
-    for preset in args.presets:
-        world = world_dir(work, preset, args.size, args.hidden_dim)
-        references[preset] = reference_frontiers(world)
-        runs[preset] = {}
-        for method in args.methods:
-            runs[preset][method] = {}
-            for seed in args.seeds:
-                path = work / "runs" / f"{preset}-{args.size}" / method / f"seed{seed}.json"
-                if path.exists():
-                    runs[preset][method][seed] = json.loads(path.read_text())
-                else:
-                    bar.set_postfix_str(f"{preset} {method} seed {seed}")
-                    result = run_one(world, method, seed, overrides.get(method, {}))
-                    result["overrides"] = overrides.get(method, {})
-                    write_json(path, result)
-                    runs[preset][method][seed] = json.loads(path.read_text())
-                bar.update()
+    runs: dict = {p: {m: {} for m in args.methods} for p in args.presets}
+    worlds = {p: world_dir(work, p, args.size, args.hidden_dim) for p in args.presets}
+    references = {p: reference_frontiers(w) for p, w in worlds.items()}
+    # Seed-major order: every preset gets seed 0 first, so a partial grid still covers them all.
+    todo = [(s, p, m) for s in args.seeds for p in args.presets for m in args.methods]
+    bar = tqdm(total=len(todo), desc="grid", unit="run", disable=args.aggregate_only)
+    for seed, preset, method in todo:
+        path = work / "runs" / f"{preset}-{args.size}" / method / f"seed{seed}.json"
+        if not path.exists() and not args.aggregate_only:
+            bar.set_postfix_str(f"{preset} {method} seed {seed}")
+            result = run_one(worlds[preset], method, seed, overrides.get(method, {}))
+            result["overrides"] = overrides.get(method, {})
+            write_json(path, result)
+        if path.exists():
+            runs[preset][method][seed] = json.loads(path.read_text())
+        bar.update()
     bar.close()
     summary = aggregate(runs, args.presets, args.seeds, args.methods)
     ran = {

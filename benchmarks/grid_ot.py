@@ -45,20 +45,23 @@ def improvement(brier: float, base: float) -> float:
 def run_generator(gen: str, args, results: dict, out: Path) -> None:
     preset = f"{gen}__qwen-prm"
     entry = results.setdefault(preset, {"base": None, "runs": {}})
-    todo = [
-        (m, s) for m in args.methods for s in args.seeds if f"{m}:{s}" not in entry["runs"]
-    ]
+    todo = [(m, s) for m in args.methods for s in args.seeds if f"{m}:{s}" not in entry["runs"]]
     if not todo and entry["base"] is not None:
         return
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         started = time.perf_counter()
         paths = write_world(tmp, preset, size=args.size, progress=False)
         synth_s = time.perf_counter() - started
-        sets = {s: read_calibration_set(paths[f"{s}/calib"], check_hidden=False) for s in ("id", "ood")}
+        sets = {
+            s: read_calibration_set(paths[f"{s}/calib"], check_hidden=False) for s in ("id", "ood")
+        }
         base = BaseCalibrator(sets["id"].hidden_dim)
         entry["base"] = {s: evaluate_calibrator(base, d) for s, d in sets.items()}
         entry["n"] = {s: len(d) for s, d in sets.items()}
-        print(f"\n== {preset}: {entry['n']['id']} ID / {entry['n']['ood']} OOD records (synth {synth_s:.1f} s)", flush=True)
+        print(
+            f"\n== {preset}: {entry['n']['id']} ID / {entry['n']['ood']} OOD records (synth {synth_s:.1f} s)",
+            flush=True,
+        )
         for method, seed in todo:
             overrides = dict(args.set) if method == "ot" else {}
             started = time.perf_counter()
@@ -66,7 +69,9 @@ def run_generator(gen: str, args, results: dict, out: Path) -> None:
             try:
                 model = fit(method, sets["id"], overrides=overrides, seed=seed, progress=False)
             except CollapseError as err:
-                run.update(collapsed=True, error=str(err), fit_seconds=time.perf_counter() - started)
+                run.update(
+                    collapsed=True, error=str(err), fit_seconds=time.perf_counter() - started
+                )
                 print(f"  {method} seed {seed}: COLLAPSED: {err}", flush=True)
             else:
                 run["fit_seconds"] = round(time.perf_counter() - started, 2)
@@ -109,7 +114,9 @@ def summarise(results: dict, methods: list[str], seeds: list[int]) -> dict:
             for s, r in zip(seeds, runs, strict=True):
                 if r and not r["collapsed"]:
                     for split in ("id", "ood"):
-                        per_seed[m][s][split].append(improvement(r[split]["brier"], b[split]["brier"]))
+                        per_seed[m][s][split].append(
+                            improvement(r[split]["brier"], b[split]["brier"])
+                        )
             if ok:
                 brier_id = np.mean([r["id"]["brier"] for r in ok])
                 brier_ood = np.mean([r["ood"]["brier"] for r in ok])
@@ -124,25 +131,37 @@ def summarise(results: dict, methods: list[str], seeds: list[int]) -> dict:
         for s in seeds:
             vals = per_seed[m][s]
             if vals["id"]:
-                rows[s] = {k: float(np.mean(v)) for k, v in vals.items()} | {"n_generators": len(vals["id"])}
+                rows[s] = {k: float(np.mean(v)) for k, v in vals.items()} | {
+                    "n_generators": len(vals["id"])
+                }
         if not rows:
             continue
         mean_id = float(np.mean([r["id"] for r in rows.values()]))
         mean_ood = float(np.mean([r["ood"] for r in rows.values()]))
         min_id = min(r["id"] for r in rows.values())
         min_ood = min(r["ood"] for r in rows.values())
-        summary[m] = {"per_seed": rows, "mean_id": mean_id, "mean_ood": mean_ood, "min_seed_id": min_id, "min_seed_ood": min_ood}
+        summary[m] = {
+            "per_seed": rows,
+            "mean_id": mean_id,
+            "mean_ood": mean_ood,
+            "min_seed_id": min_id,
+            "min_seed_ood": min_ood,
+        }
         per = ", ".join(f"seed {s}: {r['id']:.1f} / {r['ood']:.1f}" for s, r in rows.items())
         verdict = ""
         if m == "ot":
             passed = min_id >= TARGETS["id"] and min_ood >= TARGETS["ood"]
             verdict = f"  [target >= {TARGETS['id']:.0f} / {TARGETS['ood']:.0f} for every seed: {'PASS' if passed else 'FAIL'}]"
-        print(f"{m:5s} avg % Brier improvement over Base, ID / OOD: {mean_id:.1f} / {mean_ood:.1f} ({per}){verdict}")
+        print(
+            f"{m:5s} avg % Brier improvement over Base, ID / OOD: {mean_id:.1f} / {mean_ood:.1f} ({per}){verdict}"
+        )
     return summary
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", required=True, help="results JSON (resumed if it exists)")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--methods", default="ot", help="comma-separated, e.g. ot,qr,mono")
@@ -150,7 +169,9 @@ def main() -> int:
     parser.add_argument("--size", default="paper")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--workdir", default=None, help="where worlds are synthesised (temp)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="ot config override")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="ot config override"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.seeds = [int(s) for s in args.seeds.split(",")]

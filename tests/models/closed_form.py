@@ -12,7 +12,9 @@ from dprm.data.contract import CalibrationSet
 MIDPOINTS = (np.arange(50) + 0.5) / 50
 
 
-def calibration_set(y: np.ndarray, hidden: np.ndarray, n_questions: int, seed: int = 0) -> CalibrationSet:
+def calibration_set(
+    y: np.ndarray, hidden: np.ndarray, n_questions: int, seed: int = 0
+) -> CalibrationSet:
     """In-memory set; records are spread over ``n_questions`` questions for the grouped split."""
     rng = np.random.default_rng(seed)
     n = len(y)

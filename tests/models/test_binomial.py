@@ -21,6 +21,7 @@ from dprm.models import REGISTRY, load
 from dprm.models.binomial import (
     BinomialCalibrator,
     BinomialConfig,
+    latent_logit_normal,
     mixture_log_likelihood,
     systematic_levels,
 )
@@ -59,7 +60,17 @@ def beta_world(seed: int, size: int, n_choices: tuple[int, ...]) -> CalibrationS
     return count_set(rng.binomial(n, p), n, rng.normal(size=(size, 2)), n_questions=size // 4)
 
 
-FAST = {"max_steps": 400, "eval_every": 25, "lr": 3e-3, "lr_step_size": 200}
+#: a small, fast configuration (h carries no information here)
+FAST = {
+    "max_steps": 200,
+    "eval_every": 50,
+    "lr": 5e-3,
+    "lr_step_size": 100,
+    "picnn_hidden": (16, 16),
+    "context_hidden": (16,),
+    "n_levels": 16,
+    "val_levels": 32,
+}
 
 
 def test_likelihood_matches_exact_binomial_pmf():
@@ -82,34 +93,54 @@ def test_likelihood_matches_exact_binomial_pmf():
     ).all()
 
 
+@pytest.mark.parametrize(("mu", "sigma", "n_choices"), [(-0.5, 0.8, (8,)), (1.0, 1.5, (1, 4, 16))])
+def test_latent_logit_normal_recovers_moments(mu, sigma, n_choices):
+    rng = np.random.default_rng(0)
+    p = 1 / (1 + np.exp(-(mu + sigma * rng.standard_normal(200_000))))
+    n = rng.choice(n_choices, len(p))
+    got_mu, got_sigma = latent_logit_normal(rng.binomial(n, p), n)
+    assert got_mu == pytest.approx(mu, abs=0.05) and got_sigma == pytest.approx(sigma, abs=0.05)
+
+
 def test_systematic_levels_cover_each_stratum_once():
     levels = systematic_levels(torch.tensor([0.0, 0.3, 0.999]), 8)
     assert levels.shape == (3, 8)
     np.testing.assert_array_equal(torch.floor(levels * 8).numpy(), np.tile(np.arange(8), (3, 1)))
 
 
+@pytest.fixture
+def one_thread():
+    """Small tensors: one thread is faster and does not spin on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize(
-    ("link", "n_choices"), [("logit", (8,)), ("clamp", (8,)), ("logit", (2, 4, 8, 16))]
+    ("link", "n_choices", "tolerance"),
+    [("logit", (8,), 0.015), ("clamp", (8,), 0.015), ("logit", (2, 4, 8, 16), 0.025)],
 )
-def test_recovers_beta_quantiles_where_labels_do_not(link, n_choices):
-    torch.set_num_threads(2)
-    train, val = beta_world(0, 4000, n_choices), beta_world(1, 1000, n_choices)
+def test_recovers_beta_quantiles_where_labels_do_not(one_thread, link, n_choices, tolerance):
+    train, val = beta_world(0, 3000, n_choices), beta_world(1, 1000, n_choices)
     config = BinomialConfig(**FAST, link=link)
     model, history = BinomialCalibrator.fit_model(train, val, config, seed=0, progress=False)
     truth = beta25_quantile(LEVELS)
     fitted = model.quantiles(val.hidden[:200], LEVELS)
     error = np.abs(fitted - truth[None, :]).mean()
     label_error = np.abs(np.quantile(train.records["success_prob"], LEVELS) - truth).mean()
-    # Measured: label quantiles are ~0.05 off; the fit ~0.01 (logit) / ~0.015 (clamp).
-    assert label_error > 0.03
-    assert error < 0.025 and error < label_error / 2
+    # Measured (seed 0): label quantiles 0.05 (n = 8) / 0.085 (mixed n, down to n = 2) off;
+    # the fit 0.009 / 0.018. n rollouts identify only n moments of the law of p, so the
+    # likelihood is nearly flat in some directions and the error does not vanish with more data.
+    assert label_error > 0.04
+    assert error < tolerance and error < label_error / 3
     assert np.all(np.diff(fitted, axis=1) >= 0)  # monotone in tau by construction
     # The selection score was the held-out count NLL and it improved on the initialisation.
     assert model.info["training"]["select_metric"] == "nll"
     assert history[-1]["nll"] <= history[0]["nll"] + 1e-9 or model.info["training"]["best_step"] > 0
 
 
-def test_registered_save_load_identical(tmp_path):
+def test_registered_save_load_identical(one_thread, tmp_path):
     assert REGISTRY["binomial"] is BinomialCalibrator and BinomialCalibrator.kind == "distribution"
     data = beta_world(2, 600, (8,))
     config = BinomialConfig(max_steps=20, eval_every=10)

@@ -1,8 +1,9 @@
 """``mono``: the monotone quantile map trained by the integrated pinball loss.
 
-Tolerances (mean absolute error over 50 mid-point levels) were set from seeds 0 and 1 with
-about 1.5x headroom: Beta(2, 5) from the identity map ~0.02; the Gaussian-logit world ~0.025,
-i.e. ~0.1x the marginal quantile function's error; discrete contexts <= 0.04 per context.
+Worlds of 3000 records, small networks, 400 steps. Tolerances (mean absolute error over 50
+mid-point levels) were set from seeds 0 and 1 with ~1.5x headroom: Beta(2, 5) from the identity
+map 0.023 (the identity itself is 0.19 off); the Gaussian-logit world 0.019-0.020, 0.08x the
+marginal quantile function's error; discrete contexts <= 0.038 per context.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from dprm.models import load
 from dprm.models.mono import pinball
 from dprm.train import fit
 
-STEPS = {"max_steps": "500", "warmup_steps": "150", "eval_every": "25", "context_hidden": "16", "picnn_hidden": "16,16"}
+STEPS = {
+    "max_steps": "400",
+    "warmup_steps": "100",
+    "eval_every": "25",
+    "context_hidden": "16",
+    "picnn_hidden": "16",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -43,30 +50,30 @@ def test_pinball_is_the_check_loss():
 
 def test_beta25_from_the_identity_map():
     """Training alone (no marginal initialisation) turns U(0, 1) into Beta(2, 5)."""
-    data = beta_world(4000, seed=0)
+    data = beta_world(3000, seed=0)
     model = fit("mono", data, overrides={**STEPS, "init_marginal": "false"}, seed=0, progress=False)
     q = model.quantiles(np.zeros((1, 3), np.float32), MIDPOINTS)[0]
     identity_error = np.abs(MIDPOINTS - beta25_quantile(MIDPOINTS)).mean()
     error = np.abs(q - beta25_quantile(MIDPOINTS)).mean()
-    assert error < 0.03 < identity_error / 5
+    assert error < 0.035 < identity_error / 5
 
 
 def test_gaussian_logit_world_matches_closed_form(tmp_path):
-    data = gaussian_logit_world(4000, seed=1)
+    data = gaussian_logit_world(3000, seed=1)
     model = fit("mono", data, overrides=STEPS, seed=1, progress=False)
     hidden = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
     truth = gaussian_logit_quantile(hidden, MIDPOINTS)
     q = model.quantiles(hidden, MIDPOINTS)
     marginal = np.quantile(data.records["success_prob"].to_numpy(), MIDPOINTS)
     error, baseline = np.abs(q - truth).mean(), np.abs(marginal[None, :] - truth).mean()
-    assert error < 0.04 and error < 0.2 * baseline
+    assert error < 0.03 and error < 0.15 * baseline
     assert (np.diff(model.quantiles(hidden * 10, np.linspace(0, 1, 101)), axis=1) >= 0).all()
     model.save(tmp_path / "m")
     np.testing.assert_array_equal(load(tmp_path / "m").quantiles(hidden, MIDPOINTS), q)
 
 
 def test_discrete_contexts_match_empirical_quantiles():
-    data, context = discrete_context_world(4000, seed=0)
+    data, context = discrete_context_world(3000, seed=0)
     model = fit("mono", data, overrides=STEPS, seed=0, progress=False)
     y = data.records["success_prob"].to_numpy(np.float64)
     for c in range(3):

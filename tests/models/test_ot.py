@@ -1,10 +1,11 @@
 """``ot``: the paper's conditional OT map (CondOT dual min-max) against closed forms.
 
-Tolerances (mean absolute error over 50 mid-point levels) were set from seeds 0 and 1 with
-about 1.5x headroom: Beta(2, 5) from the identity map ~0.025; Beta(2, 5) from the default
-(marginal) start stays ~0.005 (the min-max does not drift away from the optimum it starts at);
-the Gaussian-logit world ~0.034, i.e. ~0.13x the marginal quantile function's error; discrete
-contexts <= 0.05 per context.
+Worlds of 3000 records, small networks, 400 steps. Tolerances (mean absolute error over 50
+mid-point levels) were set from seeds 0 and 1 with ~1.5x headroom: Beta(2, 5) from the identity
+map 0.026 (the identity itself is 0.19 off); from the default marginal start it stays < 0.01
+(the min-max does not drift away from the optimum it starts at); the Gaussian-logit world
+0.029-0.035, 0.11-0.14x the marginal quantile function's error; discrete contexts <= 0.042 per
+context against numpy's per-context empirical quantiles.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from dprm.models import load
 from dprm.models.ot import OTCalibrator
 from dprm.train import fit
 
-STEPS = {"max_steps": "500", "warmup_steps": "150", "eval_every": "25", "context_hidden": "16", "picnn_hidden": "16,16"}
+STEPS = {
+    "max_steps": "400",
+    "warmup_steps": "100",
+    "eval_every": "25",
+    "context_hidden": "16",
+    "picnn_hidden": "16",
+}
 HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
 
 
@@ -42,20 +49,20 @@ def one_thread():
 def logit_fit():
     with torch.random.fork_rng():
         torch.set_num_threads(1)
-        data = gaussian_logit_world(4000, seed=1)
+        data = gaussian_logit_world(3000, seed=1)
         return data, fit("ot", data, overrides=STEPS, seed=1, progress=False)
 
 
 @pytest.mark.parametrize("init_marginal", [False, True])
 def test_beta25_unconditional(init_marginal):
-    data = beta_world(4000, seed=0)
+    data = beta_world(3000, seed=0)
     overrides = {**STEPS, "init_marginal": str(init_marginal)}
     if init_marginal:
-        overrides["max_steps"] = "300"
+        overrides["max_steps"] = "150"
     model = fit("ot", data, overrides=overrides, seed=0, progress=False)
     q = model.quantiles(HIDDEN[:50], MIDPOINTS)
     error = np.abs(q - beta25_quantile(MIDPOINTS)[None, :]).mean()
-    assert error < (0.01 if init_marginal else 0.035)
+    assert error < (0.01 if init_marginal else 0.04)
 
 
 def test_gaussian_logit_world_matches_closed_form(logit_fit):
@@ -68,12 +75,12 @@ def test_gaussian_logit_world_matches_closed_form(logit_fit):
 
 
 def test_discrete_contexts_match_empirical_quantiles():
-    data, context = discrete_context_world(4000, seed=0)
+    data, context = discrete_context_world(3000, seed=0)
     model = fit("ot", data, overrides=STEPS, seed=0, progress=False)
     y = data.records["success_prob"].to_numpy(np.float64)
     for c in range(3):
         q = model.quantiles(np.eye(3, dtype=np.float32)[c : c + 1], MIDPOINTS)[0]
-        assert np.abs(q - np.quantile(y[context == c], MIDPOINTS)).mean() < 0.075, c
+        assert np.abs(q - np.quantile(y[context == c], MIDPOINTS)).mean() < 0.06, c
 
 
 def test_monotone_in_unit_interval_and_any_level(logit_fit):
@@ -92,7 +99,9 @@ def test_save_load_identical_quantiles(logit_fit, tmp_path):
     model.save(tmp_path / "ot", extra_files={"history.json": model.history})
     loaded = load(tmp_path / "ot")
     assert isinstance(loaded, OTCalibrator) and loaded.info == model.info
-    np.testing.assert_array_equal(loaded.quantiles(HIDDEN, LEVELS_101), model.quantiles(HIDDEN, LEVELS_101))
+    np.testing.assert_array_equal(
+        loaded.quantiles(HIDDEN, LEVELS_101), model.quantiles(HIDDEN, LEVELS_101)
+    )
     assert loaded.config == model.config
 
 

@@ -30,8 +30,15 @@ def random_picnn(seed: int, context_dim: int = 5, hidden=(7, 6, 5)) -> PICNN:
 
 def random_map_net(seed: int, barrier: float = 3.0) -> QuantileMapNet:
     torch.manual_seed(seed)
-    net = QuantileMapNet(6, context_hidden=(8,), context_dim=4, picnn_hidden=(6, 5), n_knots=9,
-                         x_init_scale=1.0, barrier=barrier).double()
+    net = QuantileMapNet(
+        6,
+        context_hidden=(8,),
+        context_dim=4,
+        picnn_hidden=(6, 5),
+        n_knots=9,
+        x_init_scale=1.0,
+        barrier=barrier,
+    ).double()
     with torch.no_grad():
         for p in net.parameters():
             p.normal_(0.0, 1.5)
@@ -124,10 +131,14 @@ def test_monotone_interpolant_matches_numpy_and_its_integral():
     base.set_knots(knots_x, values)
     x = torch.linspace(-0.5, 1.5, 2001, dtype=torch.float64)
     potential, slope = base(x)
-    np.testing.assert_allclose(slope.numpy(), np.interp(x.numpy(), knots_x.numpy(), values.numpy()), atol=1e-12)
+    np.testing.assert_allclose(
+        slope.numpy(), np.interp(x.numpy(), knots_x.numpy(), values.numpy()), atol=1e-12
+    )
     # potential = integral of the slope from the first knot (trapezoid on a fine grid)
     integral = np.concatenate([[0.0], np.cumsum(0.5 * (slope[1:] + slope[:-1]).numpy() * 1e-3)])
-    np.testing.assert_allclose(potential.numpy() - potential[500].item(), integral - integral[500], atol=1e-6)
+    np.testing.assert_allclose(
+        potential.numpy() - potential[500].item(), integral - integral[500], atol=1e-6
+    )
     assert abs(potential[500].item()) < 1e-12  # G0(x_0) = 0 at x_0 = 0
     with pytest.raises(ValueError, match="strictly increasing"):
         base.set_knots(torch.zeros(6, dtype=torch.float64), values)

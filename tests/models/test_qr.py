@@ -28,7 +28,9 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    return write_world(tmp_path_factory.mktemp("w"), "qwen-2.5-7b__qwen-prm", size="tiny", progress=False)
+    return write_world(
+        tmp_path_factory.mktemp("w"), "qwen-2.5-7b__qwen-prm", size="tiny", progress=False
+    )
 
 
 def test_fixed_levels_and_marginal_initialisation():
@@ -56,8 +58,12 @@ def test_gaussian_logit_world_and_save_load(tmp_path):
     assert error < 0.05 and error < 0.25 * baseline
     model.save(tmp_path / "qr")
     loaded = load(tmp_path / "qr")
-    np.testing.assert_array_equal(loaded.quantiles(hidden, LEVELS_11), model.quantiles(hidden, LEVELS_11))
-    np.testing.assert_array_equal(loaded.point_estimate(hidden), model.quantiles(hidden, [0.5])[:, 0])
+    np.testing.assert_array_equal(
+        loaded.quantiles(hidden, LEVELS_11), model.quantiles(hidden, LEVELS_11)
+    )
+    np.testing.assert_array_equal(
+        loaded.point_estimate(hidden), model.quantiles(hidden, [0.5])[:, 0]
+    )
 
 
 def test_crossing_rate_is_reported(world, capsys):
@@ -66,7 +72,9 @@ def test_crossing_rate_is_reported(world, capsys):
     metrics = evaluate_calibrator(model, data)
     assert 0.0 <= metrics["crossing_rate"] <= 1.0
     with capsys.disabled():
-        print(f"\n[qr] crossing rate at the 11 levels on a tiny world: {metrics['crossing_rate']:.4f}")
+        print(
+            f"\n[qr] crossing rate at the 11 levels on a tiny world: {metrics['crossing_rate']:.4f}"
+        )
     # a head whose outputs decrease in tau crosses at every adjacent pair
     with torch.no_grad():
         model.head.weight.zero_()

@@ -205,6 +205,9 @@ class ConformalCalibrator(Calibrator):
         progress: bool,
     ) -> tuple[ConformalCalibrator, list[dict]]:
         """Fit the inner calibrator on part of ``train``, conformalise on the rest."""
+        conformal_rank(1, config.alpha)  # fail fast on a bad alpha / unit, before any training
+        if config.unit not in ("question", "record"):
+            raise ValueError(f"conformal: unit must be 'question' or 'record', got {config.unit!r}")
         rest_rows, cal_rows = split_by_question(
             train.records["question_id"].to_numpy(), config.calibration_fraction, config.split_seed
         )

@@ -16,7 +16,7 @@ from torch import Tensor
 from dprm.config import from_dict, to_dict
 from dprm.models.base import Calibrator, QuantileFunction
 from dprm.models.picnn import QuantileMapNet
-from dprm.train import TrainConfig
+from dprm.trainer import TrainConfig
 
 
 @dataclass

@@ -17,7 +17,7 @@ from torch import Tensor
 from dprm.data.contract import CalibrationSet
 from dprm.models.base import register
 from dprm.models.map_calibrator import MapNetConfig, QuantileMapCalibrator
-from dprm.train import Batch, Trainer
+from dprm.trainer import Batch, Trainer
 
 
 def pinball(target: Tensor, quantile: Tensor, tau: Tensor) -> Tensor:

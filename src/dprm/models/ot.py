@@ -30,7 +30,7 @@ import torch
 from dprm.data.contract import CalibrationSet
 from dprm.models.base import register
 from dprm.models.map_calibrator import MapNetConfig, QuantileMapCalibrator, build_net
-from dprm.train import Batch, Trainer
+from dprm.trainer import Batch, Trainer
 
 
 @dataclass

@@ -40,8 +40,6 @@ def _softplus_inverse(value: float) -> float:
     return value + math.log(-math.expm1(-value))
 
 
-
-
 class PICNNLayer(nn.Module):
     """One PICNN layer: pre = (z * gate(u)) @ softplus(W)^T + x * x_coefficient(u) + shift(u).
 

@@ -19,7 +19,7 @@ from dprm.data.contract import CalibrationSet
 from dprm.metrics import LEVELS_11
 from dprm.models.base import Calibrator, FixedLevels, register
 from dprm.models.mono import pinball
-from dprm.train import Batch, TrainConfig, Trainer
+from dprm.trainer import Batch, TrainConfig, Trainer
 
 
 @dataclass

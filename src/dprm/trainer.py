@@ -1,0 +1,318 @@
+"""The generic gradient trainer every trained calibrator reuses (DESIGN.md section 5).
+
+:class:`Trainer` owns everything that is not the objective: the standardised hidden states
+(one float32 copy in memory when it fits, else sorted row reads from the memory map), shuffled
+batches with tau ~ U(0, 1) per record, Adam + StepLR + gradient clipping, the validation
+calibration area every ``eval_every`` steps, patience / min-delta early stopping after a
+warm-up, the best checkpoint and a history of dicts. Single-objective methods call
+:meth:`Trainer.fit_loss` with ``loss_fn(model, batch)``; the OT min-max writes its own
+alternating step and hands it to :meth:`Trainer.run`.
+
+Trainable calibrators implement ``forward_standardized(hidden_std, prm_score)`` so validation
+skips re-standardising.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from dprm import metrics as M
+from dprm.data.contract import CalibrationSet
+
+if TYPE_CHECKING:  # the models import this module; import them lazily to avoid a cycle
+    from dprm.models.base import Calibrator, Standardizer
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings shared by the gradient-trained calibrators.
+
+    Early stopping follows the paper (patience 175 evaluations, min-delta 1e-4). One evaluation
+    embeds every validation row, so it runs every ``eval_every`` = 25 steps; patience then spans
+    4375 steps and the default ``max_steps`` = 1000 is the usual stop, with the best checkpoint
+    (lowest validation calibration area after ``warmup_steps``) kept.
+    """
+
+    batch_size: int = 256
+    lr: float = 1e-3
+    lr_step_size: int = 500  # StepLR: multiply the learning rate by lr_gamma every this many steps
+    lr_gamma: float = 0.5
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, ...] = (0.9, 0.999)
+    clip_norm: float = 1.0
+    max_steps: int = 1000
+    eval_every: int = 25
+    patience: int = 175
+    min_delta: float = 1e-4
+    select_metric: str = "calibration_area"  # validation score for early stopping / checkpoint
+    # Checkpoints before this step are not eligible and do not count towards patience: the
+    # marginal initialisation is already marginally calibrated, and on the way from it to the
+    # conditional map the calibration area first rises, so early on it prefers untrained maps.
+    warmup_steps: int = 400
+    # Learning-rate multiplier of weights that read the hidden state directly (fan-in D). Adam
+    # moves every weight by ~lr whatever its gradient's size, so such a layer's output moves by
+    # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates
+    # tuned at D = 256 (0.27x at D = 3584, 2.8x at D = 32).
+    input_lr_scale: float = 0.0
+    preload_max_gb: float = 4.0  # hold the standardised float32 rows in memory up to this size
+
+
+@dataclass
+class Batch:
+    """One training batch; tensors are float32 [b] unless noted."""
+
+    rows: np.ndarray  # [b] indices into the training set, sorted
+    hidden: Tensor  # [b, D] standardised hidden states
+    target: Tensor  # success_prob y
+    tau: Tensor  # source levels ~ U(0, 1), one per record
+    n_correct: Tensor
+    n_rollouts: Tensor
+    prm_score: Tensor
+
+
+class StandardizedRows:
+    """Standardised float32 rows of a (memory-mapped) hidden-state array.
+
+    If the rows fit in ``max_bytes`` they are read once into one float32 matrix (one copy, then
+    batches are cheap index selects); otherwise each batch reads its sorted rows from the map.
+    """
+
+    def __init__(
+        self,
+        hidden,
+        standardizer: Standardizer,
+        max_bytes: float,
+        fit: bool = False,
+        chunk: int = 8192,
+    ):
+        self.hidden, self.standardizer = hidden, standardizer
+        n, dim = hidden.shape
+        self.matrix: Tensor | None = None
+        if n * dim * 4 <= max_bytes:
+            matrix = np.empty((n, dim), dtype=np.float32)
+            for start in range(0, n, chunk):
+                matrix[start : start + chunk] = hidden[start : start + chunk]
+            if fit:  # statistics from the in-memory copy: the map is read once
+                standardizer.fit(matrix, chunk)
+            self.matrix = torch.from_numpy(matrix)
+            with torch.no_grad():
+                for block in self.matrix.split(chunk):
+                    block.copy_(standardizer(block))
+        elif fit:
+            standardizer.fit(hidden, chunk)
+
+    def __len__(self) -> int:
+        return self.hidden.shape[0]
+
+    @torch.no_grad()
+    def __getitem__(self, rows: np.ndarray) -> Tensor:
+        if self.matrix is not None:
+            return self.matrix[torch.from_numpy(rows)]
+        block = np.asarray(self.hidden[rows], dtype=np.float32)
+        return self.standardizer(torch.from_numpy(block))
+
+    def chunks(self, size: int = 4096) -> Iterator[tuple[int, Tensor]]:
+        for start in range(0, len(self), size):
+            yield start, self[np.arange(start, min(start + size, len(self)))]
+
+
+def _column(data: CalibrationSet, name: str) -> Tensor:
+    return torch.from_numpy(data.records[name].to_numpy(np.float32, copy=True))
+
+
+class Trainer:
+    """Batches, optimisers, validation, early stopping and checkpointing for one model.
+
+    Args:
+        model: a calibrator with ``forward_standardized``; its standardizer is fitted here on the
+            training rows (chunked).
+        train, val: the question-grouped split.
+        config: a :class:`TrainConfig` (or subclass).
+        seed: seeds batch order and tau draws (model init is seeded by the caller).
+    """
+
+    def __init__(
+        self,
+        model: Calibrator,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: TrainConfig,
+        *,
+        seed: int,
+        progress: bool = True,
+    ):
+        self.model, self.config, self.progress = model, config, progress
+        max_bytes = config.preload_max_gb * 2**30
+        self.train_rows = StandardizedRows(train.hidden, model.standardizer, max_bytes, fit=True)
+        self.val_rows = StandardizedRows(val.hidden, model.standardizer, max_bytes)
+        self.target, self.score = _column(train, "success_prob"), _column(train, "prm_score")
+        self.n_rollouts = _column(train, "n_rollouts")
+        self.n_correct = torch.as_tensor(train.n_correct, dtype=torch.float32)
+        self.val_target = val.records["success_prob"].to_numpy(np.float64)
+        self.val_score = _column(val, "prm_score")
+        self.levels = np.asarray(
+            model.fixed_levels if model.fixed_levels is not None else M.LEVELS_11, np.float64
+        )
+        self.rng = np.random.default_rng(seed)
+        self.tau_generator = torch.Generator().manual_seed(seed)
+        self.summary: dict[str, Any] = {}
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def batches(self) -> Iterator[Batch]:
+        """Endless shuffled batches, a fresh permutation per epoch (paper appendix)."""
+        n, size = len(self.train_rows), min(self.config.batch_size, len(self.train_rows))
+        while True:
+            order = self.rng.permutation(n)
+            for start in range(0, n - size + 1, size):  # drop the ragged tail: fixed batch size
+                rows = np.sort(order[start : start + size])
+                idx = torch.from_numpy(rows)
+                yield Batch(
+                    rows=rows,
+                    hidden=self.train_rows[rows],
+                    target=self.target[idx],
+                    tau=torch.rand(len(rows), generator=self.tau_generator),
+                    n_correct=self.n_correct[idx],
+                    n_rollouts=self.n_rollouts[idx],
+                    prm_score=self.score[idx],
+                )
+
+    def optimizer(
+        self, params, lr: float | None = None
+    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+        """Adam + StepLR with the config's settings."""
+        cfg = self.config
+        lr = cfg.lr if lr is None else lr
+        dim = self.model.hidden_dim
+        scale = cfg.input_lr_scale if cfg.input_lr_scale > 0 else math.sqrt(256 / dim)
+        params = list(params)
+        reads_hidden = [p for p in params if p.dim() == 2 and p.shape[1] == dim]
+        ids = {id(p) for p in reads_hidden}
+        groups = [{"params": [p for p in params if id(p) not in ids], "lr": lr}]
+        groups.append({"params": reads_hidden, "lr": lr * scale})
+        groups = [g for g in groups if g["params"]]
+        # foreach, not fused: the fused CPU kernel opens a parallel region per tensor, which is
+        # ~10x slower for these small models when the cores are shared.
+        betas = tuple(cfg.adam_betas)
+        if len(betas) != 2:
+            raise ValueError(f"adam_betas must be two numbers, got {cfg.adam_betas}")
+        opt = torch.optim.Adam(groups, betas=betas, foreach=True, weight_decay=cfg.weight_decay)
+        return opt, torch.optim.lr_scheduler.StepLR(opt, cfg.lr_step_size, cfg.lr_gamma)
+
+    def update(self, loss: Tensor, opt, scheduler, params) -> float:
+        """zero_grad, backward, clip at ``clip_norm``, step; returns the pre-clip grad norm."""
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(params, self.config.clip_norm)
+        opt.step()
+        scheduler.step()
+        return float(norm)
+
+    @torch.no_grad()
+    def validation_quantiles(self) -> np.ndarray:
+        """Quantiles [N_val, L] at the trained levels (clipped to [0, 1])."""
+        self.model.eval()
+        levels = torch.as_tensor(self.levels, dtype=torch.float32)
+        out = np.empty((len(self.val_rows), len(levels)), dtype=np.float64)
+        for start, block in self.val_rows.chunks():
+            stop = start + block.shape[0]
+            qf = self.model.forward_standardized(block, self.val_score[start:stop])
+            out[start:stop] = qf.quantile(levels).clamp(0.0, 1.0).numpy()
+        self.model.train()
+        return out
+
+    def evaluate(self) -> dict[str, float]:
+        """Validation calibration area and WQL (DESIGN.md section 3) at the trained levels."""
+        q = self.validation_quantiles()
+        y = self.val_target
+        return {
+            "calibration_area": M.calibration_area(q, y, self.levels),
+            "wql": M.wql(q, y, self.levels),
+        }
+
+    # -- loops ----------------------------------------------------------------------------------
+    def run(
+        self, step_fn: Callable[[Batch, int], dict[str, float]], desc: str = "train"
+    ) -> list[dict]:
+        """Call ``step_fn(batch, step)`` for steps 1..max_steps with evaluation and early stopping.
+
+        The model is evaluated before the first step too, so the best checkpoint is never worse
+        on the validation score than the initialisation. On return the best checkpoint is
+        loaded and ``self.summary`` holds best_step, best_score, steps, stopped_early, seconds.
+        """
+        cfg, model = self.config, self.model
+        started = time.perf_counter()
+        history: list[dict] = []
+        metrics = self.evaluate()
+        best_score, best_step = math.inf, 0
+        best_state = copy.deepcopy(model.state_dict())
+        if cfg.warmup_steps <= 0:
+            best_score = metrics[cfg.select_metric]
+        history.append({"step": 0, **metrics, "seconds": 0.0})
+        stale, step = 0, 0
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}  # per key: some logs (e.g. f's loss) skip steps
+        batches = self.batches()
+        bar = tqdm(total=cfg.max_steps, desc=desc, disable=not self.progress, unit="step")
+        model.train()
+        for step in range(1, cfg.max_steps + 1):
+            logs = step_fn(next(batches), step)
+            for key, value in logs.items():
+                if not math.isfinite(value):
+                    raise FloatingPointError(f"{desc}: {key} = {value} at step {step}")
+                sums[key] = sums.get(key, 0.0) + value
+                counts[key] = counts.get(key, 0) + 1
+            bar.update()
+            if step % cfg.eval_every and step != cfg.max_steps:
+                continue
+            metrics = self.evaluate()
+            entry = {"step": step, **{k: v / counts[k] for k, v in sums.items()}, **metrics}
+            entry["seconds"] = round(time.perf_counter() - started, 3)
+            history.append(entry)
+            sums, counts = {}, {}
+            score = metrics[cfg.select_metric]
+            if step < cfg.warmup_steps and step != cfg.max_steps:
+                continue
+            if score < best_score - cfg.min_delta:
+                best_score, best_step, stale = score, step, 0
+                best_state = copy.deepcopy(model.state_dict())
+            else:
+                stale += 1
+            bar.set_postfix({cfg.select_metric: f"{score:.4f}", "best": f"{best_score:.4f}"})
+            if stale >= cfg.patience:
+                break
+        bar.close()
+        model.load_state_dict(best_state)
+        model.eval()
+        self.summary = {
+            "best_step": best_step,
+            "best_score": best_score,
+            "select_metric": cfg.select_metric,
+            "steps": step,
+            "stopped_early": stale >= cfg.patience,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        return history
+
+    def fit_loss(
+        self, loss_fn: Callable[[nn.Module, Batch], Tensor], params=None, desc: str = "train"
+    ) -> list[dict]:
+        """Single-objective training: minimise ``loss_fn(model, batch)`` with Adam."""
+        params = [p for p in (params or self.model.parameters()) if p.requires_grad]
+        opt, scheduler = self.optimizer(params)
+
+        def step(batch: Batch, _: int) -> dict[str, float]:
+            loss = loss_fn(self.model, batch)
+            norm = self.update(loss, opt, scheduler, params)
+            return {"loss": loss.item(), "grad_norm": norm}
+
+        return self.run(step, desc)
