@@ -13,11 +13,14 @@ Reported (``--out`` JSON):
   ratio against the 0.75 target;
 * ``spread``: per preset, std over seeds of Brier and of the quantile error, averaged over
   presets, for every method (mono vs ot is the target);
+* ``conformal``: split-conformal coverage on 200 random question splits per preset
+  (:func:`conformal_check`);
 * ``collapses``: runs that raised ``CollapseError`` (or failed) per method;
 * ``frontier``: binomial vs ot at matched cost: each method's accuracy-vs-cost curve over the C
   sweep is interpolated linearly at the other's costs (inside the common cost range); the
   difference binomial - ot at every matched point, its minimum and the number of points where
-  binomial is below.
+  binomial is below, per seed and for seed-averaged curves; the truth oracle (the true quantile
+  function of p fed to the same mixture rule) is compared with ot and binomial the same way.
 
 Every finished run is stored as ``WORK/runs/PRESET/METHOD/seedS.json`` (atomic), so an interrupted
 grid resumes where it stopped. Example::
@@ -102,6 +105,74 @@ def reference_frontiers(world: Path) -> dict:
     return out
 
 
+def conformal_check(
+    world: Path, inner_method: str, overrides: dict, alpha: float = 0.1, n_splits: int = 200
+) -> dict:
+    """Coverage of the split-conformal bound on ``n_splits`` random question splits.
+
+    The inner calibrator is fitted on half of the ID questions; the other half is the pool. Each
+    split calibrates on half of the pool's questions (one random record each, ``unit=question``,
+    beta = alpha) and measures, on the other half, the mean over questions of the share of
+    records with y >= L(h), the event the guarantee is about, plus the share with true p >= L(h)
+    (not guaranteed). OOD: the correction from the whole pool, applied to the OOD set.
+    """
+    import pandas as pd
+
+    from dprm.data.splits import split_by_question
+    from dprm.models.conformal import beta_quantile, calibration_rows, conformal_correction
+
+    data = read_calibration_set(world / "id" / "calib")
+    pool_rows, train_rows = split_by_question(data.records["question_id"].to_numpy(), 0.5, 1)
+    inner = fit(inner_method, data.subset(train_rows), overrides=overrides or None, progress=False)
+    pool = data.subset(pool_rows)
+    q = beta_quantile(inner, pool, alpha)
+    y, p = (pool.records[c].to_numpy(np.float64) for c in ("success_prob", "true_p"))
+    codes, questions = pd.factorize(pool.records["question_id"])
+    rng = np.random.default_rng(0)
+
+    def per_question(covered, where):
+        return pd.Series(covered).groupby(codes[where]).mean().mean()
+
+    cov, cov_p, corrections = [], [], []
+    for _ in range(n_splits):
+        cal_q = rng.permutation(len(questions))[: len(questions) // 2]
+        cal_mask = np.isin(codes, cal_q)
+        rows = np.flatnonzero(cal_mask)[
+            calibration_rows(pool.subset(np.flatnonzero(cal_mask)), "question", rng)
+        ]
+        c = conformal_correction(q[rows] - y[rows], alpha)
+        lower = np.clip(q[~cal_mask] - c, 0, 1)
+        cov.append(per_question(y[~cal_mask] >= lower, ~cal_mask))
+        cov_p.append(per_question(p[~cal_mask] >= lower, ~cal_mask))
+        corrections.append(c)
+    cov = np.array(cov)
+    se = float(cov.std(ddof=1) / np.sqrt(n_splits))
+    rows = calibration_rows(pool, "question", rng)
+    c_all = conformal_correction(q[rows] - y[rows], alpha)
+    ood = read_calibration_set(world / "ood" / "calib")
+    lower = np.clip(beta_quantile(inner, ood, alpha) - c_all, 0, 1)
+    ood_cov = (
+        pd.Series(ood.records["success_prob"].to_numpy() >= lower)
+        .groupby(ood.records["question_id"])
+        .mean()
+        .mean()
+    )
+    return {
+        "inner": inner_method,
+        "alpha": alpha,
+        "n_splits": n_splits,
+        "n_calibration_questions": len(questions) // 2,
+        "coverage_mean": float(cov.mean()),
+        "coverage_se": se,
+        "coverage_min": float(cov.min()),
+        "passes": bool(cov.mean() >= 1 - alpha - 3 * se),
+        "coverage_of_true_p_mean": float(np.mean(cov_p)),
+        "correction_mean": float(np.mean(corrections)),
+        "inner_coverage": float(np.mean(y >= q)),
+        "ood_coverage_no_guarantee": float(ood_cov),
+    }
+
+
 # ----------------------------------------------------------------------------- aggregation
 def _nanmean(values) -> float:
     values = [v for v in values if v is not None and math.isfinite(v)]
@@ -137,7 +208,22 @@ def seed_mean_frontier(results: list[dict], split: str) -> list[dict]:
     return sorted(out, key=lambda p: p["cost"])
 
 
-def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[str]) -> dict:
+def summarise_differences(diffs: list[dict]) -> dict:
+    """min / mean / count below zero of matched accuracy differences, and the 5 worst."""
+    values = np.array([d["diff"] for d in diffs]) if diffs else np.array([np.nan])
+    return {
+        "n_matched": len(diffs),
+        "min_diff": float(values.min()),
+        "mean_diff": float(values.mean()),
+        "n_below": int((values < 0).sum()),
+        "n_below_0.005": int((values < -0.005).sum()),
+        "worst": sorted(diffs, key=lambda d: d["diff"])[:5],
+    }
+
+
+def aggregate(
+    runs: dict, references: dict, presets: list[str], seeds: list[int], methods: list[str]
+) -> dict:
     """The summary tables of the module docstring from ``runs[preset][method][seed]``."""
 
     def done(preset, method):
@@ -198,39 +284,35 @@ def aggregate(runs: dict, presets: list[str], seeds: list[int], methods: list[st
     if {"binomial", "ot"} <= set(methods):
         frontier = {}
         for s in SPLITS:
-            diffs = []
+            per_seed = []
             for p in presets:
                 for seed in seeds:
                     b, o = done(p, "binomial").get(seed), done(p, "ot").get(seed)
                     if b is None or o is None or b.get("collapsed") or o.get("collapsed"):
                         continue
-                    for d in matched_differences(b[s]["frontier"], o[s]["frontier"]):
-                        diffs.append({"preset": p, "seed": seed, **d})
-            mean_diffs = []
-            for p in presets:
-                curves = [seed_mean_frontier(ok(p, m), s) for m in ("binomial", "ot")]
-                if all(curves):
-                    mean_diffs += [{"preset": p, **d} for d in matched_differences(*curves)]
-            mean_values = (
-                np.array([d["diff"] for d in mean_diffs]) if mean_diffs else np.array([np.nan])
-            )
-            values = np.array([d["diff"] for d in diffs]) if diffs else np.array([np.nan])
-            frontier[s] = {
-                "n_matched": len(diffs),
-                "min_diff": float(values.min()),
-                "mean_diff": float(values.mean()),
-                "n_below": int((values < 0).sum()),
-                "n_below_0.005": int((values < -0.005).sum()),
-                "worst": sorted(diffs, key=lambda d: d["diff"])[:5],
-                "seed_mean": {
-                    "n_matched": len(mean_diffs),
-                    "min_diff": float(mean_values.min()),
-                    "mean_diff": float(mean_values.mean()),
-                    "n_below": int((mean_values < 0).sum()),
-                    "worst": sorted(mean_diffs, key=lambda d: d["diff"])[:5],
-                },
-            }
-        result["frontier_binomial_minus_ot"] = frontier
+                    per_seed += [
+                        {"preset": p, "seed": seed, **d}
+                        for d in matched_differences(b[s]["frontier"], o[s]["frontier"])
+                    ]
+            # Seed-averaged curves, and the truth oracle (true quantiles of p) as a reference:
+            # if even the oracle is below ot somewhere, the budget rule, not calibration, limits.
+            pairs = {"binomial_minus_ot": ("binomial", "ot"), "truth_minus_ot": ("truth", "ot")}
+            pairs["binomial_minus_truth"] = ("binomial", "truth")
+            compared = {"per_seed": summarise_differences(per_seed)}
+            for name, (first, second) in pairs.items():
+                diffs = []
+                for p in presets:
+                    curves = [
+                        references[p][s]["truth"]
+                        if m == "truth"
+                        else seed_mean_frontier(ok(p, m), s)
+                        for m in (first, second)
+                    ]
+                    if all(curves):
+                        diffs += [{"preset": p, **d} for d in matched_differences(*curves)]
+                compared[f"seed_mean_{name}"] = summarise_differences(diffs)
+            frontier[s] = compared
+        result["frontier"] = frontier
     return result
 
 
@@ -257,6 +339,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--aggregate-only", action="store_true", help="summarise the finished runs, train nothing"
+    )
+    parser.add_argument(
+        "--conformal-inner", default="binomial", help="inner method of the coverage check, or none"
     )
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -287,7 +372,22 @@ def main() -> None:
             runs[preset][method][seed] = json.loads(path.read_text())
         bar.update()
     bar.close()
-    summary = aggregate(runs, args.presets, args.seeds, args.methods)
+    summary = aggregate(runs, references, args.presets, args.seeds, args.methods)
+    if args.conformal_inner != "none":
+        checks = {}
+        for preset in args.presets:
+            path = work / "conformal" / f"{preset}-{args.size}-{args.conformal_inner}.json"
+            if not path.exists() and not args.aggregate_only:
+                inner_overrides = overrides.get(args.conformal_inner, {})
+                write_json(
+                    path, conformal_check(worlds[preset], args.conformal_inner, inner_overrides)
+                )
+            if path.exists():
+                checks[preset] = json.loads(path.read_text())
+        summary["conformal"] = {
+            "per_preset": checks,
+            "all_pass": all(c["passes"] for c in checks.values()) if checks else None,
+        }
     ran = {
         "size": args.size,
         "hidden_dim": args.hidden_dim,

@@ -200,3 +200,15 @@ def test_top_level_api_is_lazy():
     assert dprm.fit is dprm.train.fit and dprm.load is load
     with pytest.raises(AttributeError):
         dprm.no_such_name  # noqa: B018
+
+
+def test_nan_loss_and_unknown_select_metric_fail_loudly(world):
+    train, val = halves(world)
+    config = QRConfig(max_steps=5, eval_every=1)
+    model = QRCalibrator(world.hidden_dim, vars(config))
+    trainer = Trainer(model, train, val, config, seed=0, progress=False)
+    with pytest.raises(FloatingPointError, match="loss = nan at step 3"):
+        trainer.run(lambda batch, step: {"loss": float("nan") if step == 3 else 0.0})
+    bad = Trainer(model, train, val, QRConfig(select_metric="brier"), seed=0, progress=False)
+    with pytest.raises(ValueError, match="select_metric 'brier'"):
+        bad.run(lambda batch, step: {})

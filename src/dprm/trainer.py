@@ -245,14 +245,21 @@ class Trainer:
     ) -> list[dict]:
         """Call ``step_fn(batch, step)`` for steps 1..max_steps with evaluation and early stopping.
 
-        The model is evaluated before the first step too, so the best checkpoint is never worse
-        on the validation score than the initialisation. On return the best checkpoint is
-        loaded and ``self.summary`` holds best_step, best_score, steps, stopped_early, seconds.
+        The model is also evaluated before the first step (history entry 0). Checkpoints
+        become eligible from ``warmup_steps`` on (the last step always is; with
+        ``warmup_steps <= 0`` the initialisation is too). On return the best eligible
+        checkpoint is loaded and ``self.summary`` holds best_step, best_score, steps,
+        stopped_early, seconds.
+
+        Raises:
+            FloatingPointError: a logged loss or norm is NaN or infinite.
         """
         cfg, model = self.config, self.model
         started = time.perf_counter()
         history: list[dict] = []
         metrics = self.evaluate()
+        if cfg.select_metric not in metrics:
+            raise ValueError(f"select_metric {cfg.select_metric!r} is not one of {sorted(metrics)}")
         best_score, best_step = math.inf, 0
         best_state = copy.deepcopy(model.state_dict())
         if cfg.warmup_steps <= 0:

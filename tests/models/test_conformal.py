@@ -236,3 +236,36 @@ def test_train_fit_conformal_platt_and_nested_binomial(tmp_path):
         loaded.point_estimate(data.hidden, score), nested.point_estimate(data.hidden, score)
     )
     assert float(loaded.correction) == float(nested.correction)
+
+
+def test_cli_train_evaluate_ias_new_methods(tmp_path):
+    """``dprm train --method`` for the new methods, then ``dprm evaluate`` and ``dprm ias``."""
+    import json
+
+    from dprm.cli import main
+    from dprm.data.synth import write_world
+
+    paths = write_world(tmp_path / "w", "r1-qwen-7b__qwen-prm", size="tiny", progress=False)
+    fast = ["--set", "max_steps=6", "--set", "eval_every=3"]
+    commands = {
+        "isotonic": [],
+        "platt": [],
+        "binomial": fast,
+        "conformal": ["--set", "base_method=platt", "--set", "alpha=0.2"],
+    }
+    models = []
+    for method, extra in commands.items():
+        out = tmp_path / method
+        argv = ["train", "--method", method, "--data", str(paths["id/calib"]), "--out", str(out)]
+        assert main([*argv, "--quiet", *extra]) == 0
+        models += ["--model", str(out)]
+    metrics_path = tmp_path / "metrics.json"
+    argv = ["evaluate", "--data", str(paths["ood/calib"]), *models, "--out", str(metrics_path)]
+    assert main([*argv, "--quiet"]) == 0
+    metrics = json.loads(metrics_path.read_text())
+    assert set(commands) <= set(metrics)
+    assert math.isnan(metrics["platt"]["wql"]) and not math.isnan(metrics["binomial"]["wql"])
+    assert all(math.isfinite(metrics[m]["quantile_error_true"]) for m in commands)
+    argv = ["ias", "--bon", str(paths["ood/bon"]), *models, "--out", str(tmp_path / "ias")]
+    assert main([*argv, "--mc-trials", "0", "--quiet"]) == 0
+    assert any((tmp_path / "ias").iterdir())

@@ -191,3 +191,17 @@ def test_quantile_levels_chunks_agree_with_one_pass():
     torch.testing.assert_close(chunked, whole)
     per_record = net.quantile(context, levels[3].expand(37))
     torch.testing.assert_close(per_record, whole[:, 3])
+
+
+@pytest.mark.parametrize("hidden", [(), (6,), (7, 5)])
+def test_skipping_slope_or_potential_changes_nothing_else(hidden):
+    torch.manual_seed(0)
+    net = PICNN(5, hidden, x_init_scale=1.0).double()
+    context = torch.randn(9, 5, dtype=torch.float64)
+    for x in (torch.rand(9, dtype=torch.float64), torch.rand(9, 4, dtype=torch.float64)):
+        potential, slope = net(x, context)
+        only_potential, none = net(x, context, with_slope=False)
+        none_too, only_slope = net(x, context, with_potential=False)
+        assert none is None and none_too is None
+        torch.testing.assert_close(only_potential, potential, rtol=0, atol=1e-12)
+        torch.testing.assert_close(only_slope, slope, rtol=0, atol=1e-12)

@@ -26,7 +26,7 @@ def _train(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=not args.quiet,
         )
-    except CollapseError as err:
+    except (CollapseError, FloatingPointError) as err:
         print(f"dprm train: error: {err}; nothing written to {args.out}", file=sys.stderr)
         return 3
     run = {
@@ -100,8 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "states standardised with training statistics, early stopping on the validation "
             "calibration area. Writes a calibrator directory: config.json + model.safetensors, "
             "history.json (per evaluation) and run.json (resolved config, version, seed, data, "
-            "timing). A distribution calibrator that collapses to a constant map is an error "
-            "(exit 3) and nothing is written."
+            "timing). A distribution calibrator that collapses to a constant map, or a loss "
+            "that turns NaN, is an error (exit 3) and nothing is written."
         ),
     )
     parser.add_argument("--method", required=True, choices=methods, help="calibrator to fit")

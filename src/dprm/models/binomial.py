@@ -20,6 +20,13 @@ Q = sigmoid(T), so the likelihood is smooth everywhere and no gradient is lost t
 ``link="clamp"`` uses T on the probability scale clamped to [eps, 1 - eps] inside the
 likelihood (and to [0, 1] outside), like the other map calibrators. Both are monotone in tau.
 
+**Initialisation.** The map starts, for every h, at a smooth logit-normal law of p whose mean
+and variance match the counts' moments corrected for binomial noise (:func:`latent_logit_normal`),
+not at the step-shaped quantiles of the labels: n rollouts identify only n moments of the law of
+p, the likelihood is nearly flat in the other directions, and a step-shaped start stays
+step-shaped (measured on p ~ Beta(2, 5), n = 8: mean quantile error 0.022 from the label start,
+0.009 from the smooth start).
+
 **Model selection.** The early-stopping / checkpoint score is the validation negative
 log-likelihood of the counts (``select_metric="nll"``), not the calibration area: the
 calibration area compares Q with the quantiles of the noisy y, so a correct model of p (whose

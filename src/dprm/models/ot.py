@@ -77,15 +77,15 @@ class OTCalibrator(QuantileMapCalibrator):
         """
         g = self.net
         transported = g.quantile(g.embed(batch.hidden), batch.tau)
-        f_of_t, _ = self.dual.potential(context_f, transported)
+        f_of_t, _ = self.dual.potential(context_f, transported, with_slope=False)
         return (f_of_t - batch.tau * transported).mean(), transported
 
     def dual_loss(
         self, context_f: torch.Tensor, target: torch.Tensor, transported: torch.Tensor
     ) -> torch.Tensor:
         """f's objective E f(y, h) - E f(T, h), with T a constant."""
-        f_of_y, _ = self.dual.potential(context_f, target)
-        f_of_t, _ = self.dual.potential(context_f, transported.detach())
+        f_of_y, _ = self.dual.potential(context_f, target, with_slope=False)
+        f_of_t, _ = self.dual.potential(context_f, transported.detach(), with_slope=False)
         return (f_of_y - f_of_t).mean()
 
     @classmethod

@@ -77,37 +77,41 @@ class PICNNLayer(nn.Module):
 
     def forward(
         self, x: Tensor, z: Tensor | None, dz: Tensor | None, context: Tensor
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Pre-activation and its x-derivative.
 
         Args:
             x: [n, L, 1] scalar inputs.
-            z, dz: [n, L, in_width] previous activations and their x-derivatives (None for the
-                first layer; ``dz`` None to skip the slope).
+            z, dz: [n, L, in_width] previous activations and their x-derivatives (both None for
+                the first layer). After the first layer, ``z`` None skips the value and ``dz``
+                None skips the slope.
             context: [n, C].
 
         Returns:
-            (pre, dpre), each [n, L, out_width]; dpre is None when ``dz`` is None after the
-            first layer.
+            (pre, dpre), each [n, L, out_width] or None where skipped.
         """
         coef = self.x_coefficient(context)[:, None, :]  # [n, 1, out]
-        shift = self.shift(context)[:, None, :]
-        pre = torch.addcmul(shift, x, coef)
-        if not self.in_width:
+        first = not self.in_width
+        pre = None
+        if first or z is not None:
+            pre = torch.addcmul(self.shift(context)[:, None, :], x, coef)
+        if first:
             return pre, coef.expand_as(pre)
         gate = F.softplus(self.z_gate(context))  # [n, in]
         if x.shape[1] == 1:
-            # One input per context (training): one shared matmul over the batch.
+            # One input per context (training): one shared matmul over the batch. Value and
+            # slope go through the same linear z-path (the slope by linearity).
             weight = self.z_weight.t()
             gate = gate[:, None, :]
-            # Value and slope go through the same linear z-path (the slope by linearity).
-            dpre = None if dz is None else coef + (dz * gate) @ weight
-            return pre + (z * gate) @ weight, dpre
+            value = None if z is None else pre + (z * gate) @ weight
+            return value, None if dz is None else coef + (dz * gate) @ weight
         # Many inputs per context (inference at L levels): fold the positive gate into one
         # weight matrix per context, then a batched matmul-add per path.
         weight = gate[:, :, None] * self.z_weight.t()[None]  # [n, in, out]
-        dpre = None if dz is None else torch.baddbmm(coef.expand_as(pre), dz, weight)
-        return torch.baddbmm(pre, z, weight), dpre
+        value = None if z is None else torch.baddbmm(pre, z, weight)
+        if dz is None:
+            return value, None
+        return value, torch.baddbmm(coef.expand(-1, x.shape[1], -1), dz, weight)
 
 
 class PICNN(nn.Module):
@@ -141,8 +145,8 @@ class PICNN(nn.Module):
         nn.init.constant_(self.curvature.bias, _softplus_inverse(curvature_init))
 
     def forward(
-        self, x: Tensor, context: Tensor, with_slope: bool = True
-    ) -> tuple[Tensor, Tensor | None]:
+        self, x: Tensor, context: Tensor, with_slope: bool = True, with_potential: bool = True
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Potential g(x, u) and slope dg/dx.
 
         Args:
@@ -150,24 +154,27 @@ class PICNN(nn.Module):
             context: [n, C].
             with_slope: False skips the forward-mode slope (returned as None), e.g. to take
                 dg/dx by ``autograd.grad`` instead, as CondOT does.
+            with_potential: False skips what only the potential needs (the last hidden layer's
+                activation values and the output's value path), for the map T alone.
 
         Returns:
-            (potential, slope), each shaped like ``x``.
+            (potential, slope), each shaped like ``x`` (or None where skipped).
         """
         squeeze = x.dim() == 1
         x3 = (x[:, None] if squeeze else x)[..., None]  # [n, L, 1]
         z = dz = None
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             pre, dpre = layer(x3, z, dz, context)
-            z = F.softplus(pre)
+            last = i == len(self.layers) - 1
+            z = F.softplus(pre) if with_potential or not last else None
             if with_slope:  # softplus' = sigmoid (chain rule, forward mode)
                 dz = torch.sigmoid(pre) * dpre
         pre, dpre = self.output(x3, z, dz, context)
         curv = F.softplus(self.curvature(context))[:, None, :]  # [n, 1, 1]
-        potential = (pre + 0.5 * curv * x3 * x3)[..., 0]
+        potential = (pre + 0.5 * curv * x3 * x3)[..., 0] if with_potential else None
         slope = (dpre + curv * x3)[..., 0] if with_slope else None
         if squeeze:
-            return potential[:, 0], None if slope is None else slope[:, 0]
+            return tuple(None if t is None else t[:, 0] for t in (potential, slope))
         return potential, slope
 
 
@@ -317,29 +324,33 @@ class QuantileMapNet(nn.Module):
         return self.context_mlp(hidden_std)
 
     def potential(
-        self, context: Tensor, x: Tensor, with_slope: bool = True
-    ) -> tuple[Tensor, Tensor | None]:
+        self, context: Tensor, x: Tensor, with_slope: bool = True, with_potential: bool = True
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Potential and its x-derivative (the map), each shaped like ``x`` ([n] or [n, L]).
 
-        ``with_slope=False`` returns (potential, None) without the forward-mode slope.
+        ``with_slope=False`` skips the forward-mode slope and ``with_potential=False`` the
+        potential (returned as None).
         """
         base_potential, base_slope = self.base(x)
         scale = F.softplus(self.base_scale(context))  # [n, 1]
         if x.dim() == 1:
             scale = scale[:, 0]
-        learned_potential, learned_slope = self.picnn(x, context, with_slope)
-        potential = scale * base_potential + learned_potential
-        slope = scale * base_slope + learned_slope if with_slope else None
-        if self.barrier:
-            below, above = (-x).clamp(min=0.0), (x - 1.0).clamp(min=0.0)
-            potential = potential + 0.5 * self.barrier * (below**2 + above**2)
-            if with_slope:
+        learned_potential, learned_slope = self.picnn(x, context, with_slope, with_potential)
+        potential = slope = None
+        below, above = (-x).clamp(min=0.0), (x - 1.0).clamp(min=0.0)
+        if with_potential:
+            potential = scale * base_potential + learned_potential
+            if self.barrier:
+                potential = potential + 0.5 * self.barrier * (below**2 + above**2)
+        if with_slope:
+            slope = scale * base_slope + learned_slope
+            if self.barrier:
                 slope = slope + self.barrier * (above - below)
         return potential, slope
 
     def quantile(self, context: Tensor, tau: Tensor) -> Tensor:
         """T(tau | h): tau [n] (one level per record) or [n, L] -> same shape."""
-        return self.potential(context, tau)[1]
+        return self.potential(context, tau, with_potential=False)[1]
 
     def quantile_levels(self, context: Tensor, levels: Tensor) -> Tensor:
         """T at shared levels [L] for every context: [n, L], computed in row chunks.

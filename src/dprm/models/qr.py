@@ -45,12 +45,13 @@ class QRCalibrator(Calibrator):
         levels = np.asarray(resolved.levels, dtype=np.float64)
         if levels.ndim != 1 or len(levels) < 2 or (np.diff(levels) <= 0).any():
             raise ValueError(f"qr levels must be strictly increasing, got {resolved.levels}")
+        self._levels = levels  # exact (float64) for lookups; the buffer is float32
         self.register_buffer("levels", torch.as_tensor(levels, dtype=torch.float32))
         self.head = nn.Linear(hidden_dim, len(levels))
 
     @property
     def fixed_levels(self) -> np.ndarray:
-        return self.levels.double().numpy()
+        return self._levels.copy()
 
     def forward_standardized(
         self, hidden_std: Tensor, prm_score: Tensor | None = None
