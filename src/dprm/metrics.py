@@ -135,7 +135,9 @@ def true_quantiles(true_mu, true_sigma, levels) -> np.ndarray:
     from statistics import NormalDist
 
     z = np.array([NormalDist().inv_cdf(float(t)) for t in np.clip(levels, 1e-12, 1 - 1e-12)])
-    logit = np.asarray(true_mu, np.float64)[:, None] + np.asarray(true_sigma, np.float64)[:, None] * z
+    logit = (
+        np.asarray(true_mu, np.float64)[:, None] + np.asarray(true_sigma, np.float64)[:, None] * z
+    )
     return 1.0 / (1.0 + np.exp(-logit))
 
 

@@ -69,7 +69,8 @@ def _check_columns(
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise DataError(
-            path, f"missing column(s) {missing}; expected columns {list(required)} (have {list(df.columns)})"
+            path,
+            f"missing column(s) {missing}; expected columns {list(required)} (have {list(df.columns)})",
         )
     for name, (kinds, _) in {**required, **(optional or {})}.items():
         if name not in df.columns:
@@ -97,14 +98,16 @@ def _check_columns(
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
                 raise DataError(
-                    path, f"column '{name}' row {row}: expected a finite number, found {values[row]}"
+                    path,
+                    f"column '{name}' row {row}: expected a finite number, found {values[row]}",
                 )
             if name in UNIT_INTERVAL:
                 out = (values < 0) | (values > 1)
                 if out.any():
                     row = int(np.flatnonzero(out)[0])
                     raise DataError(
-                        path, f"column '{name}' row {row}: expected a value in [0, 1], found {values[row]}"
+                        path,
+                        f"column '{name}' row {row}: expected a value in [0, 1], found {values[row]}",
                     )
 
 
@@ -150,7 +153,9 @@ def _open_hidden(path: Path, n_rows: int, dim: int, rows_from: Path) -> np.ndarr
     if hidden.dtype not in (np.float16, np.float32):
         raise DataError(path, f"expected dtype float16 or float32, found {hidden.dtype}")
     if hidden.ndim != 2:
-        raise DataError(path, f"expected a 2-D array [rows, hidden_dim], found shape {hidden.shape}")
+        raise DataError(
+            path, f"expected a 2-D array [rows, hidden_dim], found shape {hidden.shape}"
+        )
     if hidden.shape[0] != n_rows:
         raise DataError(
             path,
@@ -168,7 +173,9 @@ def check_hidden_finite(hidden: np.ndarray, path: Path, chunk_rows: int = 8192) 
         bad = ~np.isfinite(block)
         if bad.any():
             r, c = np.argwhere(bad)[0]
-            raise DataError(path, f"row {start + r}, column {c}: expected a finite number, found {block[r, c]}")
+            raise DataError(
+                path, f"row {start + r}, column {c}: expected a finite number, found {block[r, c]}"
+            )
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -186,7 +193,12 @@ def _to_table(df: pd.DataFrame, schema: dict[str, tuple[str, pa.DataType]]) -> p
     for name in df.columns:
         col = df[name]
         if name in schema:
-            arrays.append(pa.array(col.to_numpy() if schema[name][1] != pa.string() else col.astype(str).tolist(), type=schema[name][1]))
+            arrays.append(
+                pa.array(
+                    col.to_numpy() if schema[name][1] != pa.string() else col.astype(str).tolist(),
+                    type=schema[name][1],
+                )
+            )
         else:
             arrays.append(pa.array(col))
         names.append(name)
@@ -214,7 +226,8 @@ class CalibrationSet:
     def n_correct(self) -> np.ndarray:
         """Successful rollouts per record [N] (int64), recovered from success_prob x n_rollouts."""
         return np.rint(
-            self.records["success_prob"].to_numpy(np.float64) * self.records["n_rollouts"].to_numpy()
+            self.records["success_prob"].to_numpy(np.float64)
+            * self.records["n_rollouts"].to_numpy()
         ).astype(np.int64)
 
     @property
@@ -225,7 +238,10 @@ class CalibrationSet:
         """Rows ``rows`` (sorted indices) as a new set; the hidden states stay memory-mapped."""
         rows = np.asarray(rows)
         return CalibrationSet(
-            self.records.iloc[rows].reset_index(drop=True), _RowView(self.hidden, rows), self.meta, self.path
+            self.records.iloc[rows].reset_index(drop=True),
+            _RowView(self.hidden, rows),
+            self.meta,
+            self.path,
         )
 
 
@@ -278,7 +294,10 @@ def read_calibration_set(path: str | os.PathLike, *, check_hidden: bool = True) 
     """Load and validate a calibration set directory (hidden states memory-mapped)."""
     path = Path(path)
     if not path.is_dir():
-        raise DataError(path, "not a directory (expected a calibration set: records.parquet, hidden_states.npy, meta.json)")
+        raise DataError(
+            path,
+            "not a directory (expected a calibration set: records.parquet, hidden_states.npy, meta.json)",
+        )
     meta = _check_meta(read_json(path / "meta.json"), path / "meta.json", "calibration")
     records_path = path / "records.parquet"
     records = _read_parquet(records_path)
@@ -294,7 +313,10 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     """Load and validate a best-of-N set directory."""
     path = Path(path)
     if not path.is_dir():
-        raise DataError(path, "not a directory (expected a BoN set: questions.parquet, responses.parquet, hidden_states.npy, meta.json)")
+        raise DataError(
+            path,
+            "not a directory (expected a BoN set: questions.parquet, responses.parquet, hidden_states.npy, meta.json)",
+        )
     meta = _check_meta(read_json(path / "meta.json"), path / "meta.json", "bon")
     qpath, rpath = path / "questions.parquet", path / "responses.parquet"
     questions = _read_parquet(qpath)
@@ -302,14 +324,18 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     dup = questions["question_id"].duplicated()
     if dup.any():
         row = int(np.flatnonzero(dup.to_numpy())[0])
-        raise DataError(qpath, f"column 'question_id' row {row}: duplicate id {questions['question_id'].iloc[row]!r}")
+        raise DataError(
+            qpath,
+            f"column 'question_id' row {row}: duplicate id {questions['question_id'].iloc[row]!r}",
+        )
     responses = _read_parquet(rpath)
     _check_columns(responses, rpath, BON_RESPONSE_COLUMNS)
     unknown = ~responses["question_id"].isin(set(questions["question_id"]))
     if unknown.any():
         row = int(np.flatnonzero(unknown.to_numpy())[0])
         raise DataError(
-            rpath, f"column 'question_id' row {row}: {responses['question_id'].iloc[row]!r} is not in questions.parquet"
+            rpath,
+            f"column 'question_id' row {row}: {responses['question_id'].iloc[row]!r} is not in questions.parquet",
         )
     hidden = _open_hidden(path / HIDDEN_FILE, len(questions), meta["hidden_dim"], qpath)
     if check_hidden:
@@ -369,7 +395,10 @@ class SetWriter:
         self._ctx = atomic_dir(self.path, overwrite=self.overwrite)
         self._tmp = self._ctx.__enter__()
         self.hidden = np.lib.format.open_memmap(
-            self._tmp / HIDDEN_FILE, mode="w+", dtype=self.dtype, shape=(self.n_rows, self.hidden_dim)
+            self._tmp / HIDDEN_FILE,
+            mode="w+",
+            dtype=self.dtype,
+            shape=(self.n_rows, self.hidden_dim),
         )
         return self
 
@@ -392,18 +421,30 @@ class SetWriter:
         if self.records is None:
             raise ValueError("SetWriter: records (or BoN questions) were never set")
         if self.kind == "calibration":
-            _check_columns(self.records, self.path / "records.parquet", CALIBRATION_COLUMNS, CALIBRATION_OPTIONAL)
+            _check_columns(
+                self.records,
+                self.path / "records.parquet",
+                CALIBRATION_COLUMNS,
+                CALIBRATION_OPTIONAL,
+            )
             _check_counts(self.records, self.path / "records.parquet")
-            pq.write_table(_to_table(self.records, {**CALIBRATION_COLUMNS, **CALIBRATION_OPTIONAL}), tmp / "records.parquet")
+            pq.write_table(
+                _to_table(self.records, {**CALIBRATION_COLUMNS, **CALIBRATION_OPTIONAL}),
+                tmp / "records.parquet",
+            )
         else:
             if self.responses is None:
                 raise ValueError("SetWriter: BoN responses were never set")
             _check_columns(self.records, self.path / "questions.parquet", BON_QUESTION_COLUMNS)
             _check_columns(self.responses, self.path / "responses.parquet", BON_RESPONSE_COLUMNS)
             pq.write_table(_to_table(self.records, BON_QUESTION_COLUMNS), tmp / "questions.parquet")
-            pq.write_table(_to_table(self.responses, BON_RESPONSE_COLUMNS), tmp / "responses.parquet")
+            pq.write_table(
+                _to_table(self.responses, BON_RESPONSE_COLUMNS), tmp / "responses.parquet"
+            )
         if len(self.records) != self.n_rows:
-            raise ValueError(f"SetWriter: {len(self.records)} records but {self.n_rows} hidden-state rows")
+            raise ValueError(
+                f"SetWriter: {len(self.records)} records but {self.n_rows} hidden-state rows"
+            )
         write_json(tmp / "meta.json", meta)
 
 
