@@ -1,11 +1,14 @@
 """Benchmark of the ``ot`` calibrator: the three measurements of the issue, side by side.
 
 1. ms per OT training step (g update every batch, f every ``f_every``-th; batch 256, the
-   default paper-size network, D = 3584) with T = dg/dtau carried forward (forward-mode slope,
-   one ordinary backward) vs T = ``autograd.grad(g, tau, create_graph=True)`` (CondOT's double
-   backward) on the same network and batches. Reported for the whole step and for the map
-   head alone (context embeddings precomputed), since at D = 3584 the context MLP's first
-   layer, identical in both variants, dominates the step. Target >= 3x.
+   default paper-size network, D = 3584): dprm's step (T = dg/dtau carried forward by
+   forward-mode slope; f's slope at T enters g's gradient as a constant weight, so g's step is
+   one ordinary backward through g alone) vs CondOT's (T = ``autograd.grad(g, tau,
+   create_graph=True)``, backward through f(T) and the double graph), on the same network and
+   batches, timed in interleaved rounds (medians). Reported for the whole step and for the map
+   heads alone (context embeddings precomputed), since at D = 3584 the context MLP's first
+   layer, identical in both variants, is a large share of the step. A third row isolates the
+   slope mode: the same loss code, only how T is obtained differs. Target >= 3x.
 2. Wall time of a full ``dprm.fit("ot", ...)`` on 50,000 records x 3584 dims (synthetic paper
    world, float16 memory-mapped): standardiser, training, validation, collapse check. Target
    <= 5 min on 2 CPU cores.
@@ -41,8 +44,14 @@ def transport_autograd(net, context: torch.Tensor, tau: torch.Tensor) -> torch.T
     return slope
 
 
-def make_step(model: OTCalibrator, forward_mode: bool, head_only: bool):
-    """One OT training step (g, and f every ``f_every``-th call) in either mode."""
+def make_step(model: OTCalibrator, mode: str, head_only: bool):
+    """One OT training step (g every call, f every ``f_every``-th call).
+
+    ``mode``: "dprm" is dprm's step (``OTCalibrator.transport_loss``: forward-mode T, f's slope
+    at T as a constant weight, one backward through g alone); "condot" is CondOT's step
+    (T = ``autograd.grad(g, tau, create_graph=True)``, backward through f(T) and the double
+    graph). Same network, optimisers, batches and f step.
+    """
     g, f = model.net, model.dual
     g_params = [p for p in g.parameters() if p.requires_grad]
     f_params = [p for p in f.parameters() if p.requires_grad]
@@ -59,12 +68,12 @@ def make_step(model: OTCalibrator, forward_mode: bool, head_only: bool):
                 context_f = f.embed(hidden)
         f.requires_grad_(False)
         context_g = hidden["g"] if head_only else g.embed(hidden)
-        if forward_mode:
-            transported = g.quantile(context_g, tau)
+        if mode == "dprm":
+            loss_g, transported = model.transport_loss(context_g, tau, context_f.detach())
         else:
             transported = transport_autograd(g, context_g, tau)
-        f_of_t, _ = f.potential(context_f.detach(), transported, with_slope=False)
-        loss_g = (f_of_t - tau * transported).mean()
+            f_of_t, _ = f.potential(context_f.detach(), transported, with_slope=False)
+            loss_g = (f_of_t - tau * transported).mean()
         opt_g.zero_grad(set_to_none=True)
         loss_g.backward()
         torch.nn.utils.clip_grad_norm_(g_params, 1.0)
@@ -82,38 +91,54 @@ def make_step(model: OTCalibrator, forward_mode: bool, head_only: bool):
     return step
 
 
-def time_steps(dim: int, forward_mode: bool, head_only: bool, n_steps: int, seed: int = 0) -> float:
-    torch.manual_seed(seed)
-    model = OTCalibrator(dim)
+def median_ms(variants: dict, n_steps: int, rounds: int = 5) -> dict[str, float]:
+    """Median ms per call of each variant, timed in interleaved rounds (the machine is shared)."""
+    for run in variants.values():  # warm-up
+        for i in range(6):
+            run(i + 1)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            for i in range(n_steps):
+                run(i + 1)
+            times[name].append((time.perf_counter() - start) / n_steps * 1e3)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def time_steps(dim: int, head_only: bool, n_steps: int, seed: int = 0) -> dict[str, float]:
+    """ms per training step, dprm's vs CondOT's, on copies of one network and the same batches."""
     rng = np.random.default_rng(seed)
-    model.net.init_marginal(rng.beta(1, 3, 1000))
-    model.dual.init_marginal(rng.beta(1, 3, 1000), inverse=True)
-    step = make_step(model, forward_mode, head_only)
-    batches = []
-    for _ in range(4):
-        hidden = torch.randn(256, dim)
-        if head_only:  # precomputed contexts: only the PICNN heads train
-            with torch.no_grad():
-                hidden = {"g": model.net.embed(hidden), "f": model.dual.embed(hidden)}
-        batches.append(
-            (hidden, torch.rand(256), torch.from_numpy(rng.beta(1, 3, 256).astype(np.float32)))
-        )
-    for i in range(6):  # warm-up
-        step(i + 1, *batches[i % 4])
-    start = time.perf_counter()
-    for i in range(n_steps):
-        step(i + 1, *batches[i % 4])
-    return (time.perf_counter() - start) / n_steps * 1e3
+    targets = rng.beta(1, 3, 1000)
+    variants = {}
+    for mode in ("dprm", "condot"):
+        torch.manual_seed(seed)
+        model = OTCalibrator(dim)
+        model.init_marginal(targets)
+        batch_rng = np.random.default_rng(seed)
+        batches = []
+        for _ in range(4):
+            hidden = torch.from_numpy(batch_rng.normal(size=(256, dim)).astype(np.float32))
+            if head_only:  # precomputed contexts: only the PICNN heads train
+                with torch.no_grad():
+                    hidden = {"g": model.net.embed(hidden), "f": model.dual.embed(hidden)}
+            tau = torch.from_numpy(batch_rng.random(256).astype(np.float32))
+            target = torch.from_numpy(batch_rng.beta(1, 3, 256).astype(np.float32))
+            batches.append((hidden, tau, target))
+        step = make_step(model, mode, head_only)
+        variants[mode] = lambda i, step=step, batches=batches: step(i, *batches[i % 4])
+    return median_ms(variants, n_steps)
 
 
-def time_map_loss(forward_mode: bool, n_steps: int, batch: int = 256) -> float:
-    """ms for T, g's loss and one backward only (no optimiser): the part the slope mode changes."""
+def time_map_loss(n_steps: int, batch: int = 256) -> dict[str, float]:
+    """ms for T, g's loss f(T) - tau T and one backward, no optimiser, the loss code shared:
+    only how T is obtained differs (forward-mode slope vs autograd with create_graph)."""
     torch.manual_seed(0)
     model = OTCalibrator(16)
     g, f = model.net, model.dual
     context_g, context_f, tau = torch.randn(batch, 16), torch.randn(batch, 16), torch.rand(batch)
 
-    def run() -> None:
+    def run(forward_mode: bool) -> None:
         transported = (
             g.quantile(context_g, tau) if forward_mode else transport_autograd(g, context_g, tau)
         )
@@ -121,12 +146,7 @@ def time_map_loss(forward_mode: bool, n_steps: int, batch: int = 256) -> float:
             f.potential(context_f, transported, with_slope=False)[0] - tau * transported
         ).mean().backward()
 
-    for _ in range(5):
-        run()
-    start = time.perf_counter()
-    for _ in range(n_steps):
-        run()
-    return (time.perf_counter() - start) / n_steps * 1e3
+    return median_ms({"dprm": lambda i: run(True), "condot": lambda i: run(False)}, n_steps)
 
 
 def check_same_map(dim: int = 64) -> float:
@@ -178,24 +198,23 @@ def main() -> int:
     )
 
     for head_only in (False, True):
-        forward = time_steps(args.dim, True, head_only, args.steps)
-        double = time_steps(args.dim, False, head_only, args.steps)
-        what = "map heads only" if head_only else f"full step, D={args.dim}"
+        ms = time_steps(args.dim, head_only, args.steps)
+        what = "map heads only" if head_only else f"whole step, D={args.dim}"
         rows.append(
             (
-                f"ms/step forward-mode vs autograd ({what})",
-                f"{forward:.1f} vs {double:.1f}",
-                f"{double / forward:.2f}x",
+                f"ms/step dprm vs CondOT-style ({what})",
+                f"{ms['dprm']:.1f} vs {ms['condot']:.1f}",
+                f"{ms['condot'] / ms['dprm']:.2f}x",
                 ">= 3x",
             )
         )
-    forward, double = time_map_loss(True, 4 * args.steps), time_map_loss(False, 4 * args.steps)
+    ms = time_map_loss(4 * args.steps)
     rows.append(
         (
-            "ms for T + g loss + backward only",
-            f"{forward:.2f} vs {double:.2f}",
-            f"{double / forward:.2f}x",
-            ">= 3x",
+            "ms for T + f(T) - tau T + backward (slope mode only)",
+            f"{ms['dprm']:.2f} vs {ms['condot']:.2f}",
+            f"{ms['condot'] / ms['dprm']:.2f}x",
+            "(isolates the slope)",
         )
     )
 

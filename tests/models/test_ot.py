@@ -123,3 +123,37 @@ def test_both_potentials_convex_by_parameterisation(logit_fit):
         for net in (model.net, model.dual):
             _, slope = net.potential(net.embed(h), x)
             assert (slope.diff(dim=1) >= -1e-5).all()
+
+
+def test_transport_loss_gradient_is_the_objectives():
+    """g's loss backpropagates through g alone, yet its gradient and value are those of
+    E f(T, h) - tau T with T = dg/dtau taken by double backward (CondOT), in float64."""
+    torch.manual_seed(0)
+    model = OTCalibrator(3, {"context_hidden": "8", "picnn_hidden": "8,8"}).double()
+    model.init_marginal(np.random.default_rng(0).beta(2, 5, 500))
+    for p in model.parameters():  # move off the initial optimum, where the gradient is ~0
+        p.data.add_(0.3 * torch.randn_like(p))
+    hidden = torch.randn(64, 3, dtype=torch.float64)
+    tau = torch.rand(64, dtype=torch.float64)
+    context_f = model.dual.embed(hidden).detach()
+    g_params = list(model.net.parameters())
+
+    loss, _ = model.transport_loss(model.net.embed(hidden), tau, context_f)
+    ours = torch.autograd.grad(loss, g_params, allow_unused=True)
+
+    x = tau.clone().requires_grad_(True)
+    potential, _ = model.net.potential(model.net.embed(hidden), x, with_slope=False)
+    (slope,) = torch.autograd.grad(potential.sum(), x, create_graph=True)
+    f_of_t, _ = model.dual.potential(context_f, slope, with_slope=False)
+    reference = (f_of_t - tau * slope).mean()
+    expected = torch.autograd.grad(reference, g_params, allow_unused=True)
+
+    torch.testing.assert_close(loss, reference, rtol=0, atol=1e-12)
+    assert (
+        max(float(e.abs().max()) for e in expected if e is not None) > 1e-4
+    )  # a real gradient, not ~0
+    for param, got, want in zip(g_params, ours, expected, strict=True):
+        # A parameter T does not depend on (e.g. the potential's constant shift) has no gradient.
+        zero = torch.zeros_like(param)
+        got, want = zero if got is None else got, zero if want is None else want
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from dprm import __version__
 from dprm.io import DataError, atomic_dir, read_json
@@ -133,6 +134,20 @@ class Standardizer(nn.Module):
     def forward(self, hidden: Tensor) -> Tensor:
         return (hidden.float() - self.mean) / self.scale
 
+    def linear(self, hidden: Tensor, layer: nn.Linear) -> Tensor:
+        """``layer(self(hidden))`` without the standardised copy of ``hidden``.
+
+        The standardisation is folded into the layer, W (h - mean) / scale + b =
+        (W / scale) h + (b - (W / scale) mean), so raw rows [n, D] (float16 or float32) go
+        through one cast and one matmul: at D = 3584 this halves the time to embed a
+        memory-mapped set.
+        """
+        weight = layer.weight / self.scale  # [out, D]
+        bias = weight @ -self.mean
+        if layer.bias is not None:
+            bias = bias + layer.bias
+        return F.linear(hidden.float(), weight, bias)
+
 
 class Calibrator(nn.Module):
     """Base class: maps (hidden [n, D], prm_score [n]) to a :class:`QuantileFunction`.
@@ -170,7 +185,8 @@ class Calibrator(nn.Module):
             stop = min(start + batch_size, n)
             h = None
             if hidden is not None and self.uses_hidden:
-                h = torch.from_numpy(np.array(hidden[start:stop], dtype=np.float32))
+                # Stored dtype (float16 or float32): the model casts once, with torch's kernels.
+                h = torch.from_numpy(np.array(hidden[start:stop]))
             s = None
             if prm_score is not None:
                 s = torch.from_numpy(np.array(prm_score[start:stop], dtype=np.float32))

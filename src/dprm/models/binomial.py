@@ -166,11 +166,9 @@ class BinomialCalibrator(QuantileMapCalibrator):
         if self.settings.link not in LINKS:
             raise ValueError(f"binomial: link must be one of {LINKS}, got {self.settings.link!r}")
 
-    def forward_standardized(
-        self, hidden_std: Tensor, prm_score: Tensor | None = None
-    ) -> MapQuantiles:
+    def quantile_function(self, context: Tensor) -> MapQuantiles:
         quantiles = SigmoidMapQuantiles if self.settings.link == "logit" else MapQuantiles
-        return quantiles(self.net, self.net.embed(hidden_std))
+        return quantiles(self.net, context)
 
     def raw_map(self, hidden_std: Tensor, levels: Tensor) -> Tensor:
         """Unclipped map outputs T [B, M] at per-record levels [B, M]."""

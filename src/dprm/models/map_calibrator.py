@@ -77,10 +77,15 @@ class QuantileMapCalibrator(Calibrator):
         self.settings = resolved
         self.net = build_net(hidden_dim, resolved)
 
+    def quantile_function(self, context: Tensor) -> MapQuantiles:
+        """The quantile function of a batch from its embedded context u0 [n, C]."""
+        return MapQuantiles(self.net, context)
+
     def forward_standardized(
         self, hidden_std: Tensor, prm_score: Tensor | None = None
     ) -> MapQuantiles:
-        return MapQuantiles(self.net, self.net.embed(hidden_std))
+        return self.quantile_function(self.net.embed(hidden_std))
 
     def forward(self, hidden: Tensor, prm_score: Tensor | None = None) -> MapQuantiles:
-        return self.forward_standardized(self.standardizer(hidden), prm_score)
+        mlp = self.net.context_mlp  # first layer with the standardisation folded in
+        return self.quantile_function(mlp[1:](self.standardizer.linear(hidden, mlp[0])))

@@ -17,7 +17,8 @@ Why this does not collapse: both networks start at the unconditional optimum. g 
 dg/dtau = Q0, the marginal quantile function of the training targets, and f with df/dy = Q0^-1
 (the marginal CDF), its exact convex conjugate; at that point the g gradient f'(T) - tau is zero
 and the min-max only has to learn how the distribution moves with h. The PICNN x-paths start
-small, and T is computed by forward-mode slope (one backward pass per update).
+small, and T is computed by forward-mode slope (one backward pass per update, through g
+alone for the g step: f's slope at T is a constant weight there).
 """
 
 from __future__ import annotations
@@ -67,18 +68,24 @@ class OTCalibrator(QuantileMapCalibrator):
         self.dual.init_marginal(targets, inverse=True)
 
     def transport_loss(
-        self, batch: Batch, context_f: torch.Tensor
+        self, context_g: torch.Tensor, tau: torch.Tensor, context_f: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """g's objective E f(T, h) - tau T and the transported levels T(tau, h) [b].
 
         Args:
-            batch: the training batch (tau drawn per record).
+            context_g: g's context for the batch [b, C].
+            tau: source levels [b], one per record.
             context_f: f's context for the batch [b, C], treated as a constant.
         """
-        g = self.net
-        transported = g.quantile(g.embed(batch.hidden), batch.tau)
-        f_of_t, _ = self.dual.potential(context_f, transported, with_slope=False)
-        return (f_of_t - batch.tau * transported).mean(), transported
+        transported = self.net.quantile(context_g, tau)
+        # d/d theta_g [f(T) - tau T] = (f'(T) - tau) dT/d theta_g: f's value and slope at T come
+        # from one forward pass without a graph, so the backward runs through g alone.
+        with torch.no_grad():
+            f_of_t, f_slope = self.dual.potential(context_f, transported)
+            value = (f_of_t - tau * transported).mean()
+        surrogate = ((f_slope - tau) * transported).mean()
+        # Same gradient as the objective, and the objective's value for the logs.
+        return surrogate + (value - surrogate).detach(), transported
 
     def dual_loss(
         self, context_f: torch.Tensor, target: torch.Tensor, transported: torch.Tensor
@@ -110,7 +117,8 @@ class OTCalibrator(QuantileMapCalibrator):
                 context_f = model.dual.embed(batch.hidden)
             # g step: f's parameters are constants (no gradients computed for them).
             model.dual.requires_grad_(False)
-            loss_g, transported = model.transport_loss(batch, context_f.detach())
+            context_g = model.net.embed(batch.hidden)
+            loss_g, transported = model.transport_loss(context_g, batch.tau, context_f.detach())
             norm_g = trainer.update(loss_g, opt_g, sched_g, g_params)
             model.dual.requires_grad_(True)
             logs = {"loss_g": loss_g.item(), "grad_norm_g": norm_g}

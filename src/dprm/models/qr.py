@@ -59,7 +59,8 @@ class QRCalibrator(Calibrator):
         return FixedLevels(torch.sigmoid(self.head(hidden_std)), self.levels)
 
     def forward(self, hidden: Tensor, prm_score: Tensor | None = None) -> FixedLevels:
-        return self.forward_standardized(self.standardizer(hidden), prm_score)
+        logits = self.standardizer.linear(hidden, self.head)
+        return FixedLevels(torch.sigmoid(logits), self.levels)
 
     @staticmethod
     def loss(model: QRCalibrator, batch: Batch) -> Tensor:
