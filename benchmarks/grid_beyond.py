@@ -44,7 +44,7 @@ from dprm import __version__
 from dprm.data import read_bon_set, read_calibration_set
 from dprm.data.synth import GENERATORS, write_world
 from dprm.evaluation import evaluate_calibrator
-from dprm.ias import run_ias, truth_estimate
+from dprm.ias import Pools, exact_accuracy_table, lookup, run_ias, run_sweeps, truth_estimate
 from dprm.io import write_json
 from dprm.train import CollapseError, fit
 
@@ -62,11 +62,22 @@ def world_dir(work: Path, preset: str, size: str, hidden_dim: int | None) -> Pat
     return path
 
 
-def frontier_points(summary) -> list[dict]:
-    """The C-sweep rows (C, cost, accuracy) of one method, sorted by cost."""
+def frontier_points(summary, budgets=None, bon=None) -> list[dict]:
+    """The C-sweep rows (C, cost, accuracy) of one method, sorted by cost.
+
+    With ``budgets`` (the sweep's per-question budgets, one method) and ``bon``, each point also
+    carries ``per_question``: the exact accuracy of every question [Q] at that C, so that two
+    methods can be compared question by question (paired standard errors).
+    """
     rows = summary[summary["sweep"] == "C"].sort_values("cost")
+    per_question = {}
+    if budgets is not None:
+        table = exact_accuracy_table(Pools.from_bon(bon))
+        for c, group in budgets[budgets["sweep"] == "C"].groupby("C", sort=False):
+            per_question[float(c)] = np.round(lookup(table, group["n"].to_numpy()), 6).tolist()
     return [
         {"C": float(r.C), "cost": float(r.cost), "accuracy": float(r.accuracy)}
+        | ({"per_question": per_question[float(r.C)]} if per_question else {})
         for r in rows.itertuples()
     ]
 
@@ -83,25 +94,26 @@ def run_one(world: Path, method: str, seed: int, overrides: dict) -> dict:
     result: dict = {"collapsed": False, "seconds": None, "training": model.info.get("training")}
     for split in SPLITS:
         metrics = evaluate_calibrator(model, read_calibration_set(world / split / "calib"))
-        summary, _ = run_ias(
-            read_bon_set(world / split / "bon"), {method: model}, include_base=False, mc_trials=0
-        )
-        result[split] = {"metrics": metrics, "frontier": frontier_points(summary)}
+        bon = read_bon_set(world / split / "bon")
+        summary, budgets = run_ias(bon, {method: model}, include_base=False, mc_trials=0)
+        result[split] = {"metrics": metrics, "frontier": frontier_points(summary, budgets, bon)}
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
 
 
 def reference_frontiers(world: Path) -> dict:
     """Base (raw PRM score) and the truth oracle's C-sweep curves per split."""
-    from dprm.ias import Pools, run_sweeps
     from dprm.models.base_prm import BaseCalibrator
 
     out = {}
     for split in SPLITS:
         bon = read_bon_set(world / split / "bon")
         summary, _ = run_ias(bon, {"base": BaseCalibrator(bon.hidden_dim)}, mc_trials=0)
-        truth, _ = run_sweeps(Pools.from_bon(bon), [truth_estimate(bon)], mc_trials=0)
-        out[split] = {"base": frontier_points(summary), "truth": frontier_points(truth)}
+        truth, budgets = run_sweeps(Pools.from_bon(bon), [truth_estimate(bon)], mc_trials=0)
+        out[split] = {
+            "base": frontier_points(summary),
+            "truth": frontier_points(truth, budgets, bon),
+        }
     return out
 
 
@@ -179,39 +191,69 @@ def _nanmean(values) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def _vector(point: dict) -> np.ndarray | None:
+    pq = point.get("per_question")
+    return None if pq is None else np.asarray(pq, dtype=np.float64)
+
+
 def matched_differences(first: list[dict], second: list[dict]) -> list[dict]:
-    """first - second accuracy at matched costs, interpolating each curve at the other's costs."""
+    """first - second accuracy at matched costs, interpolating each curve at the other's costs.
+
+    Where both curves carry per-question accuracies, the other curve's per-question vector is
+    interpolated the same way (linearly in cost between its two neighbouring C points), and
+    ``se`` is the paired standard error over questions of the difference: the sampling
+    tolerance of the comparison on this question set.
+    """
     out = []
     for a, b, sign in ((first, second, 1.0), (second, first, -1.0)):
+        b = sorted(b, key=lambda p: p["cost"])
         cost_b = np.array([p["cost"] for p in b])
         acc_b = np.array([p["accuracy"] for p in b])
         for p in a:
-            if cost_b.min() - 1e-12 <= p["cost"] <= cost_b.max() + 1e-12:
-                other = float(np.interp(p["cost"], cost_b, acc_b))
-                out.append({"cost": p["cost"], "diff": sign * (p["accuracy"] - other)})
+            if not cost_b.min() - 1e-12 <= p["cost"] <= cost_b.max() + 1e-12:
+                continue
+            other = float(np.interp(p["cost"], cost_b, acc_b))
+            item = {"cost": p["cost"], "diff": sign * (p["accuracy"] - other)}
+            mine, hi = _vector(p), int(np.searchsorted(cost_b, p["cost"]))
+            hi = min(max(hi, 1), len(b) - 1) if len(b) > 1 else 0
+            lo = max(hi - 1, 0)
+            below, above = _vector(b[lo]), _vector(b[hi])
+            if mine is not None and below is not None and above is not None:
+                gap = cost_b[hi] - cost_b[lo]
+                w = 0.0 if gap <= 0 else float(np.clip((p["cost"] - cost_b[lo]) / gap, 0, 1))
+                d = sign * (mine - ((1 - w) * below + w * above))
+                item["se"] = float(d.std(ddof=1) / np.sqrt(len(d)))
+            out.append(item)
     return out
 
 
 def seed_mean_frontier(results: list[dict], split: str) -> list[dict]:
-    """Cost and accuracy averaged over seeds at each C (empty if no finished run)."""
+    """Cost, accuracy (and per-question accuracy) averaged over seeds at each C."""
     if not results:
         return []
     curves = [sorted(r[split]["frontier"], key=lambda p: p["C"]) for r in results]
-    out = [
-        {
+    out = []
+    for points in zip(*curves, strict=True):
+        point = {
             "C": points[0]["C"],
             "cost": float(np.mean([p["cost"] for p in points])),
             "accuracy": float(np.mean([p["accuracy"] for p in points])),
         }
-        for points in zip(*curves, strict=True)
-    ]
+        vectors = [_vector(p) for p in points]
+        if all(v is not None for v in vectors):
+            point["per_question"] = np.mean(vectors, axis=0).tolist()
+        out.append(point)
     return sorted(out, key=lambda p: p["cost"])
 
 
 def summarise_differences(diffs: list[dict]) -> dict:
-    """min / mean / count below zero of matched accuracy differences, and the 5 worst."""
+    """min / mean / count below zero of matched accuracy differences, and the 5 worst.
+
+    With paired standard errors: how many differences are below -2 se (outside the sampling
+    tolerance) and the largest shortfall in units of se.
+    """
     values = np.array([d["diff"] for d in diffs]) if diffs else np.array([np.nan])
-    return {
+    out = {
         "n_matched": len(diffs),
         "min_diff": float(values.min()),
         "mean_diff": float(values.mean()),
@@ -219,6 +261,14 @@ def summarise_differences(diffs: list[dict]) -> dict:
         "n_below_0.005": int((values < -0.005).sum()),
         "worst": sorted(diffs, key=lambda d: d["diff"])[:5],
     }
+    with_se = [d for d in diffs if d.get("se")]
+    if with_se:
+        z = np.array([d["diff"] / d["se"] for d in with_se])
+        out["n_with_se"] = len(with_se)
+        out["n_below_2se"] = int((z < -2).sum())
+        out["min_diff_over_se"] = float(z.min())
+        out["median_se"] = float(np.median([d["se"] for d in with_se]))
+    return out
 
 
 def aggregate(

@@ -16,8 +16,10 @@ import numpy as np
 
 from dprm.live.beam import Scorer, Search, absorb, generate_steps, plan_step
 from dprm.live.calibrated_prm import CalibratedPRM
-from dprm.live.run import SolveConfig, load_run_questions, start_run
+from dprm.live.run import SolveConfig
 from dprm.live.runlog import ResultLog, read_results
+from dprm.live.session import open_run, solving
+from dprm.live.summary import add_baseline, side_totals, write_summary
 
 
 def new_searches(row: dict, config: SolveConfig) -> list[Search]:
@@ -136,35 +138,17 @@ def run_beam(
     pool: Any = None,
 ) -> dict[str, Any]:
     """Beam search over this shard's questions; resumable; returns the summary."""
-    from tqdm.auto import tqdm
-
-    from dprm.io import write_json
-    from dprm.llm.grading import GradingPool, grader_info
     from dprm.llm.shard import chunked
 
     out = Path(out)
-    questions, suffix = load_run_questions(config)
-    provenance = {
-        **cprm.provenance(),
-        "generator_backend": getattr(generator, "backend", "?"),
-        **grader_info(),
-    }
-    start_run(out, config, provenance)
+    questions, suffix, _ = open_run(out, config, cprm, generator)
     log = ResultLog(out / f"beam{suffix}.jsonl")
     rows = questions.to_dict("records")
     pending = [r for r in rows if r["question_id"] not in log]
     scorer = Scorer(cprm, config.lower_level, config.rank_by)
     cprm.check_levels([config.lower_level, 0.5], "--lower-level / the median")
-    bar = tqdm(
-        total=len(rows), initial=len(rows) - len(pending), desc="solve beam", disable=not progress
-    )
-    own = (
-        GradingPool(workers=config.grade_workers, timeout=config.grade_timeout)
-        if pool is None
-        else None
-    )
-    pool = pool if pool is not None else own
-    try:
+    session = solving(len(rows), len(pending), "solve beam", config, progress=progress, pool=pool)
+    with session as (bar, pool):
         for part in chunked(pending, config.batch_questions):
             searches = [new_searches(r, config) for r in part]
             run_searches([s for group in searches for s in group], scorer, generator, config)
@@ -197,20 +181,12 @@ def run_beam(
                 )
                 bar.update(1)
             scorer.cache.clear()
-    finally:
-        if own is not None:
-            own.close()
-    bar.close()
-    summary = summarize_beam(read_results(out, "beam"), config)
-    write_json(out / "summary.json", summary, allow_nan=False)
-    return summary
+    return write_summary(out, summarize_beam(read_results(out, "beam"), config))
 
 
 def summarize_beam(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     """Accuracy vs compute of the adaptive search and the fixed-width baseline."""
-    from dprm.live.bon import _side
-
-    adaptive = _side(records, None)
+    adaptive = side_totals(records, None)
     summary: dict[str, Any] = {
         "mode": "beam",
         "C": config.C,
@@ -221,15 +197,5 @@ def summarize_beam(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "adaptive": adaptive,
         "baseline": None,
     }
-    if records and all(r.get("baseline") for r in records):
-        base = _side(records, "baseline")
-        base["n"] = int(config.baseline_n)
-        summary["baseline"] = base
-        summary["saving"] = {
-            "samples": 1.0 - adaptive["samples"] / max(base["samples"], 1),
-            "tokens": 1.0 - adaptive["tokens"] / max(base["tokens"], 1),
-            "accuracy_change": None
-            if adaptive["accuracy"] is None or base["accuracy"] is None
-            else adaptive["accuracy"] - base["accuracy"],
-        }
+    add_baseline(summary, records, adaptive, int(config.baseline_n))
     return summary

@@ -18,14 +18,10 @@ from typing import Any
 import numpy as np
 
 from dprm.live.calibrated_prm import CalibratedPRM, States
-from dprm.live.run import (
-    SolveConfig,
-    load_run_questions,
-    question_states,
-    start_run,
-    write_bon_export,
-)
+from dprm.live.run import SolveConfig, question_states, write_bon_export
 from dprm.live.runlog import ResultLog, read_results
+from dprm.live.session import open_run, solving
+from dprm.live.summary import add_baseline, mean_or_none, side_totals, write_summary
 
 
 def _grade(pool: Any, golds: list[str], texts: list[str]) -> list[bool]:
@@ -146,34 +142,16 @@ def run_bon(
     Writes ``OUT/bonSFX.jsonl`` (one line per question), ``OUT/bon_set/`` (the run as a
     BoN set) and ``OUT/summary.json`` (over every finished question of every shard).
     """
-    from tqdm.auto import tqdm
-
-    from dprm.io import write_json
-    from dprm.llm.grading import GradingPool, grader_info
     from dprm.llm.shard import chunked
 
     out = Path(out)
-    questions, suffix = load_run_questions(config)
-    provenance = {
-        **cprm.provenance(),
-        "generator_backend": getattr(generator, "backend", "?"),
-        **grader_info(),
-    }
-    start_run(out, config, provenance)
+    questions, suffix, provenance = open_run(out, config, cprm, generator)
     states, budgets = question_states(out, suffix, questions, cprm, float(config.C))
     log = ResultLog(out / f"bon{suffix}.jsonl")
     rows = questions.to_dict("records")
     pending = [i for i, r in enumerate(rows) if r["question_id"] not in log]
-    bar = tqdm(
-        total=len(rows), initial=len(rows) - len(pending), desc="solve bon", disable=not progress
-    )
-    own = (
-        GradingPool(workers=config.grade_workers, timeout=config.grade_timeout)
-        if pool is None
-        else None
-    )
-    pool = pool if pool is not None else own
-    try:
+    session = solving(len(rows), len(pending), "solve bon", config, progress=progress, pool=pool)
+    with session as (bar, pool):
         for part in chunked(pending, config.batch_questions):
             sub = States(states.scores[part], states.hidden[part], states.truncated[part])
             for record in solve_chunk(
@@ -187,31 +165,9 @@ def run_bon(
             ):
                 log.append(record)
                 bar.update(1)
-    finally:
-        if own is not None:
-            own.close()
-    bar.close()
     mine = [log.records[r["question_id"]] for r in rows if r["question_id"] in log]
     write_bon_export(out, suffix, mine, {"source": "dprm solve --mode bon", **provenance})
-    summary = summarize_bon(read_results(out, "bon"), config)
-    write_json(out / "summary.json", summary, allow_nan=False)
-    return summary
-
-
-def _mean(values: list) -> float | None:
-    return float(np.mean(values)) if values else None
-
-
-def _side(records: list[dict], key: str | None) -> dict[str, Any]:
-    parts = [r if key is None else r[key] for r in records]
-    graded = [p["correct"] for p in parts if p["correct"] is not None]
-    return {
-        "accuracy": _mean([float(v) for v in graded]),
-        "n_graded": len(graded),
-        "samples": int(sum(p["samples"] for p in parts)),
-        "tokens": int(sum(p["tokens"] for p in parts)),
-        "mean_samples": _mean([p["samples"] for p in parts]),
-    }
+    return write_summary(out, summarize_bon(read_results(out, "bon"), config))
 
 
 def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:
@@ -220,14 +176,14 @@ def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:
     rows = []
     for n in ns:
         picks = [_choice(r["candidates"], n) for r in records]
-        rows.append({"n": n, **_side(picks, None)})
+        rows.append({"n": n, **side_totals(picks, None)})
     return rows
 
 
 def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     """Accuracy vs compute of the adaptive run and the fixed baseline (JSON-ready)."""
-    adaptive = _side(records, None)
-    adaptive["mean_budget"] = _mean([r["budget"] for r in records])
+    adaptive = side_totals(records, None)
+    adaptive["mean_budget"] = mean_or_none([r["budget"] for r in records])
     adaptive["cost"] = (
         None if adaptive["mean_budget"] is None else adaptive["mean_budget"] / config.n_max
     )
@@ -239,18 +195,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "adaptive": adaptive,
         "baseline": None,
     }
-    with_base = [r for r in records if r.get("baseline")]
-    if with_base and len(with_base) == len(records):
-        base = _side(records, "baseline")
-        base["n"] = int(config.baseline_n)
-        summary["baseline"] = base
-        summary["saving"] = {
-            "samples": 1.0 - adaptive["samples"] / max(base["samples"], 1),
-            "tokens": 1.0 - adaptive["tokens"] / max(base["tokens"], 1),
-            "accuracy_change": None
-            if adaptive["accuracy"] is None or base["accuracy"] is None
-            else adaptive["accuracy"] - base["accuracy"],
-        }
+    if add_baseline(summary, records, adaptive, int(config.baseline_n)) is not None:
         curve = fixed_curve(records, int(config.baseline_n))
         summary["fixed_curve"] = curve
         match = next(

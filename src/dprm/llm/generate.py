@@ -74,6 +74,59 @@ def boxed_first(completions: list[Completion], keep: int) -> list[Completion]:
     return (boxed + rest)[:keep]
 
 
+@dataclass(frozen=True)
+class _Sampling:
+    """The per-call sampling options of :meth:`Generator.generate` (seeds aside)."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    stop: list[str] | None
+
+
+class _Backend:
+    """What the backends share: one seed per prompt, checked, then the backend's ``_sample``."""
+
+    backend: str
+    model_name: str
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_new_tokens: int = 2048,
+        seeds: list[int] | None = None,
+        stop: list[str] | None = None,
+    ) -> list[list[Completion]]:
+        """``n`` completions for each prompt, in prompt order.
+
+        Args:
+            prompts: the prompts (already in chat format).
+            n: completions per prompt.
+            temperature: sampling temperature (0: greedy).
+            top_p: nucleus sampling mass (1: off).
+            max_new_tokens: completion token limit.
+            seeds: one seed per prompt (default: derived from the prompt text).
+            stop: stop strings; the text is cut before the first one found.
+
+        Raises:
+            ValueError: ``seeds`` and ``prompts`` differ in length.
+        """
+        seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        options = _Sampling(temperature, top_p, int(max_new_tokens), stop)
+        return self._sample(prompts, n, [int(s) for s in seeds], options)
+
+    def _sample(
+        self, prompts: list[str], n: int, seeds: list[int], options: _Sampling
+    ) -> list[list[Completion]]:
+        raise NotImplementedError
+
+
 def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
     if not stop:
         return text, False
@@ -109,7 +162,7 @@ def default_device_dtype(device: str | None, dtype: Any) -> tuple[str, Any]:
     return str(device), dtype
 
 
-class TransformersGenerator:
+class TransformersGenerator(_Backend):
     """Sampling with ``transformers`` (works on CPU). One ``generate`` call per prompt.
 
     Args:
@@ -143,37 +196,26 @@ class TransformersGenerator:
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.stop_ids[0] if self.stop_ids else 0))
 
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_new_tokens: int = 2048,
-        seeds: list[int] | None = None,
-        stop: list[str] | None = None,
+    def _sample(
+        self, prompts: list[str], n: int, seeds: list[int], options: _Sampling
     ) -> list[list[Completion]]:
         import torch
 
-        seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
-        if len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         results = []
         for prompt, seed in zip(prompts, seeds, strict=True):
             ids = self.tokenizer(prompt, return_tensors="pt").input_ids.to(self.device)
-            budget = min(int(max_new_tokens), self.max_model_len - ids.shape[1])
+            budget = min(options.max_new_tokens, self.max_model_len - ids.shape[1])
             if budget <= 0:
                 results.append([Completion("", 0, "length") for _ in range(n)])
                 continue
-            torch.manual_seed(int(seed))
+            torch.manual_seed(seed)
             with torch.inference_mode():
                 out = self.model.generate(
                     ids,
                     attention_mask=torch.ones_like(ids),
-                    do_sample=temperature > 0,
-                    temperature=temperature if temperature > 0 else None,
-                    top_p=top_p,
+                    do_sample=options.temperature > 0,
+                    temperature=options.temperature if options.temperature > 0 else None,
+                    top_p=options.top_p,
                     top_k=0,
                     num_return_sequences=n,
                     max_new_tokens=budget,
@@ -181,7 +223,10 @@ class TransformersGenerator:
                     pad_token_id=self.pad_id,
                 )
             results.append(
-                [self._completion(row[ids.shape[1] :].tolist(), budget, stop) for row in out]
+                [
+                    self._completion(row[ids.shape[1] :].tolist(), budget, options.stop)
+                    for row in out
+                ]
             )
         return results
 
@@ -197,7 +242,7 @@ class TransformersGenerator:
         return Completion(text, used, "stop" if stopped else reason)
 
 
-class VLLMGenerator:
+class VLLMGenerator(_Backend):
     """Sampling with vLLM (optional extra ``dprm[vllm]``; needs a CUDA GPU).
 
     Args:
@@ -242,28 +287,19 @@ class VLLMGenerator:
         )
         self.stop_ids = stop_token_ids(self.llm.get_tokenizer())
 
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_new_tokens: int = 2048,
-        seeds: list[int] | None = None,
-        stop: list[str] | None = None,
+    def _sample(
+        self, prompts: list[str], n: int, seeds: list[int], options: _Sampling
     ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
-        seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
         params = [
             SamplingParams(
                 n=n,
-                temperature=temperature,
-                top_p=top_p,
-                max_tokens=int(max_new_tokens),
-                seed=int(seed),
-                stop=stop,
+                temperature=options.temperature,
+                top_p=options.top_p,
+                max_tokens=options.max_new_tokens,
+                seed=seed,
+                stop=options.stop,
                 stop_token_ids=self.stop_ids,
             )
             for seed in seeds

@@ -38,6 +38,59 @@ def _labels(data: CalibrationSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return score, data.n_correct.astype(np.float64), n
 
 
+class _ScoreOnlyCalibrator(Calibrator):
+    """A point calibrator of the PRM score alone: ``forward`` maps r to p_hat(r).
+
+    Subclasses implement :meth:`predict` and :meth:`_fit` (the fitted model and its history
+    entry); :meth:`fit_model` adds the train / val binomial log-loss.
+    """
+
+    kind = "point"
+    uses_hidden = False
+
+    def predict(self, prm_score: Tensor) -> Tensor:
+        """p_hat [n] (float32) for scores [n]."""
+        raise NotImplementedError
+
+    def forward(self, hidden: Tensor | None, prm_score: Tensor | None = None) -> PointMass:
+        if prm_score is None:
+            raise ValueError(f"the {self.method} calibrator needs prm_score")
+        return PointMass(self.predict(torch.as_tensor(prm_score)))
+
+    @classmethod
+    def _fit(cls, train: CalibrationSet, config: Any) -> tuple[_ScoreOnlyCalibrator, dict]:
+        """The model fitted on ``train`` and its history entry (fitted parameters)."""
+        raise NotImplementedError
+
+    @classmethod
+    def fit_model(
+        cls,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: Any,
+        seed: int,
+        progress: bool,
+    ) -> tuple[_ScoreOnlyCalibrator, list[dict]]:
+        """Fit on ``train``; report train / val binomial log-loss in the history.
+
+        Args:
+            train: the calibration set the model is fitted on.
+            val: held-out set (only scored).
+            config: the method's config dataclass.
+            seed: unused (the fits are deterministic).
+            progress: unused (the fits are quick).
+
+        Returns:
+            (fitted model, a one-entry history).
+        """
+        model, entry = cls._fit(train, config)
+        for name, part in (("train", train), ("val", val)):
+            s, kk, nn = _labels(part)
+            p = model.predict(torch.from_numpy(s)).double().numpy()
+            entry[f"{name}_log_loss"] = _binomial_log_loss(p, kk, nn)
+        return model, [entry]
+
+
 # ----------------------------------------------------------------------------- isotonic
 def pool_adjacent_violators(y: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Weighted least-squares non-decreasing fit of ``y`` [n] (already sorted by x).
@@ -88,11 +141,9 @@ class IsotonicConfig:
 
 
 @register("isotonic")
-class IsotonicCalibrator(Calibrator):
+class IsotonicCalibrator(_ScoreOnlyCalibrator):
     """p_hat = the monotone piecewise-linear interpolant of the isotonic fit of y on r."""
 
-    kind = "point"
-    uses_hidden = False
     config_class: ClassVar[type] = IsotonicConfig
 
     def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
@@ -124,33 +175,16 @@ class IsotonicCalibrator(Calibrator):
         x0, x1, y0, y1 = xk[idx], xk[idx + 1], yk[idx], yk[idx + 1]
         return (y0 + (y1 - y0) * (r - x0) / (x1 - x0)).float()
 
-    def forward(self, hidden: Tensor | None, prm_score: Tensor | None = None) -> PointMass:
-        if prm_score is None:
-            raise ValueError("the isotonic calibrator needs prm_score")
-        return PointMass(self.predict(torch.as_tensor(prm_score)))
-
     @classmethod
-    def fit_model(
-        cls,
-        train: CalibrationSet,
-        val: CalibrationSet,
-        config: IsotonicConfig,
-        seed: int,
-        progress: bool,
-    ) -> tuple[IsotonicCalibrator, list[dict]]:
-        """Fit the knots on ``train``; report train / val binomial log-loss in the history."""
+    def _fit(cls, train: CalibrationSet, config: IsotonicConfig) -> tuple[IsotonicCalibrator, dict]:
+        """The knots fitted on ``train``; the history records their count."""
         from dprm.config import to_dict
 
         score, k, n = _labels(train)
         weight = n if config.weight_by_rollouts else np.ones_like(n)
         model = cls(train.hidden_dim, to_dict(config))
         model.set_knots(*fit_isotonic(score, k / n, weight))
-        history = [{"knots": len(model.x_knots)}]
-        for name, part in (("train", train), ("val", val)):
-            s, kk, nn = _labels(part)
-            p = model.predict(torch.from_numpy(s)).double().numpy()
-            history[0][f"{name}_log_loss"] = _binomial_log_loss(p, kk, nn)
-        return model, history
+        return model, {"knots": len(model.x_knots)}
 
 
 # ----------------------------------------------------------------------------- platt
@@ -201,11 +235,9 @@ class PlattConfig:
 
 
 @register("platt")
-class PlattCalibrator(Calibrator):
+class PlattCalibrator(_ScoreOnlyCalibrator):
     """p_hat = sigmoid(a logit(r) + b): temperature (1 / a) and shift (b) scaling of the score."""
 
-    kind = "point"
-    uses_hidden = False
     config_class: ClassVar[type] = PlattConfig
 
     def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
@@ -218,21 +250,9 @@ class PlattCalibrator(Calibrator):
         eps = float(self.config.get("score_eps", PlattConfig.score_eps))
         return torch.sigmoid(self.slope * score_logit(prm_score, eps) + self.intercept).float()
 
-    def forward(self, hidden: Tensor | None, prm_score: Tensor | None = None) -> PointMass:
-        if prm_score is None:
-            raise ValueError("the platt calibrator needs prm_score")
-        return PointMass(self.predict(torch.as_tensor(prm_score)))
-
     @classmethod
-    def fit_model(
-        cls,
-        train: CalibrationSet,
-        val: CalibrationSet,
-        config: PlattConfig,
-        seed: int,
-        progress: bool,
-    ) -> tuple[PlattCalibrator, list[dict]]:
-        """Fit (a, b) on ``train`` by LBFGS; report train / val binomial log-loss."""
+    def _fit(cls, train: CalibrationSet, config: PlattConfig) -> tuple[PlattCalibrator, dict]:
+        """(a, b) fitted on ``train`` by LBFGS; the history records them."""
         from dprm.config import to_dict
 
         score, k, n = _labels(train)
@@ -241,9 +261,4 @@ class PlattCalibrator(Calibrator):
         model = cls(train.hidden_dim, to_dict(config))
         model.slope.fill_(a)
         model.intercept.fill_(b)
-        history = [{"slope": a, "intercept": b}]
-        for name, part in (("train", train), ("val", val)):
-            s, kk, nn = _labels(part)
-            p = model.predict(torch.from_numpy(s)).double().numpy()
-            history[0][f"{name}_log_loss"] = _binomial_log_loss(p, kk, nn)
-        return model, history
+        return model, {"slope": a, "intercept": b}

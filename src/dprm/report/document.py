@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 
 from dprm.io import atomic_path, read_json, write_json
+from dprm.report.checks import RISE_TOL, frontier_checks, table_checks
 from dprm.report.tables import DATASET_LABELS, display
 
 if TYPE_CHECKING:
     from dprm.report.reproduce import Pipeline
 
 SHOWCASE = "r1-qwen-7b"  # the paper's Fig. 1 / Fig. 4 generator
-RISE_TOL = 0.005  # a frontier "rises" if no step drops accuracy by more than this
 
 
 def _split_world(world: str) -> tuple[str, str]:
@@ -82,89 +82,6 @@ def collect(out: Path, worlds: list[str], methods: list[str], seeds: list[int]) 
         "uniform": pd.concat(uniform, ignore_index=True) if uniform else frame(),
         "flex": flex,
     }
-
-
-# ----------------------------------------------------------------------------- checks
-def frontier_checks(
-    ias: pd.DataFrame, method: str = "ot", uniform: pd.DataFrame | None = None
-) -> list[dict[str, Any]]:
-    """Per (world, dataset): cost span of ``method`` vs Base on the C sweep, whether it rises,
-    and (with ``uniform``) its mean accuracy minus plain best-of-n's at the same cost."""
-    rows = []
-    c = ias[ias["sweep"] == "C"]
-    c = (
-        c.groupby(["world", "dataset", "method", "C"], sort=False)[["cost", "accuracy"]]
-        .mean()
-        .reset_index()
-    )
-    for (world, dataset), grp in c.groupby(["world", "dataset"], sort=False):
-        base = grp[grp["method"] == "base"].sort_values("C")
-        m = grp[grp["method"] == method].sort_values("C")
-        if base.empty or m.empty:
-            continue
-        acc = m["accuracy"].to_numpy()
-        rows.append(
-            {
-                "world": world,
-                "dataset": dataset,
-                "method": method,
-                "cost_span": float(m["cost"].max() - m["cost"].min()),
-                "base_cost_span": float(base["cost"].max() - base["cost"].min()),
-                "cost_range": [float(m["cost"].min()), float(m["cost"].max())],
-                "base_cost_range": [float(base["cost"].min()), float(base["cost"].max())],
-                "accuracy_range": [float(acc[0]), float(acc[-1])],
-                "largest_drop": float(max(0.0, -np.diff(acc).min())) if len(acc) > 1 else 0.0,
-                "rises": bool(acc[-1] > acc[0] and (np.diff(acc) >= -RISE_TOL).all()),
-                "minus_uniform": _minus_uniform(m, uniform, world, dataset),
-            }
-        )
-    for r in rows:
-        r["wider_than_base"] = r["cost_span"] > r["base_cost_span"]
-    return rows
-
-
-def _minus_uniform(
-    points: pd.DataFrame, uniform: pd.DataFrame | None, world: str, dataset: str
-) -> float:
-    """Mean over the C points of accuracy - (plain best-of-n accuracy interpolated at its cost)."""
-    if uniform is None or uniform.empty:
-        return float("nan")
-    u = uniform[(uniform["world"] == world) & (uniform["dataset"] == dataset)].sort_values("cost")
-    if u.empty:
-        return float("nan")
-    ref = np.interp(points["cost"], u["cost"], u["accuracy"])
-    return float(np.mean(points["accuracy"].to_numpy() - ref))
-
-
-def table_checks(metrics: pd.DataFrame, method: str = "ot") -> list[dict[str, Any]]:
-    """Per (prm, dataset): ``method`` vs Base on Brier and ECE (seed means, then generator means)."""
-    rows = []
-    mean = metrics.groupby(["prm", "dataset", "generator", "method"], sort=False)[
-        ["brier", "ece"]
-    ].mean()
-    for (prm, dataset), grp in mean.groupby(level=["prm", "dataset"], sort=False):
-        g = grp.droplevel(["prm", "dataset"])
-        if method not in g.index.get_level_values("method"):
-            continue
-        b, m = g.xs("base", level="method"), g.xs(method, level="method")
-        rows.append(
-            {
-                "prm": prm,
-                "dataset": dataset,
-                "method": method,
-                "brier": float(m["brier"].mean()),
-                "base_brier": float(b["brier"].mean()),
-                "ece": float(m["ece"].mean()),
-                "base_ece": float(b["ece"].mean()),
-                "ahead_on_brier_every_generator": bool(
-                    (m["brier"] < b["brier"].reindex(m.index)).all()
-                ),
-                "ahead_on_ece_every_generator": bool((m["ece"] < b["ece"].reindex(m.index)).all()),
-            }
-        )
-    for r in rows:
-        r["ahead_on_brier_and_ece"] = r["brier"] < r["base_brier"] and r["ece"] < r["base_ece"]
-    return rows
 
 
 # ----------------------------------------------------------------------------- figures
@@ -259,27 +176,18 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
                     title=f"τ sweep at C = 0.99: {gen}, PRM {prm}",
                 ),
             )
-    cov, rel = data["coverage"], data["reliability"]
-    for prm in dict.fromkeys(cov["prm"]) if not cov.empty else []:
-        add(
-            f"coverage_{prm}",
-            "calibration",
-            F.coverage_figure(
-                cov[cov["prm"] == prm],
-                fig_dir / f"coverage_{prm}",
-                title=f"Quantile calibration curves, PRM {prm}",
-            ),
-        )
-    for prm in dict.fromkeys(rel["prm"]) if not rel.empty else []:
-        add(
-            f"reliability_{prm}",
-            "calibration",
-            F.reliability_figure(
-                rel[rel["prm"] == prm],
-                fig_dir / f"reliability_{prm}",
-                title=f"Reliability diagram, PRM {prm}",
-            ),
-        )
+    for key, figure, title in (
+        ("coverage", F.coverage_figure, "Quantile calibration curves"),
+        ("reliability", F.reliability_figure, "Reliability diagram"),
+    ):
+        frame = data[key]
+        for prm in dict.fromkeys(frame["prm"]) if not frame.empty else []:
+            name = f"{key}_{prm}"
+            add(
+                name,
+                "calibration",
+                figure(frame[frame["prm"] == prm], fig_dir / name, title=f"{title}, PRM {prm}"),
+            )
     return made
 
 
@@ -399,6 +307,7 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
 
 __all__ = [
     "DATASET_LABELS",
+    "RISE_TOL",
     "collect",
     "frontier_checks",
     "make_figures",

@@ -268,13 +268,19 @@ def ias_path(pipe: Pipeline, world: str, split: str, method: str, seed: int) -> 
     return pipe.out / "ias" / world / split / method / f"seed{seed}.csv"
 
 
+def _read_bon(pipe: Pipeline, world: str, split: str):
+    """The BoN set of one split of a world (a :class:`dprm.data.contract.BonSet`)."""
+    from dprm.data import read_bon_set
+
+    return read_bon_set(pipe.world_dir(world) / split / "bon", check_hidden=False)
+
+
 def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
     units = []
     for split in SPLITS:
         ref = ias_path(pipe, world, split, "_reference", 0)
 
         def run_ref(split=split, ref=ref) -> None:
-            from dprm.data import read_bon_set
             from dprm.ias import (
                 Pools,
                 estimate_from_model,
@@ -283,7 +289,7 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
             )
             from dprm.models.base_prm import BaseCalibrator
 
-            bon = read_bon_set(pipe.world_dir(world) / split / "bon", check_hidden=False)
+            bon = _read_bon(pipe, world, split)
             pools = Pools.from_bon(bon)
             estimates = [estimate_from_model(BaseCalibrator(bon.hidden_dim), bon, "base")]
             truth = truth_estimate(bon)
@@ -307,11 +313,10 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                 out = ias_path(pipe, world, split, method, seed)
 
                 def run(split=split, method=method, seed=seed, out=out) -> None:
-                    from dprm.data import read_bon_set
                     from dprm.ias import Pools, estimate_from_model
                     from dprm.models import load
 
-                    bon = read_bon_set(pipe.world_dir(world) / split / "bon", check_hidden=False)
+                    bon = _read_bon(pipe, world, split)
                     model = load(model_dir(pipe, world, method, seed))
                     est = estimate_from_model(model, bon, method, beta=pipe.config.beta)
                     _write_ias(pipe, out, Pools.from_bon(bon), [est], _mc_seed(world, split))

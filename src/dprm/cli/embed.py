@@ -1,0 +1,152 @@
+"""``dprm embed``: PRM scores and hidden states, the last stage of the real-data pipeline.
+
+Labels become a calibration set and a best-of-N pool (``--bon``) a BoN set; one forward pass
+per trajectory gives every step's score and state (:mod:`dprm.llm.embed`). See
+:mod:`dprm.cli.pipeline`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dprm.cli.pipeline import add_run_flags, add_stage_parser, base_meta, input_id, skip
+
+ORDER = 52
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = add_stage_parser(
+        subparsers,
+        "embed",
+        help="PRM scores + hidden states: labels -> calibration set, --bon pool -> BoN set",
+        description="One forward pass per trajectory returns the PRM score and the final-layer hidden state "
+        "(input of the score head) at every step, plus one forward per question for the empty prefix. "
+        "Inputs longer than --max-tokens are cut; rows past the cut are left out and counted in "
+        "meta.json stats (printed). PRM kinds: qwen-prm, math-shepherd, reasoneval, token-classification.",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--labels",
+        type=Path,
+        help="labels .parquet (from `dprm rollout`) or Park et al.'s calibration JSON",
+    )
+    source.add_argument(
+        "--bon", type=Path, help="best-of-N pool: trajectories .parquet with a 'correct' column"
+    )
+    p.add_argument("--prm", required=True, help="PRM directory or hub id")
+    p.add_argument("--kind", default=None, help="PRM wrapper (default: inferred from name/config)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="bfloat16 | float16 | float32 (default: bf16 on GPU, fp32 on CPU)",
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=4096, help="PRM input cap (the reference's 4096)"
+    )
+    p.add_argument(
+        "--batch-tokens", type=int, default=16384, help="padded tokens per forward batch"
+    )
+    p.add_argument("--separator", default=None, help="token-classification: step separator token")
+    p.add_argument(
+        "--positive-label",
+        type=int,
+        default=None,
+        help="token-classification: positive class index",
+    )
+    p.add_argument(
+        "--hidden-dtype",
+        default="float16",
+        choices=["float16", "float32"],
+        help="stored hidden states",
+    )
+    p.add_argument(
+        "--park-rollouts", type=int, default=8, help="rollouts behind Park JSON success_prob values"
+    )
+    p.add_argument(
+        "--questions-per-part", type=int, default=32, help="questions per resumable part"
+    )
+    add_run_flags(p, "output set directory")
+    p.set_defaults(func=cmd_embed)
+
+
+def _park_labels(path: Path, n_rollouts: int):
+    """Park et al.'s calibration JSON as labels (ids and chains recovered by dprm.data.park)."""
+    from dprm.data.park import park_to_labels, read_park_json
+
+    return park_to_labels(read_park_json(path), n_rollouts, source=path)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from dprm.data.contract import read_labels
+    from dprm.io import DataError
+    from dprm.llm.embed import EmbedConfig, run_embed
+    from dprm.llm.prm import load_prm
+    from dprm.llm.rollout import check_trajectories
+    from dprm.llm.shard import Shard, output_path, read_output_meta
+
+    shard = args.shard or Shard()
+    source = args.labels or args.bon
+    if args.labels is not None:
+        kind = "calibration"
+        frame = (
+            read_labels(source)
+            if source.suffix == ".parquet" or source.is_dir()
+            else _park_labels(source, args.park_rollouts)
+        )
+    else:
+        kind = "bon"
+        frame = pd.read_parquet(source)
+        check_trajectories(frame, source)
+        if "correct" not in frame.columns:
+            raise DataError(
+                source, "missing column 'correct' (a BoN pool is `dprm generate` output)"
+            )
+    quick = {**input_id(source), "stage": f"embed-{kind}", "prm": args.prm, "hidden_dtype": args.hidden_dtype,
+             "questions_per_part": args.questions_per_part, "shard": str(shard)}  # fmt: skip
+    found = read_output_meta(output_path(args.out, shard)).get("fingerprint") or {}
+    if not args.overwrite and found and all(found.get(k) == v for k, v in quick.items()):
+        return skip(output_path(args.out, shard), "embed")  # without loading the PRM
+    options = {
+        k: v
+        for k, v in (("separator", args.separator), ("positive_label", args.positive_label))
+        if v is not None
+    }
+    prm = load_prm(
+        args.prm,
+        args.kind,
+        device=args.device,
+        dtype=args.dtype,
+        max_tokens=args.max_tokens,
+        batch_tokens=args.batch_tokens,
+        **options,
+    )
+    config = EmbedConfig(questions_per_part=args.questions_per_part, hidden_dtype=args.hidden_dtype)
+    provenance = {
+        **base_meta(),
+        "source_file": str(source),
+        "source_meta": read_output_meta(source) if source.suffix == ".parquet" else {},
+    }
+    source_meta = provenance["source_meta"]
+    for key in ("generator", "grader", "grader_version", "seed"):
+        if key in source_meta:
+            provenance[key] = source_meta[key]
+    path, skipped = run_embed(
+        frame, prm, args.out, kind=kind, shard=shard, config=config, fingerprint=input_id(source),
+        provenance=provenance, overwrite=args.overwrite, progress=not args.no_progress,
+    )  # fmt: skip
+    if skipped:
+        return skip(path, "embed")
+    stats = read_output_meta(path).get("stats", {})
+    truncated = stats.get("rows_truncated", stats.get("responses_truncated", 0))
+    print(f"embed: wrote {path} ({stats})")
+    if truncated:
+        print(
+            f"embed: {truncated} row(s) exceeded --max-tokens={prm.max_tokens} (see meta.json stats)",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,50 @@
+"""``dprm questions``: normalise a question set, the first stage of the real-data pipeline."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dprm.cli.pipeline import add_stage_parser
+
+ORDER = 50
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = add_stage_parser(
+        subparsers,
+        "questions",
+        help="normalise a question set to question_id, question, answer",
+        description="Load MATH-500, the MATH test set (Park's every-10th subset: --every 10 or the name "
+        "math-park), AIME 2024 or AIME 2025 from a local JSONL/JSON/parquet file (or a hub name when "
+        "online) and write question_id, question, answer (gold from \\boxed{} in the solution when "
+        "there is no answer field). Instant, so it has no --shard: later stages shard by question.",
+    )
+    p.add_argument(
+        "source", help="question file, or math500 | math | math-park | aime24 | aime25 (hub)"
+    )
+    p.add_argument("--out", required=True, type=Path, help="output .jsonl or .parquet")
+    p.add_argument(
+        "--every", type=int, default=1, help="keep every k-th question (Park's MATH subset: 10)"
+    )
+    p.add_argument("--offset", type=int, default=0, help="first question kept")
+    p.add_argument("--limit", type=int, default=None, help="keep at most this many questions")
+    p.add_argument(
+        "--id-prefix", default=None, help="prefix of generated question ids (default: file stem)"
+    )
+    p.set_defaults(func=cmd_questions)
+
+
+def cmd_questions(args: argparse.Namespace) -> int:
+    from dprm.llm.questions import load_questions, write_questions
+
+    frame = load_questions(
+        args.source,
+        every=args.every,
+        offset=args.offset,
+        limit=args.limit,
+        id_prefix=args.id_prefix,
+    )
+    write_questions(args.out, frame)
+    print(f"questions: wrote {len(frame)} questions to {args.out}")
+    return 0

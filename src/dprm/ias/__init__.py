@@ -1,0 +1,102 @@
+"""Instance-adaptive best-of-N (IAS): budgets, exact and Monte Carlo accuracy, sweeps.
+
+Implements DESIGN.md section 4 (the paper's section "Instance-Adaptive BoN").
+
+Budget rules (both search n = 1..N_max directly; the closed form ``ceil(log(1-C)/log(1-p))``
+is off by one on boundaries and is never used):
+
+* point rule (Base, QR, any point calibrator): N(p, C) = min{n : 1 - (1 - p)^n >= C};
+* mixture rule (any full-distribution calibrator, e.g. OT):
+  N = min{n : (1/M) sum_m [1 - (1 - Q(beta_m | h))^n] >= C}, beta_m = (m - 0.5)/M;
+
+with N = N_max when no n qualifies and every p (or quantile) clipped to [1e-4, 1 - 1e-4].
+
+Accuracy of best-of-n by the uncalibrated PRM score, candidates drawn uniformly without
+replacement from a question's pool of K: on the pool sorted by score (descending, rank j),
+P(rank j is picked | n) = C(K - j, n - 1) / C(K, n); tied scores share their mean correctness
+(the pick among tied maxima is uniform). ``exact_accuracy_table`` evaluates this for every
+n = 1..N_max at once, so the accuracy of any budget vector is a table lookup.
+
+beta-threshold early stopping (paper Fig. 3), exact: with a = #candidates scoring >= the
+threshold t, b = K - a and cap N, the first acceptable draw F satisfies
+P(F > n) = C(b, n) / C(K, n). If F <= N the pick is that (uniformly random) acceptable
+candidate; otherwise it is best-of-N within the b others. Hence
+accuracy = (1 - P(F > N)) mean_A(correct) + P(F > N) bestofN_B(N) and
+E[draws] = sum_{n=0}^{N-1} P(F > n). The ``accuracy`` column is exact for every sweep;
+``accuracy_mc`` is a seeded Monte Carlo (``MC_TRIALS`` trials, common random draws for every
+row of one call) kept as a cross-check, with its standard error in ``accuracy_mc_se``.
+
+Modules:
+
+* :mod:`dprm.ias.constants` -- defaults (N_max, grids) and output columns;
+* :mod:`dprm.ias.budgets` -- success curves and the point / mixture budget rules;
+* :mod:`dprm.ias.pools` -- :class:`Pools`, the candidate pools of a BoN set;
+* :mod:`dprm.ias.accuracy` -- exact accuracy tables, exact early stopping, Monte Carlo;
+* :mod:`dprm.ias.estimates` -- :class:`Estimate` from any calibrator (or the synthetic truth);
+* :mod:`dprm.ias.sweeps` -- the C / tau / beta sweeps, plain best-of-n, :func:`run_ias`.
+"""
+
+from dprm.ias.accuracy import (
+    exact_accuracy_table,
+    lookup,
+    monte_carlo,
+    pick_weights,
+    threshold_exact,
+)
+from dprm.ias.budgets import (
+    budget_from_curve,
+    budget_mixture,
+    budget_point,
+    success_curve_mixture,
+    success_curve_point,
+)
+from dprm.ias.constants import (
+    BETA_C,
+    BETA_GRID,
+    BUDGET_COLUMNS,
+    C_GRID,
+    DEFAULT_BETA,
+    EXTRA_COLUMNS,
+    M_LEVELS,
+    MC_TRIALS,
+    N_MAX,
+    P_CLIP,
+    SUMMARY_COLUMNS,
+    TAU_C,
+)
+from dprm.ias.estimates import Estimate, estimate_from_model, truth_estimate
+from dprm.ias.pools import Pools
+from dprm.ias.sweeps import run_ias, run_sweeps, sweep_rows, uniform_curve
+
+__all__ = [
+    "BETA_C",
+    "BETA_GRID",
+    "BUDGET_COLUMNS",
+    "C_GRID",
+    "DEFAULT_BETA",
+    "EXTRA_COLUMNS",
+    "MC_TRIALS",
+    "M_LEVELS",
+    "N_MAX",
+    "P_CLIP",
+    "SUMMARY_COLUMNS",
+    "TAU_C",
+    "Estimate",
+    "Pools",
+    "budget_from_curve",
+    "budget_mixture",
+    "budget_point",
+    "estimate_from_model",
+    "exact_accuracy_table",
+    "lookup",
+    "monte_carlo",
+    "pick_weights",
+    "run_ias",
+    "run_sweeps",
+    "success_curve_mixture",
+    "success_curve_point",
+    "sweep_rows",
+    "threshold_exact",
+    "truth_estimate",
+    "uniform_curve",
+]

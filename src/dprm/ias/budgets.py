@@ -1,0 +1,120 @@
+"""Budget rules: success curves and the smallest budget that reaches a target C.
+
+Both rules search n = 1..N_max directly; the closed form ``ceil(log(1-C)/log(1-p))`` is off by
+one on boundaries and is never used:
+
+* point rule (Base, QR, any point calibrator): N(p, C) = min{n : 1 - (1 - p)^n >= C};
+* mixture rule (any full-distribution calibrator, e.g. OT):
+  N = min{n : (1/M) sum_m [1 - (1 - Q(beta_m | h))^n] >= C}, beta_m = (m - 0.5)/M;
+
+with N = N_max when no n qualifies and every p (or quantile) clipped to [1e-4, 1 - 1e-4].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dprm.ias.constants import N_MAX, P_CLIP
+
+
+def _fail_powers(x: np.ndarray, n_max: int) -> np.ndarray:
+    """x^n for n = 1..n_max by repeated multiplication [..., n_max].
+
+    A sequential product is bit-identical to the loop ``f *= x`` in plain Python (one correctly
+    rounded multiply per step), so budgets do not depend on a platform's ``pow`` and the
+    single-question API agrees exactly with the vectorised one.
+
+    Args:
+        x: per-draw failure probabilities [...].
+        n_max: the largest power.
+
+    Returns:
+        float64 [..., n_max].
+    """
+    return np.multiply.accumulate(np.broadcast_to(x[..., None], x.shape + (n_max,)), axis=-1)
+
+
+def success_curve_point(p, n_max: int = N_MAX) -> np.ndarray:
+    """P(at least one success in n draws) = 1 - (1 - p)^n for n = 1..n_max.
+
+    Args:
+        p: success probabilities [...], clipped to [1e-4, 1 - 1e-4].
+        n_max: the largest budget.
+
+    Returns:
+        float64 [..., n_max].
+    """
+    p = np.clip(np.asarray(p, dtype=np.float64), P_CLIP, 1.0 - P_CLIP)
+    return 1.0 - _fail_powers(1.0 - p, n_max)
+
+
+def success_curve_mixture(quantiles, n_max: int = N_MAX) -> np.ndarray:
+    """(1/M) sum_m [1 - (1 - q_m)^n] for n = 1..n_max (DESIGN.md section 4, OT rule).
+
+    A row whose M quantiles are all equal is a point mass and gets exactly the point curve, so
+    the two rules agree bit for bit there.
+
+    Args:
+        quantiles: [..., M] quantiles at the M mid-point levels, clipped like ``p``.
+        n_max: the largest budget.
+
+    Returns:
+        float64 [..., n_max].
+    """
+    q = np.clip(np.asarray(quantiles, dtype=np.float64), P_CLIP, 1.0 - P_CLIP)
+    if q.ndim == 0 or q.shape[-1] == 0:
+        raise ValueError(f"quantiles must have shape [..., M] with M >= 1, got {q.shape}")
+    curve = 1.0 - np.mean(_fail_powers(1.0 - q, n_max), axis=-2)
+    point = q.max(axis=-1) == q.min(axis=-1)
+    if point.any():
+        curve = np.where(point[..., None], success_curve_point(q[..., 0], n_max), curve)
+    return curve
+
+
+def budget_from_curve(curve: np.ndarray, C) -> np.ndarray:
+    """Smallest n (1-based) with curve[..., n - 1] >= C, or n_max = curve.shape[-1] if none.
+
+    Args:
+        curve: success curves [..., n_max], non-decreasing in n.
+        C: targets broadcastable against ``curve[..., 0]``.
+
+    Returns:
+        int64 budgets with the broadcast shape of ``curve[..., 0]`` and ``C``.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    if not np.isfinite(C).all():
+        raise ValueError("C must be finite")
+    ok = curve >= C[..., None]
+    first = np.argmax(ok, axis=-1) + 1
+    return np.where(ok.any(axis=-1), first, curve.shape[-1]).astype(np.int64)
+
+
+def budget_point(p, C, n_max: int = N_MAX) -> np.ndarray:
+    """Point-rule budget N(p, C) = min{n in 1..n_max : 1 - (1 - p)^n >= C}, else n_max.
+
+    Works for one question (scalars give a 0-d array) or many; ``p`` and ``C`` broadcast.
+
+    Args:
+        p: success probabilities [...].
+        C: targets, broadcast against ``p``.
+        n_max: the largest budget.
+
+    Returns:
+        int64 budgets with the broadcast shape of ``p`` and ``C``.
+    """
+    p, C = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(C, dtype=np.float64))
+    return budget_from_curve(success_curve_point(p, n_max), C)
+
+
+def budget_mixture(quantiles, C, n_max: int = N_MAX) -> np.ndarray:
+    """Mixture-rule budget from quantiles at the mid-point levels.
+
+    Args:
+        quantiles: [..., M] quantiles; a single question is shape [M].
+        C: targets broadcastable against ``quantiles[..., 0]``.
+        n_max: the largest budget.
+
+    Returns:
+        int64 budgets with the broadcast shape of ``quantiles[..., 0]`` and ``C``.
+    """
+    return budget_from_curve(success_curve_mixture(quantiles, n_max), C)

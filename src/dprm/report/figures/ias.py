@@ -1,0 +1,196 @@
+"""Figures of instance-adaptive best-of-N: frontiers (Fig. 2), beta (Fig. 3), tau (Fig. 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dprm.report.figures.style import (
+    COLORS,
+    _datasets,
+    _finish,
+    _generators,
+    _grid,
+    _mean_over_seeds,
+    _method_curve,
+    _panel_grid,
+    _plt,
+    _select,
+)
+from dprm.report.tables import DATASET_LABELS, display, method_order
+
+
+def frontier_figure(
+    ias: pd.DataFrame, stem: str | Path, uniform: pd.DataFrame | None = None, title: str = ""
+) -> tuple[list[Path], str]:
+    """IAS accuracy vs normalised cost from the C sweep; rows = generators, columns = datasets.
+
+    Args:
+        ias: rows of ``dprm ias`` (sweep "C" used) plus ``dataset``, ``generator`` (and
+            ``seed``, averaged).
+        stem: output path without suffix (``.png`` and ``.pdf`` are written).
+        uniform: optional ``dataset, generator, n, cost, accuracy`` rows of plain best-of-n.
+        title: figure title (default: a generic one).
+
+    Returns:
+        (the written files, the caption).
+    """
+    df = _mean_over_seeds(
+        ias[ias["sweep"] == "C"], ["dataset", "generator", "method", "C"], ["cost", "accuracy"]
+    )
+
+    def reference(ax, gen: str, dataset: str) -> None:
+        u = uniform[(uniform["dataset"] == dataset) & (uniform["generator"] == gen)]
+        u = _mean_over_seeds(u, ["n"], ["cost", "accuracy"])
+        ax.plot(
+            u["cost"], u["accuracy"], color="0.75", linewidth=1.2, label="same n for all (no IAS)"
+        )
+
+    def draw(ax, m: str, sel: pd.DataFrame, methods: list[str]) -> None:
+        _method_curve(ax, m, methods, sel["cost"], sel["accuracy"], marker="o", markersize=3.5)
+
+    fig, axes = _panel_grid(
+        df,
+        draw,
+        xlabel="normalised cost  mean N / N_max",
+        ylabel="accuracy (exact expectation)",
+        xlim=(0, 1.02),
+        reference=None if uniform is None else reference,
+    )
+    caption = (
+        "IAS best-of-N: accuracy against normalised cost mean N_i / 64 as the target C sweeps "
+        "{0.5, …, 0.999} (one marker per C). Each method allocates per-question budgets from its "
+        "own success estimate (Base: the raw PRM score; QR: Q(0.1 | h); distributional methods: "
+        "the mixture over 100 quantile levels); the answer is always the candidate with the "
+        "highest raw PRM score. A wider horizontal span means the method's budgets respond to C; "
+        "grey: the same n for every question, for reference."
+    )
+    title = title or "Instance-adaptive best-of-N: cost–accuracy frontier over C ∈ [0.5, 0.999]"
+    return _finish(fig, axes, stem, title, caption)
+
+
+def beta_figure(
+    ias: pd.DataFrame, stem: str | Path, methods: list[str] | None = None, title: str = ""
+) -> tuple[list[Path], str]:
+    """beta-threshold early stopping (C = 0.9): accuracy vs cost per generator, beta annotated.
+
+    Args:
+        ias: rows of ``dprm ias`` (sweep "beta" used) plus ``dataset``, ``generator``.
+        stem: output path without suffix.
+        methods: methods to draw (default: all but the truth oracle).
+        title: figure title.
+
+    Returns:
+        (the written files, the caption).
+    """
+    df = _mean_over_seeds(
+        ias[ias["sweep"] == "beta"],
+        ["dataset", "generator", "method", "level"],
+        ["cost", "accuracy"],
+    )
+    methods = methods or [m for m in method_order(df["method"]) if m != "truth"]
+    df = df[df["method"].isin(methods)]
+    datasets, generators = _datasets(df), _generators(df)
+    fig, axes = _grid(1, len(datasets), width=5.2, height=4.0)
+    plt = _plt()
+    gen_colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, max(len(generators), 1)))
+    for c, dataset in enumerate(datasets):
+        ax = axes[0, c]
+        for g, gen in enumerate(generators):
+            for k, m in enumerate(methods):
+                sel = _select(df, dataset, gen, m, "level")
+                if sel.empty:
+                    continue
+                ls = ["-", "--", ":", "-."][k % 4]
+                ax.plot(
+                    sel["cost"],
+                    sel["accuracy"],
+                    ls,
+                    marker="o",
+                    markersize=3,
+                    color=gen_colors[g],
+                    label=f"{gen} ({display(m)})",
+                )
+                for end in (sel.iloc[0], sel.iloc[-1]):
+                    ax.annotate(
+                        f"β={end['level']:g}",
+                        (end["cost"], end["accuracy"]),
+                        fontsize=6,
+                        xytext=(3, -8),
+                        textcoords="offset points",
+                    )
+        ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
+        ax.set_xlabel("normalised cost  mean draws / N_max")
+        ax.set_ylabel("accuracy (exact expectation)")
+        ax.grid(alpha=0.3)
+    caption = (
+        "Calibrated best-of-N with β-threshold early stopping: the cap N_i comes from the mixture "
+        "rule at C = 0.9; candidates are drawn one at a time and sampling stops at the first whose "
+        "raw PRM score reaches Q(β | h_i), or at N_i. Each curve sweeps β from 0 (stop early, low "
+        "cost) to 1 (stop late); cost and accuracy are exact expectations over the random order."
+    )
+    title = title or "β-threshold early stopping at C = 0.9 (β = 0, 0.1, …, 1)"
+    return _finish(fig, axes, stem, title, caption)
+
+
+def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[list[Path], str]:
+    """Accuracy (top) and cost (bottom) against tau at C = 0.99; Base as a flat reference.
+
+    Args:
+        ias: rows of ``dprm ias`` of one generator (sweeps "tau" and "C" used).
+        stem: output path without suffix.
+        title: figure title.
+
+    Returns:
+        (the written files, the caption).
+    """
+    tau = _mean_over_seeds(
+        ias[ias["sweep"] == "tau"], ["dataset", "method", "level"], ["cost", "accuracy"]
+    )
+    base = ias[(ias["sweep"] == "C") & (ias["method"] == "base") & np.isclose(ias["C"], 0.99)]
+    base = _mean_over_seeds(base, ["dataset"], ["cost", "accuracy"])
+    datasets = _datasets(pd.concat([tau[["dataset"]], base[["dataset"]]]))
+    methods = method_order(tau["method"])
+    fig, axes = _grid(2, len(datasets), width=5.0, height=3.2)
+    for c, dataset in enumerate(datasets):
+        for r, value in enumerate(("accuracy", "cost")):
+            ax = axes[r, c]
+            for m in methods:
+                sel = tau[(tau["dataset"] == dataset) & (tau["method"] == m)].sort_values("level")
+                if sel.empty:
+                    continue
+                _method_curve(
+                    ax,
+                    m,
+                    methods,
+                    sel["level"],
+                    sel[value],
+                    label=f"{display(m)} ({len(sel)} levels)",
+                    marker="o" if len(sel) <= 20 else None,
+                    markersize=5,
+                )
+            b = base[base["dataset"] == dataset]
+            if not b.empty:
+                ax.axhline(
+                    b[value].iloc[0],
+                    color=COLORS["base"],
+                    linestyle=":",
+                    linewidth=1.2,
+                    label="Base (no τ)",
+                )
+            ax.set_xlim(0, 1)
+            ax.set_xlabel("quantile level τ used for the budget")
+            ax.set_ylabel("accuracy (exact)" if value == "accuracy" else "cost  mean N / N_max")
+            ax.grid(alpha=0.3)
+            if r == 0:
+                ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
+    caption = (
+        "Accuracy (top) and cost (bottom) when the per-question budget is N(Q(τ | h_i), 0.99) for "
+        "each quantile level τ. Continuous calibrators can be queried at 100 levels; QR only at its "
+        "11 trained levels. Low τ is pessimistic (large budgets), high τ optimistic (small "
+        "budgets); Base ignores τ (dotted line)."
+    )
+    title = title or "IAS at C = 0.99 with the budget set from Q(τ | h)"
+    return _finish(fig, axes, stem, title, caption)
