@@ -15,6 +15,7 @@ Run: ``.venv/bin/python benchmarks/bench_ias.py``.
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 
@@ -79,6 +80,9 @@ def mc_loop(score: np.ndarray, correct: np.ndarray, budgets: np.ndarray, seed: i
 
 
 def main() -> None:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     score, correct, estimates = world()
     pools = ias.Pools.from_arrays(list(score), list(correct))
     exact_sweep(pools, estimates)  # warm-up (caches the pick-weight tensor)
