@@ -30,6 +30,7 @@ def test_reproduce_tiny_end_to_end_and_resume(tmp_path):
         "## Run",
         "## Checks",
         "## Calibration (Table 1)",
+        "## Distance to the truth",
         "figures/frontiers_qwen-prm.png",
         "figures/flexibility.png",
         "torch",

@@ -126,3 +126,19 @@ def test_subset_recomputes_best():
     assert (
         small.improvement.loc[("id", "ot"), "brier"] == table.improvement.loc[("id", "ot"), "brier"]
     )
+
+
+def test_truth_table_seed_mean_std_best_and_mean_rows():
+    df = _metrics(seeds=(0, 1))
+    assert T.truth_markdown(df) is None  # no truth column: not a synthetic world
+    df["quantile_error_true"] = df["brier"] / 2
+    text = T.truth_markdown(df, "qwen-prm")
+    lines = text.splitlines()
+    assert lines[0] == "| Dataset | Generator | Base | OT | QR | Isotonic |"
+    # id/g1: OT seeds 0.05 and 0.055 -> 0.0525 ± 0.0035; isotonic (0.045, one seed) is best
+    g1 = next(line for line in lines if "| ID (MATH500-like) | g1 |" in line)
+    assert "0.0525 ± 0.0035" in g1 and "**0.0450**" in g1 and "**0.0525" not in g1
+    mean_id = next(line for line in lines if "ID (MATH500-like) | *mean*" in line)
+    # OT's mean over generators: (0.0525 + 0.0775) / 2 = 0.065
+    assert mean_id.split(" | ")[3] == "0.0650"
+    assert sum("*mean*" in line for line in lines) == 2

@@ -241,7 +241,7 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
     """Tables, figures, results.json, run.json and report.md for the pipeline's grid."""
     from dprm.report.document_md import render_report
     from dprm.report.reproduce import config_dict
-    from dprm.report.tables import to_frame, write_tables
+    from dprm.report.tables import to_frame, truth_markdown, write_tables
 
     cfg, out = pipe.config, pipe.out
     t0 = time.perf_counter()
@@ -299,7 +299,12 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
     run["wall_time_s"] = round(time.perf_counter() - started_at, 2)
     write_json(out / "run.json", run, allow_nan=False)
     write_json(out / "results.json", results, allow_nan=False)
-    text = render_report(cfg, run, tables, figs, checks, out, pipe.failures)
+    truth = {
+        prm: text
+        for prm in tables
+        if (text := truth_markdown(data["metrics"], prm if "prm" in data["metrics"] else None))
+    }
+    text = render_report(cfg, run, tables, figs, checks, out, pipe.failures, truth)
     with atomic_path(out / "report.md") as tmp:
         tmp.write_text(text)
     return out / "report.md"

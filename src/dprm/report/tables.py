@@ -334,3 +334,43 @@ def write_tables(
             to_frame(table).to_csv(tmp, index=False)
         tables[prm] = table
     return tables
+
+
+def truth_markdown(metrics: pd.DataFrame, prm: str | None = None) -> str | None:
+    """Markdown table of each method's mean absolute error to the true quantile function of p.
+
+    Synthetic worlds only (``quantile_error_true`` from ``dprm evaluate``; None when no row has
+    it). Rows (dataset, generator), one column per method (seed mean, ± std with several seeds),
+    the best per row in bold, then a "mean" row per dataset. Point calibrators are scored as a
+    point mass at their estimate, so their error includes p's spread; the comparison that
+    matters for IAS is between distribution methods.
+    """
+    key = "quantile_error_true"
+    if key not in metrics.columns or metrics[key].isna().all():
+        return None
+    df = metrics if prm is None else metrics[metrics["prm"] == prm]
+    df = df[df[key].notna()]
+    methods = method_order(df["method"])
+    grouped = df.groupby(["dataset", "generator", "method"], sort=False)[key]
+    mean, std = grouped.mean(), grouped.std(ddof=1)
+    head = ["Dataset", "Generator", *(display(m) for m in methods)]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * len(methods)) + "|",
+    ]
+    for dataset in dict.fromkeys(df["dataset"]):
+        label = DATASET_LABELS.get(dataset, dataset)
+        generators = list(dict.fromkeys(df.loc[df["dataset"] == dataset, "generator"]))
+        for gen in generators:
+            values = [mean.get((dataset, gen, m), np.nan) for m in methods]
+            best = np.nanmin(values)
+            cells = []
+            for m, v in zip(methods, values, strict=True):
+                s = std.get((dataset, gen, m), np.nan)
+                text = _fmt(v) + (f" ± {s:.4f}" if np.isfinite(s) else "")
+                cells.append(f"**{text}**" if np.isfinite(v) and v <= best + TIE_TOL else text)
+            lines.append(f"| {label} | {gen} | " + " | ".join(cells) + " |")
+        # The mean over generators only where the method has every generator ("--" otherwise).
+        avg = [np.mean([mean.get((dataset, g, m), np.nan) for g in generators]) for m in methods]
+        lines.append(f"| {label} | *mean* | " + " | ".join(_fmt(v) for v in avg) + " |")
+    return "\n".join(lines) + "\n"
