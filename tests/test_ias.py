@@ -336,3 +336,27 @@ def test_uniform_curve_and_small_n_max():
     est = ias.Estimate("p", "point", p=np.full(10, 0.01))
     summary, budgets = ias.run_sweeps(pools, [est], n_max=16, mc_trials=0)
     assert budgets["n"].max() == 16 and summary["cost"].max() == 1.0
+
+
+def test_budget_greedy_is_optimal_by_brute_force_and_beats_the_c_rule():
+    """Greedy marginal gains = the best allocation of a total budget (exhaustive search)."""
+    rng = np.random.default_rng(3)
+    quantiles = rng.beta(0.7, 1.5, size=(4, 6))  # 4 questions, 6 levels: concave mixture curves
+    curve = ias.success_curve_mixture(quantiles, 6)
+    for total in range(4, 25):
+        budgets = ias.budget_greedy(curve, total / 4)
+        assert budgets.sum() == total and budgets.min() >= 1 and budgets.max() <= 6
+        best = max(
+            sum(curve[i, n - 1] for i, n in enumerate(choice))
+            for choice in itertools.product(range(1, 7), repeat=4)
+            if sum(choice) == total
+        )
+        assert curve[np.arange(4), budgets - 1].sum() == pytest.approx(best, abs=1e-12)
+    # At the mean cost of any C rule allocation the greedy one is at least as good.
+    for c in (0.5, 0.8, 0.95):
+        rule = ias.budget_mixture(quantiles, c, 6)
+        greedy = ias.budget_greedy(curve, rule.sum() / 4)
+        got, ref = (curve[np.arange(4), b - 1].sum() for b in (greedy, rule))
+        assert got >= ref - 1e-12
+    with pytest.raises(ValueError, match="mean_budget"):
+        ias.budget_greedy(curve, 7)

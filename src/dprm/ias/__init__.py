@@ -29,7 +29,8 @@ row of one call) kept as a cross-check, with its standard error in ``accuracy_mc
 Modules:
 
 * :mod:`dprm.ias.constants` -- defaults (N_max, grids) and output columns;
-* :mod:`dprm.ias.budgets` -- success curves and the point / mixture budget rules;
+* :mod:`dprm.ias.budgets` -- success curves, the point / mixture budget rules, and a greedy
+  allocation under a total budget;
 * :mod:`dprm.ias.pools` -- :class:`Pools`, the candidate pools of a BoN set;
 * :mod:`dprm.ias.accuracy` -- exact accuracy tables, exact early stopping, Monte Carlo;
 * :mod:`dprm.ias.estimates` -- :class:`Estimate` from any calibrator (or the synthetic truth);
@@ -45,6 +46,7 @@ from dprm.ias.accuracy import (
 )
 from dprm.ias.budgets import (
     budget_from_curve,
+    budget_greedy,
     budget_mixture,
     budget_point,
     success_curve_mixture,
@@ -84,6 +86,7 @@ __all__ = [
     "Estimate",
     "Pools",
     "budget_from_curve",
+    "budget_greedy",
     "budget_mixture",
     "budget_point",
     "estimate_from_model",
