@@ -122,3 +122,33 @@ def test_bad_arguments(setup, tmp_path):
     with pytest.raises(SystemExit):
         main(["ias", "--bon", str(world["id/bon"]), "--out", str(tmp_path), "--beta", "1.5"])
     assert main(["ias", "--bon", str(tmp_path / "missing"), "--out", str(tmp_path)]) == 2
+
+
+def test_greedy_sweep_matches_cost_and_maximises_the_success_curves(setup):
+    """``--greedy`` adds one row per (method, C) at the C rule's cost; its allocation scores at
+    least as high on the method's own success curves (the quantity it maximises)."""
+    from dprm.data import read_bon_set
+    from dprm.ias import estimate_from_model
+    from dprm.models import load
+
+    root, world, dirs = setup
+    out = root / "greedy"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--model", str(dirs["ot"]), "--out", str(out)]
+    assert main([*argv, "--mc-trials", "0", "--greedy", "--quiet"]) == 0
+    summary = pd.read_csv(out / "ias.csv")
+    assert set(summary["sweep"]) == {"C", "tau", "beta", "greedy"}
+    c_rows = summary[summary.sweep == "C"].set_index(["method", "C"])
+    greedy = summary[summary.sweep == "greedy"].set_index(["method", "C"])
+    assert set(greedy.index) == set(c_rows.index)
+    np.testing.assert_allclose(greedy["cost"], c_rows.loc[greedy.index, "cost"], atol=1e-12)
+    budgets = pq.read_table(out / "budgets.parquet").to_pandas()
+    est = estimate_from_model(load(dirs["ot"]), read_bon_set(world["id/bon"]), "ot")
+    curve = est.success_curve()
+    rows = np.arange(curve.shape[0])
+    for c in summary.loc[summary.sweep == "C", "C"].unique():
+        pick = (budgets.method == "ot") & (budgets["C"] == c)
+        rule = budgets[pick & (budgets.sweep == "C")]["n"].to_numpy()
+        best = budgets[pick & (budgets.sweep == "greedy")]["n"].to_numpy()
+        assert curve[rows, best - 1].sum() >= curve[rows, rule - 1].sum() - 1e-9
+    # without the flag the contract's three sweeps only (checked above), and meta records it
+    assert json.loads((out / "ias_meta.json").read_text())["greedy"] is True

@@ -31,6 +31,7 @@ def test_reproduce_tiny_end_to_end_and_resume(tmp_path):
         "## Checks",
         "## Calibration (Table 1)",
         "## Distance to the truth",
+        "Cost-aware allocation (beyond the paper)",
         "figures/frontiers_qwen-prm.png",
         "figures/flexibility.png",
         "torch",

@@ -36,7 +36,13 @@ def _ias(args: argparse.Namespace) -> int:
     names = model_names(loaded)
     models = {name: m for name, (_, m) in zip(names, loaded, strict=True) if name != "base"}
     summary, budgets = run_ias(
-        bon, models, beta=args.beta, n_max=args.n_max, mc_trials=args.mc_trials, seed=args.seed
+        bon,
+        models,
+        beta=args.beta,
+        n_max=args.n_max,
+        mc_trials=args.mc_trials,
+        seed=args.seed,
+        greedy=args.greedy,
     )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -57,6 +63,7 @@ def _ias(args: argparse.Namespace) -> int:
             "n_max": args.n_max,
             "mc_trials": args.mc_trials,
             "seed": args.seed,
+            "greedy": args.greedy,
             "n_questions": len(bon),
             "columns": COLUMN_DOC,
             "extra_files": {
@@ -113,5 +120,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Monte Carlo trials (default 100; 0 skips)",
     )
     parser.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (default 0)")
+    parser.add_argument(
+        "--greedy",
+        action="store_true",
+        help="also write sweep='greedy' rows: at each C, the C rule's total budget spent on the "
+        "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
+        "see docs/calibrators.md)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print nothing")
     parser.set_defaults(func=_ias)

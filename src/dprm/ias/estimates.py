@@ -46,11 +46,14 @@ class Estimate:
             int64 [len(C), Q], or [Q] for scalar C.
         """
         C = np.asarray(C, dtype=np.float64)
-        if self.kind == "distribution":
-            curve = success_curve_mixture(self.q_mid, n_max)
-        else:
-            curve = success_curve_point(self.p, n_max)
+        curve = self.success_curve(n_max)
         return budget_from_curve(curve[None], C.reshape(-1, 1)).reshape(C.shape + (-1,))
+
+    def success_curve(self, n_max: int = N_MAX) -> np.ndarray:
+        """P(at least one success in n draws) under this estimate, [Q, n_max] (the rule's curve)."""
+        if self.kind == "distribution":
+            return success_curve_mixture(self.q_mid, n_max)
+        return success_curve_point(self.p, n_max)
 
     def quantiles_at(self, levels: Sequence[float]) -> np.ndarray | None:
         """Quantiles [Q, len(levels)] at ``levels`` if all are available (to 1e-6), else None."""

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dprm.ias.accuracy import exact_accuracy_table, lookup, monte_carlo, threshold_exact
-from dprm.ias.budgets import budget_point
+from dprm.ias.budgets import budget_greedy, budget_point
 from dprm.ias.constants import BETA_C, BETA_GRID, C_GRID, DEFAULT_BETA, MC_TRIALS, N_MAX, TAU_C
 from dprm.ias.estimates import Estimate, estimate_from_model
 from dprm.ias.pools import Pools
@@ -48,6 +48,7 @@ def sweep_rows(
     beta_c: float = BETA_C,
     beta_grid: Sequence[float] = BETA_GRID,
     n_max: int = N_MAX,
+    greedy: bool = False,
 ) -> list[_Row]:
     """The budgets of the three sweeps (DESIGN.md section 4) for every estimate.
 
@@ -56,11 +57,20 @@ def sweep_rows(
       and levels kinds).
     * ``beta``: cap N_i at ``beta_c`` by the method's rule (mixture for distributions, Q(beta)
       point rule for levels kinds), stop at the first candidate scoring >= Q(beta | h_i).
+    * ``greedy`` (only with ``greedy=True``; beyond DESIGN.md): at every C, the same total
+      budget as the C rule, spent on the largest marginal gains of the method's success curves
+      (:func:`dprm.ias.budgets.budget_greedy`); ``C`` names the C-rule row whose cost it matches.
     """
     rows: list[_Row] = []
     for est in estimates:
         budgets = est.budgets(np.asarray(c_grid), n_max)
         rows += [_Row(est.method, "C", float(c), np.nan, budgets[i]) for i, c in enumerate(c_grid)]
+        if greedy:
+            curve = est.success_curve(n_max)
+            rows += [
+                _Row(est.method, "greedy", float(c), np.nan, budget_greedy(curve, b.mean()))
+                for c, b in zip(c_grid, budgets, strict=True)
+            ]
         grid = _tau_grid(est)
         if grid is not None:
             levels, q = grid
@@ -224,6 +234,7 @@ def run_ias(
     mc_trials: int = MC_TRIALS,
     seed: int = 0,
     include_base: bool = True,
+    greedy: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Base (unless ``include_base`` is False) and every named calibrator on a BoN set.
 
@@ -235,6 +246,7 @@ def run_ias(
         mc_trials: Monte Carlo trials (0 skips it).
         seed: seed of the Monte Carlo.
         include_base: prepend the Base calibrator (raw PRM score) unless ``models`` has "base".
+        greedy: add the ``greedy`` sweep (see :func:`sweep_rows`).
 
     Returns:
         (summary, budgets) as :func:`run_sweeps`.
@@ -245,4 +257,6 @@ def run_ias(
     if include_base and "base" not in named:
         named = {"base": BaseCalibrator(bon.hidden_dim), **named}
     estimates = [estimate_from_model(m, bon, name, beta=beta) for name, m in named.items()]
-    return run_sweeps(Pools.from_bon(bon), estimates, n_max=n_max, mc_trials=mc_trials, seed=seed)
+    return run_sweeps(
+        Pools.from_bon(bon), estimates, n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy
+    )

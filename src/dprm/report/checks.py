@@ -75,6 +75,52 @@ def _minus_uniform(
     return float(np.mean(points["accuracy"].to_numpy() - ref))
 
 
+def greedy_checks(ias: pd.DataFrame, uniform: pd.DataFrame | None = None) -> list[dict[str, Any]]:
+    """Per (world, dataset, method) with a ``greedy`` sweep: the cost-aware allocation's gain.
+
+    Args:
+        ias: rows with ``world``, ``dataset``, ``method``, ``sweep``, ``C``, ``cost``,
+            ``accuracy`` (sweeps "C" and "greedy" used; seeds averaged).
+        uniform: optional ``world, dataset, cost, accuracy`` rows of plain best-of-n.
+
+    Returns:
+        one dict per (world, dataset, method): mean over the C points of greedy minus C-rule
+        accuracy at the same cost, and of each minus plain best-of-n (NaN without ``uniform``).
+    """
+    if "greedy" not in set(ias["sweep"]):
+        return []
+    keys = ["world", "dataset", "method", "sweep", "C"]
+    mean = ias[ias["sweep"].isin(["C", "greedy"])].groupby(keys, sort=False)[["cost", "accuracy"]]
+    wide = (
+        mean.mean()
+        .reset_index()
+        .pivot_table(
+            index=["world", "dataset", "method", "C"], columns="sweep", values=["cost", "accuracy"]
+        )
+    )
+    rows = []
+    for (world, dataset, method), grp in wide.groupby(level=[0, 1, 2], sort=False):
+        if ("accuracy", "greedy") not in grp or grp[("accuracy", "greedy")].isna().all():
+            continue
+        grp = grp.dropna()
+        rule = grp["accuracy"]["C"].to_numpy()
+        best = grp["accuracy"]["greedy"].to_numpy()
+        frame = pd.DataFrame({"cost": grp["cost"]["C"].to_numpy(), "accuracy": rule})
+        rows.append(
+            {
+                "world": world,
+                "dataset": dataset,
+                "method": method,
+                "greedy_minus_rule": float(np.mean(best - rule)),
+                "rule_minus_uniform": _minus_uniform(frame, uniform, world, dataset),
+                "greedy_minus_uniform": _minus_uniform(
+                    frame.assign(accuracy=best), uniform, world, dataset
+                ),
+            }
+        )
+    return rows
+
+
 def table_checks(metrics: pd.DataFrame, method: str = "ot") -> list[dict[str, Any]]:
     """Per (prm, dataset): ``method`` vs Base on Brier and ECE (seed means, then generator means).
 

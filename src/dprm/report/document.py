@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dprm.io import atomic_path, read_json, write_json
-from dprm.report.checks import RISE_TOL, frontier_checks, table_checks
+from dprm.report.checks import RISE_TOL, frontier_checks, greedy_checks, table_checks
 from dprm.report.tables import DATASET_LABELS, display
 
 if TYPE_CHECKING:
@@ -266,6 +266,9 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
         if not data["ias"].empty
         else [],
         "tables": table_checks(data["metrics"]) if not data["metrics"].empty else [],
+        "greedy": greedy_checks(data["ias"], uniform=data["uniform"])
+        if not data["ias"].empty
+        else [],
     }
     pipe.timing["report"] = {"seconds": 0.0, "units": 1, "skipped": 0}  # filled in below
     unit_seconds = {k: v["seconds"] for k, v in pipe.state.data["done"].items()}
@@ -315,6 +318,7 @@ __all__ = [
     "RISE_TOL",
     "collect",
     "frontier_checks",
+    "greedy_checks",
     "make_figures",
     "table_checks",
     "write_outputs",

@@ -33,6 +33,21 @@ def _check_lines(checks: dict[str, Any]) -> list[str]:
             "uniform allocation on this world.",
             "",
         ]
+    if checks.get("greedy"):
+        lines += [
+            "Cost-aware allocation (beyond the paper): at each C, the C rule's total budget spent on the "
+            "largest marginal gains of the same success curves (`dprm.ias.budget_greedy`, sweep "
+            "`greedy`). Mean over the C points, accuracy differences at equal cost:",
+            "",
+            "| world | dataset | method | greedy − C rule | C rule − same-n-for-all | greedy − same-n-for-all |",
+            "|---|---|---|---:|---:|---:|",
+        ]
+        for r in checks["greedy"]:
+            lines.append(
+                f"| {r['world']} | {DATASET_LABELS.get(r['dataset'], r['dataset'])} | {display(r['method'])} | "
+                f"{r['greedy_minus_rule']:+.4f} | {r['rule_minus_uniform']:+.4f} | {r['greedy_minus_uniform']:+.4f} |"
+            )
+        lines.append("")
     if checks["tables"]:
         lines += [
             "| PRM | dataset | Brier OT / Base | ECE OT / Base | OT ahead on both (generator mean) | ahead for every generator (Brier, ECE) |",

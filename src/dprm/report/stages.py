@@ -346,7 +346,10 @@ def _write_ias(pipe: Pipeline, out: Path, pools, estimates, seed: int) -> None:
     from dprm.ias import run_sweeps
     from dprm.io import atomic_path
 
-    summary, budgets = run_sweeps(pools, estimates, mc_trials=pipe.config.mc_trials, seed=seed)
+    # The greedy sweep (cost-aware allocation, beyond the paper) rides along: same estimates.
+    summary, budgets = run_sweeps(
+        pools, estimates, mc_trials=pipe.config.mc_trials, seed=seed, greedy=True
+    )
     with atomic_path(out.with_suffix(".parquet")) as tmp:
         pq.write_table(pa.Table.from_pandas(budgets, preserve_index=False), tmp)
     _write_csv(out, summary)
