@@ -14,14 +14,7 @@ from dprm.data import read_calibration_set
 from dprm.data.synth import write_world
 from dprm.models import REGISTRY
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread per test worker avoids oversubscribing the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 FAST = ["--set", "max_steps=40", "--set", "eval_every=20", "--set", "warmup_steps=20"]

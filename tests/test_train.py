@@ -16,14 +16,7 @@ from dprm.models.mono import MonoCalibrator
 from dprm.models.qr import QRCalibrator, QRConfig
 from dprm.train import CollapseError, Trainer, check_collapse, fit
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread per test worker avoids oversubscribing the cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 FAST = {"max_steps": "60", "eval_every": "20", "warmup_steps": "20", "batch_size": "64"}

@@ -47,14 +47,8 @@ tiny_models = _load_tiny_models()
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two test workers on two shared cores: one intra-op thread each."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_torch_thread(one_thread):
+    """Every test here runs with one intra-op thread (see tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")

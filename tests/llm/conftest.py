@@ -13,14 +13,8 @@ pytest.importorskip("math_verify")
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two xdist workers on two cores: one intra-op thread each avoids oversubscription."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_torch_thread(one_thread):
+    """Every test here runs with one intra-op thread (see tests/conftest.py)."""
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,14 @@ import pandas as pd
 from dprm.data.contract import CalibrationSet
 
 MIDPOINTS = (np.arange(50) + 0.5) / 50
+#: training budget and small networks shared by the map calibrators' closed-form tests
+STEPS = {
+    "max_steps": "400",
+    "warmup_steps": "100",
+    "eval_every": "25",
+    "context_hidden": "16",
+    "picnn_hidden": "16",
+}
 
 
 def calibration_set(

@@ -108,15 +108,6 @@ def test_systematic_levels_cover_each_stratum_once():
     np.testing.assert_array_equal(torch.floor(levels * 8).numpy(), np.tile(np.arange(8), (3, 1)))
 
 
-@pytest.fixture
-def one_thread():
-    """Small tensors: one thread is faster and does not spin on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize(
     ("link", "n_choices", "tolerance"),
     [("logit", (8,), 0.015), ("clamp", (8,), 0.015), ("logit", (2, 4, 8, 16), 0.025)],

@@ -13,6 +13,7 @@ import pytest
 import torch
 from closed_form import (
     MIDPOINTS,
+    STEPS,
     beta25_quantile,
     beta_world,
     discrete_context_world,
@@ -24,21 +25,7 @@ from dprm.models import load
 from dprm.models.mono import pinball
 from dprm.train import fit
 
-STEPS = {
-    "max_steps": "400",
-    "warmup_steps": "100",
-    "eval_every": "25",
-    "context_hidden": "16",
-    "picnn_hidden": "16",
-}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_pinball_is_the_check_loss():

@@ -15,6 +15,7 @@ import pytest
 import torch
 from closed_form import (
     MIDPOINTS,
+    STEPS,
     beta25_quantile,
     beta_world,
     discrete_context_world,
@@ -27,22 +28,10 @@ from dprm.models import load
 from dprm.models.ot import OTCalibrator
 from dprm.train import fit
 
-STEPS = {
-    "max_steps": "400",
-    "warmup_steps": "100",
-    "eval_every": "25",
-    "context_hidden": "16",
-    "picnn_hidden": "16",
-}
 HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

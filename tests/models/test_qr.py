@@ -18,12 +18,7 @@ from dprm.train import fit
 FAST = {"max_steps": "400", "warmup_steps": "100", "eval_every": "25"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

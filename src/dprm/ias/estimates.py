@@ -35,18 +35,19 @@ class Estimate:
     q_levels: np.ndarray | None = None
     beta: float | None = None
 
-    def budgets(self, C, n_max: int = N_MAX) -> np.ndarray:
+    def budgets(self, C, n_max: int = N_MAX, curve: np.ndarray | None = None) -> np.ndarray:
         """Budgets by the rule of this kind (mixture for distributions, point otherwise).
 
         Args:
             C: a target or targets [len(C)].
             n_max: the largest budget.
+            curve: :meth:`success_curve` ``(n_max)`` if the caller already has it [Q, n_max].
 
         Returns:
             int64 [len(C), Q], or [Q] for scalar C.
         """
         C = np.asarray(C, dtype=np.float64)
-        curve = self.success_curve(n_max)
+        curve = self.success_curve(n_max) if curve is None else curve
         return budget_from_curve(curve[None], C.reshape(-1, 1)).reshape(C.shape + (-1,))
 
     def success_curve(self, n_max: int = N_MAX) -> np.ndarray:

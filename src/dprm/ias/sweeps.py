@@ -63,10 +63,10 @@ def sweep_rows(
     """
     rows: list[_Row] = []
     for est in estimates:
-        budgets = est.budgets(np.asarray(c_grid), n_max)
+        curve = est.success_curve(n_max)  # [Q, n_max], shared by the C, greedy and beta sweeps
+        budgets = est.budgets(np.asarray(c_grid), n_max, curve)
         rows += [_Row(est.method, "C", float(c), np.nan, budgets[i]) for i, c in enumerate(c_grid)]
         if greedy:
-            curve = est.success_curve(n_max)
             rows += [
                 _Row(est.method, "greedy", float(c), np.nan, budget_greedy(curve, b.mean()))
                 for c, b in zip(c_grid, budgets, strict=True)
@@ -81,7 +81,7 @@ def sweep_rows(
             ]
         q_beta = est.quantiles_at(beta_grid)
         if q_beta is not None:
-            cap = est.budgets(beta_c, n_max)
+            cap = est.budgets(beta_c, n_max, curve)
             rows += [
                 _Row(est.method, "beta", beta_c, float(b), cap, q_beta[:, i])
                 for i, b in enumerate(beta_grid)

@@ -337,7 +337,8 @@ class QuantileMapNet(nn.Module):
             scale = scale[:, 0]
         learned_potential, learned_slope = self.picnn(x, context, with_slope, with_potential)
         potential = slope = None
-        below, above = (-x).clamp(min=0.0), (x - 1.0).clamp(min=0.0)
+        if self.barrier:  # only f has one; g's hot path skips it
+            below, above = (-x).clamp(min=0.0), (x - 1.0).clamp(min=0.0)
         if with_potential:
             potential = scale * base_potential + learned_potential
             if self.barrier:
