@@ -29,7 +29,10 @@ def test_presets_cover_the_paper_grid():
 
 def test_sets_follow_the_contract(worlds):
     paths = worlds["llama-3.2-1b"]
-    assert set(paths) == {"id/calib", "id/bon", "ood/calib", "ood/bon"}
+    assert set(paths) == {"id/calib", "id/bon", "ood/calib", "ood/bon", "train/calib"}
+    train_ids = set(read_calibration_set(paths["train/calib"]).records["question_id"])
+    test_ids = set(read_calibration_set(paths["id/calib"]).records["question_id"])
+    assert train_ids and test_ids and not train_ids & test_ids  # disjoint questions
     calib = read_calibration_set(paths["id/calib"])
     assert calib.hidden.dtype == np.float16 and calib.hidden_dim == 32
     assert calib.meta["preset"] == "llama-3.2-1b__qwen-prm" and calib.meta["seed"] == 3

@@ -85,7 +85,12 @@ PRMS: dict[str, PRM] = {
 
 @dataclass(frozen=True)
 class Split:
-    """Question distribution of one split."""
+    """Question distribution of one split.
+
+    ``n_bon_questions == 0`` marks a training split (calibration records only, no BoN pools).
+    Splits are generated in tuple order from ``default_rng([seed, index])``, so a split appended
+    at the end leaves the earlier splits' data unchanged.
+    """
 
     name: str
     n_questions: int
@@ -109,15 +114,27 @@ SIZES: dict[str, WorldSize] = {
     # MATH-500-like in distribution, AIME-like (harder, shifted, 60 questions) out of it.
     "paper": WorldSize(
         hidden_dim=3584,
-        splits=(Split("id", 500, 500, 0.0, 0.0), Split("ood", 60, 60, 1.6, 1.0)),
+        splits=(
+            Split("id", 500, 500, 0.0, 0.0),
+            Split("ood", 60, 60, 1.6, 1.0),
+            Split("train", 500, 0, 0.0, 0.0),
+        ),
     ),
     "demo": WorldSize(
         hidden_dim=256,
-        splits=(Split("id", 200, 200, 0.0, 0.0), Split("ood", 60, 60, 1.6, 1.0)),
+        splits=(
+            Split("id", 200, 200, 0.0, 0.0),
+            Split("ood", 60, 60, 1.6, 1.0),
+            Split("train", 200, 0, 0.0, 0.0),
+        ),
     ),
     "tiny": WorldSize(
         hidden_dim=32,
-        splits=(Split("id", 40, 40, 0.0, 0.0), Split("ood", 12, 12, 1.6, 1.0)),
+        splits=(
+            Split("id", 40, 40, 0.0, 0.0),
+            Split("ood", 12, 12, 1.6, 1.0),
+            Split("train", 40, 0, 0.0, 0.0),
+        ),
         n_responses=4,
         max_steps=8,
         min_steps=3,
@@ -220,7 +237,7 @@ def write_world(
     progress: bool = True,
     chunk_rows: int = 1024,
 ) -> dict[str, Path]:
-    """Write ``out/{split}/calib`` and ``out/{split}/bon`` for every split of a preset.
+    """Write ``out/{split}/calib`` (and ``out/{split}/bon`` for test splits) for a preset.
 
     Args:
         out: output directory.
@@ -231,7 +248,8 @@ def write_world(
         hidden_dim: override the size's hidden dimension.
 
     Returns:
-        ``{"id/calib": path, "id/bon": path, "ood/calib": ..., "ood/bon": ...}``.
+        ``{"id/calib": path, "id/bon": path, "ood/calib": ..., "ood/bon": ...,
+        "train/calib": ...}`` (the ``train`` split, MATH-train-like, has no BoN set).
     """
     gen, prm = resolve_preset(preset)
     size_name = size or ("demo" if preset == "demo" else "paper")
@@ -253,8 +271,9 @@ def write_world(
         "seed": seed,
         "dprm_version": __version__,
     }
+    n_sets = sum(1 + (split.n_bon_questions > 0) for split in world.splits)
     bar = tqdm(
-        total=2 * len(world.splits), desc=f"synth {preset}", disable=not progress, unit="set"
+        total=n_sets, desc=f"synth {preset}", disable=not progress, unit="set"
     )
     for split_index, split in enumerate(world.splits):
         rng = np.random.default_rng([seed, split_index])
@@ -286,6 +305,8 @@ def write_world(
             writer.meta.update(provenance, split=split.name)
         written[f"{split.name}/calib"] = path
         bar.update()
+        if split.n_bon_questions == 0:  # a training split: calibration records only
+            continue
         # -- best-of-N set: fresh questions from the same distribution ------------------------
         latent_q, qs_b, _, _ = _latents(
             rng, split, world, split.n_bon_questions, question_only=True
