@@ -33,7 +33,7 @@ from dprm.data.contract import SetWriter
 from dprm.data.synth import write_world
 from dprm.metrics import midpoint_levels
 from dprm.models.ot import OTCalibrator
-from dprm.train import fit
+from dprm.models.fit import fit
 
 
 def transport_autograd(net, context: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ import numpy as np
 
 from dprm import metrics as M
 from dprm.data.contract import CalibrationSet
-from dprm.models.base import Calibrator
+from dprm.models.interface import Calibrator
 
 METRIC_KEYS = (
     "brier",
@@ -107,9 +107,9 @@ def evaluate(
     data: CalibrationSet, models: Mapping[str, Calibrator] | None = None
 ) -> dict[str, dict]:
     """Metrics for Base, then each named calibrator, on ``data``."""
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
-    results = {"base": evaluate_calibrator(BaseCalibrator(data.hidden_dim), data)}
+    results = {"base": evaluate_calibrator(RawScoreCalibrator(data.hidden_dim), data)}
     for name, model in (models or {}).items():
         results[name] = evaluate_calibrator(model, data)
     return results

@@ -72,15 +72,25 @@ def ece(p, y) -> float:
     return float(np.sum(np.abs(sum_p - sum_y)) / len(p))
 
 
+def pinball_rho(target, quantile, tau):
+    """rho_tau(y - q) = max(tau u, (tau - 1) u), u = y - q, elementwise (broadcasting).
+
+    The one definition of the pinball loss: numpy arrays here (the WQL metric), torch tensors
+    in the training objectives of ``qr`` and ``mono`` (differentiable, same formula).
+    """
+    u = target - quantile
+    lower, upper = tau * u, (tau - 1.0) * u
+    return np.maximum(lower, upper) if isinstance(lower, np.ndarray) else lower.maximum(upper)
+
+
 def pinball(q, y, levels) -> np.ndarray:
-    """Pinball loss rho_tau(y - q) per record and level [N, L]."""
+    """Pinball loss rho_tau(y - q) per record and level [N, L] (validated shapes)."""
     q = np.asarray(q, dtype=np.float64)
     y = _as_1d(y, "y")[:, None]
     tau = np.asarray(levels, dtype=np.float64)[None, :]
     if q.ndim != 2 or q.shape != (y.shape[0], tau.shape[1]):
         raise ValueError(f"q must have shape [N, L] = {(y.shape[0], tau.shape[1])}, got {q.shape}")
-    u = y - q
-    return np.maximum(tau * u, (tau - 1.0) * u)
+    return pinball_rho(y, q, tau)
 
 
 def wql(q, y, levels=LEVELS_11) -> float:

@@ -22,8 +22,8 @@ from closed_form import (
 )
 
 from dprm.models import load
-from dprm.models.mono import pinball
-from dprm.train import fit
+from dprm.metrics import pinball_rho as pinball
+from dprm.models.fit import fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -26,7 +26,7 @@ from closed_form import (
 from dprm.evaluation import LEVELS_101
 from dprm.models import load
 from dprm.models.ot import OTCalibrator
-from dprm.train import fit
+from dprm.models.fit import fit
 
 HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
 

@@ -13,7 +13,7 @@ from dprm.evaluation import evaluate_calibrator
 from dprm.metrics import LEVELS_11
 from dprm.models import load
 from dprm.models.qr import QRCalibrator
-from dprm.train import fit
+from dprm.models.fit import fit
 
 FAST = {"max_steps": "400", "warmup_steps": "100", "eval_every": "25"}
 

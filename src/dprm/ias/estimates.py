@@ -18,7 +18,7 @@ class Estimate:
 
     Attributes:
         method: display name.
-        kind: ``point`` | ``levels`` | ``distribution`` (as :class:`dprm.models.base.Calibrator`).
+        kind: ``point`` | ``levels`` | ``distribution`` (as :class:`dprm.models.interface.Calibrator`).
         p: [Q] value for the point rule (point: p_hat; levels: Q(beta)); None for distributions.
         q_mid: [Q, M] quantiles at the M mid-point levels (distribution only).
         levels: [L] quantile levels available for the tau and beta sweeps (distribution: the
@@ -94,7 +94,7 @@ def estimate_from_model(
     ``BETA_GRID`` for the beta-threshold sweep.
 
     Args:
-        model: a :class:`dprm.models.base.Calibrator`.
+        model: a :class:`dprm.models.interface.Calibrator`.
         bon: a :class:`dprm.data.contract.BonSet` (Q questions).
         name: display name (default ``model.method``).
         beta: the level of the point rule for ``levels`` calibrators.

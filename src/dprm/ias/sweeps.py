@@ -251,11 +251,11 @@ def run_ias(
     Returns:
         (summary, budgets) as :func:`run_sweeps`.
     """
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
     named = dict(models or {})
     if include_base and "base" not in named:
-        named = {"base": BaseCalibrator(bon.hidden_dim), **named}
+        named = {"base": RawScoreCalibrator(bon.hidden_dim), **named}
     estimates = [estimate_from_model(m, bon, name, beta=beta) for name, m in named.items()]
     return run_sweeps(
         Pools.from_bon(bon), estimates, n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from dprm.data.contract import CalibrationSet
-from dprm.models.base import Calibrator, PointMass, register
+from dprm.models.interface import Calibrator, PointMass, register
 
 
 def _binomial_log_loss(p_hat: np.ndarray, k: np.ndarray, n: np.ndarray, eps: float = 1e-6) -> float:
@@ -145,6 +145,7 @@ class IsotonicCalibrator(_ScoreOnlyCalibrator):
     """p_hat = the monotone piecewise-linear interpolant of the isotonic fit of y on r."""
 
     config_class: ClassVar[type] = IsotonicConfig
+    data_sized = ("x_knots", "y_knots")
 
     def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
         super().__init__(hidden_dim, config)

@@ -290,8 +290,8 @@ def test_beta_sweep_cost_rises_with_beta():
 def test_estimate_from_model_kinds_and_truth():
     import torch
 
-    from dprm.models.base import Calibrator, FixedLevels
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.interface import Calibrator, FixedLevels
+    from dprm.models.raw_score import RawScoreCalibrator
 
     class Levels(Calibrator):
         kind = "levels"
@@ -303,6 +303,10 @@ def test_estimate_from_model_kinds_and_truth():
         def fixed_levels(self):
             return np.array([0.05, 0.5, 0.95])
 
+        @classmethod
+        def fit_model(cls, train, val, config, seed, progress):
+            raise NotImplementedError("a fixed test double")
+
     hidden = np.sort(np.random.default_rng(0).random((6, 3)), axis=1).astype(np.float32)
     questions = pd.DataFrame(
         {
@@ -313,7 +317,7 @@ def test_estimate_from_model_kinds_and_truth():
         }
     )
     bon = BonSet(questions, hidden, pd.DataFrame())
-    base = ias.estimate_from_model(BaseCalibrator(3), bon)
+    base = ias.estimate_from_model(RawScoreCalibrator(3), bon)
     np.testing.assert_allclose(base.p, questions["prm_score"])
     lv = ias.estimate_from_model(Levels(3), bon, beta=0.1)
     assert lv.beta == 0.05 and lv.kind == "levels"  # largest trained level <= beta

@@ -1,4 +1,4 @@
-"""``dprm.models.base``: the standardiser saved with every calibrator, and its folded layer."""
+"""``dprm.models.interface``: the standardiser saved with every calibrator, and its folded layer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from dprm.models import REGISTRY
-from dprm.models.base import Standardizer
+from dprm.models.interface import Standardizer
 
 
 def test_standardizer_matches_numpy_and_keeps_constant_dimensions_finite():

@@ -14,7 +14,8 @@ from dprm.data.synth import write_world
 from dprm.models import REGISTRY
 from dprm.models.mono import MonoCalibrator
 from dprm.models.qr import QRCalibrator, QRConfig
-from dprm.train import CollapseError, Trainer, check_collapse, fit
+from dprm.models.fit import CollapseError, check_collapse, fit
+from dprm.models.training import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,7 +40,7 @@ def make_constant(model):
     """Turn a quantile-map calibrator into the map T = 0 for every tau and h."""
     net = model.net
     with torch.no_grad():
-        net.base_scale.bias.fill_(-60.0)
+        net.marginal_scale.bias.fill_(-60.0)
         net.picnn.curvature.bias.fill_(-60.0)
         for layer in [*net.picnn.layers, net.picnn.output]:
             layer.x_coefficient.weight.zero_()
@@ -163,7 +164,7 @@ def test_check_collapse_fires_on_constant_map_only(world):
     report = check_collapse(make_constant(model), val)
     assert report["collapsed"] and report["tau_spread"] < 1e-9 and report["h_spread"] < 1e-9
     with torch.no_grad():
-        model.net.base_scale.bias.fill_(float("nan"))
+        model.net.marginal_scale.bias.fill_(float("nan"))
     assert check_collapse(model, val)["collapsed"]
 
 
@@ -184,13 +185,13 @@ def test_top_level_api_is_lazy():
     import subprocess
     import sys
 
-    import dprm.train
-    from dprm.models.base import load
+    import dprm.models.fit
+    from dprm.models.interface import load
 
     code = "import sys, dprm; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-    assert dprm.fit is dprm.train.fit and dprm.load is load
+    assert dprm.fit is dprm.models.fit.fit and dprm.load is load
     with pytest.raises(AttributeError):
         dprm.no_such_name  # noqa: B018
 
