@@ -1,4 +1,4 @@
-"""Calibration metrics as plain functions over arrays (DESIGN.md section 3).
+"""Calibration metrics as plain functions over arrays (docs/design.md §3).
 
 Notation: ``p`` point estimates [N], ``y`` success_prob labels [N] in [0, 1], ``q`` quantiles
 [N, L] at ``levels`` [L]. Every function returns a Python float; NaN means undefined.
@@ -10,7 +10,7 @@ import numpy as np
 
 #: The 11 levels {0, 0.1, ..., 1} of the paper's WQL, trapezoid point estimate and QR head.
 LEVELS_11 = np.round(np.linspace(0.0, 1.0, 11), 10)
-#: ECE bin edges: 12 equal-width bins on a range widened past [0, 1] (DESIGN.md section 3).
+#: ECE bin edges: 12 equal-width bins on a range widened past [0, 1] (docs/design.md §3).
 ECE_EDGES = np.linspace(-0.001, 1.001, 13)
 
 

@@ -1,4 +1,4 @@
-"""Defaults and output columns of the IAS rules and sweeps (DESIGN.md section 4)."""
+"""Defaults and output columns of the IAS rules and sweeps (docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ P_CLIP = 1e-4
 M_LEVELS = 100
 DEFAULT_BETA = 0.1
 MC_TRIALS = 100
-#: the C sweep of DESIGN.md section 4
+#: the C sweep of docs/design.md §4
 C_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999)
 TAU_C = 0.99  # target of the tau sweep (paper Fig. 4)
 BETA_C = 0.9  # target that sets the cap of beta-threshold early stopping (paper Fig. 3)
