@@ -10,11 +10,11 @@ import torch
 import dprm
 from dprm.config import ConfigError
 from dprm.data import read_calibration_set
-from dprm.data.synth import write_world
 from dprm.models import REGISTRY
 from dprm.models.mono import MonoCalibrator
 from dprm.models.qr import QRCalibrator, QRConfig
-from dprm.models.fit import CollapseError, check_collapse, fit
+from dprm.models.fit import POINT_MASS_SHARE, CollapseError, check_collapse, fit
+from dprm.models.interface import Calibrator, PointMass
 from dprm.models.training import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -24,11 +24,8 @@ FAST = {"max_steps": "60", "eval_every": "20", "warmup_steps": "20", "batch_size
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    paths = write_world(
-        tmp_path_factory.mktemp("w"), "llama-3.2-1b__qwen-prm", size="tiny", progress=False
-    )
-    return read_calibration_set(paths["id/calib"])
+def world(tiny_world):
+    return read_calibration_set(tiny_world('llama-3.2-1b__qwen-prm')["id/calib"])
 
 
 def halves(data):
@@ -166,6 +163,38 @@ def test_check_collapse_fires_on_constant_map_only(world):
     with torch.no_grad():
         model.net.marginal_scale.bias.fill_(float("nan"))
     assert check_collapse(model, val)["collapsed"]
+
+
+class MostlyPointMass(Calibrator):
+    """A distribution that is the point mass at 0 for the 70 % of rows with the smallest h[:, 0]
+    and at 0.9 elsewhere: it varies with h, so it is not flat in tau *and* h."""
+
+    kind = "distribution"
+
+    def __init__(self, hidden_dim: int, cut: float):
+        super().__init__(hidden_dim)
+        self.cut = cut
+
+    def forward(self, hidden, prm_score=None):
+        return PointMass(torch.where(hidden[:, 0].float() < self.cut, 0.0, 0.9))
+
+    @classmethod
+    def fit_model(cls, train, val, config, seed, progress):
+        raise NotImplementedError("a fixed test double")
+
+
+def test_check_collapse_flags_a_point_mass_at_0_or_1_for_most_h(world):
+    _, val = halves(world)
+    y = val.records["success_prob"].to_numpy()
+    assert np.mean((y == 0) | (y == 1)) <= POINT_MASS_SHARE  # the labels are not degenerate
+    cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.7))
+    report = check_collapse(MostlyPointMass(world.hidden_dim, cut), val)
+    # The old rule alone passes it: flat in tau but not in h.
+    assert report["h_spread"] > report["threshold"]
+    assert report["collapsed"] and report["point_mass_share"] == pytest.approx(0.7, abs=0.02)
+    # A point mass on fewer than half of the rows is a legitimate, confident map.
+    cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.3))
+    assert not check_collapse(MostlyPointMass(world.hidden_dim, cut), val)["collapsed"]
 
 
 def test_fit_raises_on_collapse(world, monkeypatch):

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dprm.config import in_range, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.models.interface import Calibrator, PointMass, register
 
@@ -179,7 +180,6 @@ class IsotonicCalibrator(_ScoreOnlyCalibrator):
     @classmethod
     def _fit(cls, train: CalibrationSet, config: IsotonicConfig) -> tuple[IsotonicCalibrator, dict]:
         """The knots fitted on ``train``; the history records their count."""
-        from dprm.config import to_dict
 
         score, k, n = _labels(train)
         weight = n if config.weight_by_rollouts else np.ones_like(n)
@@ -231,8 +231,8 @@ class PlattConfig:
     """Hyper-parameters of ``platt``."""
 
     #: scores are clipped to [eps, 1 - eps] before the logit
-    score_eps: float = 1e-6
-    max_iter: int = 200
+    score_eps: float = in_range(1e-6, gt=0, lt=0.5)
+    max_iter: int = in_range(200, ge=1)
 
 
 @register("platt")
@@ -254,7 +254,6 @@ class PlattCalibrator(_ScoreOnlyCalibrator):
     @classmethod
     def _fit(cls, train: CalibrationSet, config: PlattConfig) -> tuple[PlattCalibrator, dict]:
         """(a, b) fitted on ``train`` by LBFGS; the history records them."""
-        from dprm.config import to_dict
 
         score, k, n = _labels(train)
         x = score_logit(torch.from_numpy(score), config.score_eps)
