@@ -32,8 +32,8 @@ from dprm.data import read_calibration_set
 from dprm.data.synth import GENERATORS, write_world
 from dprm.evaluation import evaluate_calibrator
 from dprm.io import write_json
-from dprm.models.raw_score import RawScoreCalibrator
 from dprm.models.fit import CollapseError, fit
+from dprm.models.raw_score import RawScoreCalibrator
 
 TARGETS = {"id": 40.0, "ood": 60.0}
 

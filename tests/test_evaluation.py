@@ -15,7 +15,7 @@ from dprm.evaluation import METRIC_KEYS, _interp_rows, evaluate
 
 @pytest.fixture(scope="module")
 def world(tiny_world):
-    return tiny_world('llama-3.2-1b__qwen-prm')
+    return tiny_world("llama-3.2-1b__qwen-prm")
 
 
 def test_evaluate_base_json_contract(world, tmp_path):

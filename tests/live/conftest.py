@@ -139,8 +139,8 @@ def calibrator_dirs(tmp_path_factory, prm, math500) -> dict[str, Path]:
     ``mono`` shares ``ot``'s monotone quantile-map network (same kind, same mixture rule) and
     learns the state dependence in a few dozen steps, where ``ot`` needs far more.
     """
-    from dprm.models.raw_score import RawScoreCalibrator
     from dprm.models.fit import fit
+    from dprm.models.raw_score import RawScoreCalibrator
 
     root = tmp_path_factory.mktemp("calibrators")
     data = _calibration_set(prm, math500)

@@ -74,8 +74,8 @@ def test_budgets_vary_by_question(calibrator_dirs, load_cprm, prm, math500):
 
 def test_from_dirs_loads_both_and_checks_dimensions(model_dirs, calibrator_dirs, tmp_path):
     from dprm.live import CalibratedPRM
-    from dprm.models.raw_score import RawScoreCalibrator
     from dprm.models.qr import QRCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
     cprm = CalibratedPRM.from_dirs(
         str(model_dirs["prm"]), str(calibrator_dirs["qr"]), device="cpu", dtype="float32"

@@ -19,7 +19,6 @@ from torch import Tensor
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.models import REGISTRY, load
-from dprm.models.interface import Calibrator, QuantileFunction
 from dprm.models.conformal import (
     ConformalCalibrator,
     ConformalConfig,
@@ -28,6 +27,7 @@ from dprm.models.conformal import (
     conformal_correction,
     conformal_rank,
 )
+from dprm.models.interface import Calibrator, QuantileFunction
 from dprm.models.score_only import PlattCalibrator, PlattConfig
 
 N_SPLITS = 200

@@ -37,7 +37,16 @@ def halves(tiny_world):
 
 
 def test_registry_lists_every_method():
-    assert set(REGISTRY) == {"base", "binomial", "conformal", "isotonic", "mono", "ot", "platt", "qr"}
+    assert set(REGISTRY) == {
+        "base",
+        "binomial",
+        "conformal",
+        "isotonic",
+        "mono",
+        "ot",
+        "platt",
+        "qr",
+    }
 
 
 @pytest.mark.parametrize("method", sorted(REGISTRY))
@@ -55,9 +64,7 @@ def test_protocol_save_load_and_shapes(method, halves, tmp_path):
     score = val.records["prm_score"].to_numpy(np.float32)
     n = len(val)
     levels = loaded.fixed_levels if loaded.kind == "levels" else np.linspace(0, 1, 21)
-    q, q_loaded = (
-        m.quantiles(val.hidden, levels, score) for m in (model, loaded)
-    )  # [N, L] each
+    q, q_loaded = (m.quantiles(val.hidden, levels, score) for m in (model, loaded))  # [N, L] each
     assert q.shape == (n, len(levels)) and q.dtype == np.float32
     np.testing.assert_array_equal(q, q_loaded)
     assert ((q >= 0) & (q <= 1)).all()

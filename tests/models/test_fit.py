@@ -11,10 +11,10 @@ import dprm
 from dprm.config import ConfigError
 from dprm.data import read_calibration_set
 from dprm.models import REGISTRY
-from dprm.models.mono import MonoCalibrator
-from dprm.models.qr import QRCalibrator, QRConfig
 from dprm.models.fit import POINT_MASS_SHARE, CollapseError, check_collapse, fit
 from dprm.models.interface import Calibrator, PointMass
+from dprm.models.mono import MonoCalibrator
+from dprm.models.qr import QRCalibrator, QRConfig
 from dprm.models.training import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -25,7 +25,7 @@ FAST = {"max_steps": "60", "eval_every": "20", "warmup_steps": "20", "batch_size
 
 @pytest.fixture(scope="module")
 def world(tiny_world):
-    return read_calibration_set(tiny_world('llama-3.2-1b__qwen-prm')["id/calib"])
+    return read_calibration_set(tiny_world("llama-3.2-1b__qwen-prm")["id/calib"])
 
 
 def halves(data):

@@ -21,8 +21,8 @@ from closed_form import (
     gaussian_logit_world,
 )
 
-from dprm.models import load
 from dprm.metrics import pinball_rho as pinball
+from dprm.models import load
 from dprm.models.fit import fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")

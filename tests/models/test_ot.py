@@ -25,8 +25,8 @@ from closed_form import (
 
 from dprm.evaluation import LEVELS_101
 from dprm.models import load
-from dprm.models.ot import OTCalibrator
 from dprm.models.fit import fit
+from dprm.models.ot import OTCalibrator
 
 HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
 

@@ -11,8 +11,8 @@ from dprm.data import read_calibration_set
 from dprm.evaluation import evaluate_calibrator
 from dprm.metrics import LEVELS_11
 from dprm.models import load
-from dprm.models.qr import QRCalibrator
 from dprm.models.fit import fit
+from dprm.models.qr import QRCalibrator
 
 FAST = {"max_steps": "400", "warmup_steps": "100", "eval_every": "25"}
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def world(tiny_world):
-    return tiny_world('qwen-2.5-7b__qwen-prm')
+    return tiny_world("qwen-2.5-7b__qwen-prm")
 
 
 def test_fixed_levels_and_marginal_initialisation():

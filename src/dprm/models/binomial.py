@@ -47,8 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dprm.data.contract import CalibrationSet
 from dprm.config import in_range
+from dprm.data.contract import CalibrationSet
 from dprm.models.interface import register
 from dprm.models.map_calibrator import MapNetConfig, MapQuantiles, QuantileMapCalibrator
 from dprm.models.training import Batch, Trainer
@@ -210,7 +210,6 @@ class BinomialCalibrator(QuantileMapCalibrator):
         raw = model.raw_map(batch.hidden, levels)
         ll = mixture_log_likelihood(raw, batch.n_correct, batch.n_rollouts, cfg.link, cfg.eps)
         return -ll.mean()
-
 
 
 class CountTrainer(Trainer):

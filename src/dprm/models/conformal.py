@@ -56,6 +56,7 @@ from dprm.config import ConfigError, in_range, parse_overrides, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
+from dprm.models.fit import fit_split
 from dprm.models.interface import REGISTRY, Calibrator, PointMass, register
 
 #: config keys of files saved before the inner calibrator's keys were renamed
@@ -200,11 +201,11 @@ class ConformalCalibrator(Calibrator):
         progress: bool,
     ) -> tuple[ConformalCalibrator, list[dict]]:
         """Fit the inner calibrator on part of ``train``, conformalise on the rest."""
-        from dprm.models.fit import fit_split  # the one fit dispatch (fit imports the registry)
-
         conformal_rank(1, config.alpha)  # fail fast on a bad alpha / unit, before any training
         if config.unit not in ("question", "record"):
-            raise ConfigError(f"conformal: unit must be 'question' or 'record', got {config.unit!r}")
+            raise ConfigError(
+                f"conformal: unit must be 'question' or 'record', got {config.unit!r}"
+            )
         check_inner_method(config.inner_method)
         n_questions = train.records["question_id"].nunique()
         if n_questions < 2:
@@ -219,7 +220,11 @@ class ConformalCalibrator(Calibrator):
         )
         overrides = parse_overrides([i for i in config.inner_set.split(";") if i.strip()])
         inner, history, _ = fit_split(
-            config.inner_method, train.subset(rest_rows), val, overrides=overrides, seed=seed,
+            config.inner_method,
+            train.subset(rest_rows),
+            val,
+            overrides=overrides,
+            seed=seed,
             progress=progress,
         )
         cal = train.subset(cal_rows)

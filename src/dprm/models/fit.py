@@ -153,7 +153,12 @@ def fit(
     train, val = data.subset(train_rows), data.subset(val_rows)
     started = time.perf_counter()
     model, history, config = fit_split(
-        method, train, val, config_path=config_path, overrides=overrides, seed=seed,
+        method,
+        train,
+        val,
+        config_path=config_path,
+        overrides=overrides,
+        seed=seed,
         progress=progress,
     )
     model.info.update(

@@ -559,7 +559,9 @@ def load(directory: str | Path) -> Calibrator:
         hidden_dim = int(cfg["hidden_dim"])
         model = REGISTRY[method].from_config(hidden_dim, cfg.get("config", {}))
     except (KeyError, TypeError, ValueError) as err:
-        raise DataError(cfg_path, f"config does not describe a {method!r} calibrator: {err}") from None
+        raise DataError(
+            cfg_path, f"config does not describe a {method!r} calibrator: {err}"
+        ) from None
     weights = directory / WEIGHTS_FILE
     if not weights.exists():
         raise DataError(weights, "file not found")

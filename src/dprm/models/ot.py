@@ -48,7 +48,8 @@ class OTConfig(MapNetConfig):
     lr_f: float = in_range(4e-3, gt=0)
     adam_betas: tuple[float, ...] = in_range((0.5, 0.9), ge=0, lt=1)
     f_every: int = in_range(2, ge=1)  # update f once every f_every batches (g every batch)
-    dual_barrier: float = in_range(10.0, ge=0)  # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
+    # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
+    dual_barrier: float = in_range(10.0, ge=0)
 
 
 @register("ot")

@@ -71,7 +71,8 @@ class TrainConfig:
     # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates
     # tuned at D = 256 (0.27x at D = 3584, 2.8x at D = 32).
     input_lr_scale: float = 0.0
-    preload_max_gb: float = in_range(4.0, ge=0)  # hold the standardised float32 rows in memory up to this size
+    # hold the standardised float32 rows in memory up to this size
+    preload_max_gb: float = in_range(4.0, ge=0)
 
 
 @dataclass
@@ -365,7 +366,12 @@ class TrainedCalibrator(Calibrator):
 
     @classmethod
     def fit_model(
-        cls, train: CalibrationSet, val: CalibrationSet, config: TrainConfig, seed: int, progress: bool
+        cls,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: TrainConfig,
+        seed: int,
+        progress: bool,
     ) -> tuple[TrainedCalibrator, list[dict]]:
         model = cls(train.hidden_dim, vars(config))
         trainer = cls.trainer_class(model, train, val, config, seed=seed, progress=progress)
@@ -373,4 +379,3 @@ class TrainedCalibrator(Calibrator):
         history = model.train_steps(trainer)
         model.info["training"] = trainer.summary
         return model, history
-
