@@ -33,7 +33,6 @@ METRIC_KEYS = (
     "crossing_rate",
     "n",
 )
-LEVELS_101 = np.linspace(0.0, 1.0, 101)
 
 
 def _interp_rows(q: np.ndarray, levels: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -52,7 +51,7 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
     nan = float("nan")
     out: dict[str, float] = {"n": int(len(y))}
     mid = M.midpoint_levels(100)
-    pred = predict(model, hidden, score, LEVELS_101, batch_size)
+    pred = predict(model, hidden, score, M.LEVELS_101, batch_size)
     p = pred.p
     q_mid = None
     if pred.q is None:  # point

@@ -10,6 +10,8 @@ import numpy as np
 
 #: The 11 levels {0, 0.1, ..., 1} of the paper's WQL, trapezoid point estimate and QR head.
 LEVELS_11 = np.round(np.linspace(0.0, 1.0, 11), 10)
+#: The 101 levels {0, 0.01, ..., 1}: crossing rates and quantile curves of continuous calibrators.
+LEVELS_101 = np.linspace(0.0, 1.0, 101)
 #: ECE bin edges: 12 equal-width bins on a range widened past [0, 1] (docs/design.md §3).
 ECE_EDGES = np.linspace(-0.001, 1.001, 13)
 

@@ -23,7 +23,7 @@ from closed_form import (
     gaussian_logit_world,
 )
 
-from dprm.evaluation import LEVELS_101
+from dprm.metrics import LEVELS_101
 from dprm.models import load
 from dprm.models.fit import fit
 from dprm.models.ot import OTCalibrator
