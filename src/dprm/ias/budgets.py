@@ -27,6 +27,11 @@ from dprm.ias.constants import N_MAX, P_CLIP
 NEAR_TIE = 1e-12
 
 
+def clipped(p) -> np.ndarray:
+    """Success probabilities as the rules use them: float64, clipped to [P_CLIP, 1 - P_CLIP]."""
+    return np.clip(np.asarray(p, dtype=np.float64), P_CLIP, 1.0 - P_CLIP)
+
+
 def _fail_powers(x: np.ndarray, n_max: int) -> np.ndarray:
     """x^n for n = 1..n_max by repeated multiplication [..., n_max].
 
@@ -130,11 +135,6 @@ def budget_from_curve(curve: np.ndarray, C, probs: np.ndarray | None = None) -> 
             index = tuple(index[len(index) - len(shape) :])  # () for a single question
             budgets[index] = exact_budget(probs[index], targets[index], curve.shape[-1])
     return budgets
-
-
-def clipped(p) -> np.ndarray:
-    """Success probabilities as the rules use them: float64, clipped to [P_CLIP, 1 - P_CLIP]."""
-    return np.clip(np.asarray(p, dtype=np.float64), P_CLIP, 1.0 - P_CLIP)
 
 
 def budget_point(p, C, n_max: int = N_MAX) -> np.ndarray:

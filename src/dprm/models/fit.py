@@ -25,6 +25,7 @@ from dprm import metrics as M
 from dprm.config import ConfigError, load_config, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
+from dprm.io import DataError
 from dprm.models.interface import REGISTRY, Calibrator
 
 #: Split fixed by the paper (GroupShuffleSplit, 20 % of questions, seed 42).
@@ -66,7 +67,7 @@ def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000
     y = part.records["success_prob"].to_numpy(np.float64)
     try:
         q = model.quantiles(part.hidden, M.LEVELS_11, score).astype(np.float64)
-    except ValueError:  # non-finite outputs (dprm.io.DataError)
+    except DataError:  # non-finite outputs
         q = np.full((len(rows), len(M.LEVELS_11)), np.nan)
     finite = bool(np.isfinite(q).all())
     tau_spread = float(np.mean(q[:, 9] - q[:, 1])) if finite else float("nan")
