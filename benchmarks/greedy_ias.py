@@ -38,7 +38,7 @@ from dprm.ias import (
     truth_estimate,
     uniform_curve,
 )
-from dprm.train import fit
+from dprm.models.fit import fit
 
 
 def frontier(table, pools, budgets) -> tuple[float, float]:

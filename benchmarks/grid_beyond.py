@@ -1,7 +1,7 @@
 """Beyond-the-paper grid: ``binomial`` and ``mono`` (and the score-only baselines) against ``ot``.
 
 On the synthetic ``GENERATOR__qwen-prm`` worlds (truth known), for every preset x training seed
-x method: fit on the ID calibration set (``dprm.train.fit``: 80/20 split by question, seed 42),
+x method: fit on the ID calibration set (``dprm.models.fit.fit``: 80/20 split by question, seed 42),
 evaluate on ID and OOD calibration sets (``dprm.evaluation.evaluate_calibrator``, including
 ``quantile_error_true``) and run the IAS C sweep on the ID and OOD best-of-N sets
 (``dprm.ias.run_ias``, exact accuracy). The world of a preset is fixed (its default seed), so the
@@ -46,7 +46,7 @@ from dprm.data.synth import GENERATORS, write_world
 from dprm.evaluation import evaluate_calibrator
 from dprm.ias import Pools, exact_accuracy_table, lookup, run_ias, run_sweeps, truth_estimate
 from dprm.io import write_json
-from dprm.train import CollapseError, fit
+from dprm.models.fit import CollapseError, fit
 
 GRADIENT_METHODS = ("ot", "mono", "binomial")
 SPLITS = ("id", "ood")
@@ -103,12 +103,12 @@ def run_one(world: Path, method: str, seed: int, overrides: dict) -> dict:
 
 def reference_frontiers(world: Path) -> dict:
     """Base (raw PRM score) and the truth oracle's C-sweep curves per split."""
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
     out = {}
     for split in SPLITS:
         bon = read_bon_set(world / split / "bon")
-        summary, _ = run_ias(bon, {"base": BaseCalibrator(bon.hidden_dim)}, mc_trials=0)
+        summary, _ = run_ias(bon, {"base": RawScoreCalibrator(bon.hidden_dim)}, mc_trials=0)
         truth, budgets = run_sweeps(Pools.from_bon(bon), [truth_estimate(bon)], mc_trials=0)
         out[split] = {
             "base": frontier_points(summary),

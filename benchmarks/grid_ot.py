@@ -32,8 +32,8 @@ from dprm.data import read_calibration_set
 from dprm.data.synth import GENERATORS, write_world
 from dprm.evaluation import evaluate_calibrator
 from dprm.io import write_json
-from dprm.models.base_prm import BaseCalibrator
-from dprm.train import CollapseError, fit
+from dprm.models.fit import CollapseError, fit
+from dprm.models.raw_score import RawScoreCalibrator
 
 TARGETS = {"id": 40.0, "ood": 60.0}
 
@@ -55,7 +55,7 @@ def run_generator(gen: str, args, results: dict, out: Path) -> None:
         sets = {
             s: read_calibration_set(paths[f"{s}/calib"], check_hidden=False) for s in ("id", "ood")
         }
-        base = BaseCalibrator(sets["id"].hidden_dim)
+        base = RawScoreCalibrator(sets["id"].hidden_dim)
         entry["base"] = {s: evaluate_calibrator(base, d) for s, d in sets.items()}
         entry["n"] = {s: len(d) for s, d in sets.items()}
         print(

@@ -152,7 +152,7 @@ def test_collapse_exits_nonzero_and_writes_nothing(world, tmp_path, monkeypatch,
         with torch.no_grad():
             for p in model.net.parameters():
                 p.zero_()
-            model.net.base_scale.bias.fill_(-60.0)
+            model.net.marginal_scale.bias.fill_(-60.0)
             model.net.picnn.curvature.bias.fill_(-60.0)
         return model, history
 

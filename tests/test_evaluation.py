@@ -10,15 +10,12 @@ import pytest
 
 from dprm.cli import main
 from dprm.data import read_calibration_set
-from dprm.data.synth import write_world
 from dprm.evaluation import METRIC_KEYS, _interp_rows, evaluate
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return write_world(
-        tmp_path_factory.mktemp("w"), "llama-3.2-1b__qwen-prm", size="tiny", progress=False
-    )
+def world(tiny_world):
+    return tiny_world("llama-3.2-1b__qwen-prm")
 
 
 def test_evaluate_base_json_contract(world, tmp_path):
@@ -64,8 +61,8 @@ def test_evaluate_base_json_contract(world, tmp_path):
     )
 
 
-def test_weak_generator_base_brier_above_strong_and_ood_above_id(world, tmp_path):
-    strong = write_world(tmp_path / "s", "r1-qwen-7b__qwen-prm", size="tiny", progress=False)
+def test_weak_generator_base_brier_above_strong_and_ood_above_id(world, tiny_world):
+    strong = tiny_world("r1-qwen-7b__qwen-prm")
     brier = {
         (name, split): evaluate(read_calibration_set(w[f"{split}/calib"]))["base"]["brier"]
         for name, w in (("weak", world), ("strong", strong))

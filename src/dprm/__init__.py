@@ -23,11 +23,11 @@ __all__ = ["__version__", "fit", "load"]
 
 def __getattr__(name: str):
     if name == "fit":
-        from dprm.train import fit
+        from dprm.models.fit import fit
 
         return fit
     if name == "load":
-        from dprm.models.base import load
+        from dprm.models.interface import load
 
         return load
     raise AttributeError(f"module 'dprm' has no attribute {name!r}")

@@ -20,7 +20,48 @@ T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    """A config file or override names an unknown key or a value of the wrong type."""
+    """A config file or override names an unknown key or a value of the wrong type or range."""
+
+
+#: bound name -> (test, wording) of the numeric ranges :func:`in_range` declares
+_BOUNDS = {
+    "ge": (lambda v, b: v >= b, ">="),
+    "gt": (lambda v, b: v > b, ">"),
+    "le": (lambda v, b: v <= b, "<="),
+    "lt": (lambda v, b: v < b, "<"),
+}
+
+
+def in_range(default: Any, **bounds: float) -> Any:
+    """A dataclass field with a declared numeric range, checked when a config is parsed.
+
+    Example: ``max_steps: int = in_range(1000, ge=1)``; ``alpha: float = in_range(0.1, gt=0,
+    lt=1)``. For a tuple field every element must lie in the range. The range lives in the
+    field's metadata, so subclasses inherit it and :func:`from_dict` checks every config
+    dataclass the same way.
+
+    Args:
+        default: the field's default (a tuple is fine: fields are frozen values here).
+        bounds: any of ``ge``, ``gt``, ``le``, ``lt``.
+    """
+    unknown = sorted(set(bounds) - set(_BOUNDS))
+    if unknown:
+        raise TypeError(f"in_range: unknown bound(s) {unknown}; use {sorted(_BOUNDS)}")
+    return dataclasses.field(default=default, metadata={"range": dict(bounds)})
+
+
+def check_range(field: dataclasses.Field, value: Any, source: str) -> None:
+    """Raise :class:`ConfigError` naming the key if ``value`` is outside ``field``'s range."""
+    bounds = field.metadata.get("range")
+    if not bounds or value is None:
+        return
+    for item in value if isinstance(value, list | tuple) else (value,):
+        for name, bound in bounds.items():
+            test, wording = _BOUNDS[name]
+            if not (isinstance(item, int | float) and test(item, bound)):
+                raise ConfigError(
+                    f"{source}: {field.name} = {value!r} is out of range: expected {wording} {bound}"
+                )
 
 
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
@@ -98,6 +139,7 @@ def from_dict(cls: type[T], values: dict[str, Any], *, source: str = "config") -
             kwargs[key] = _coerce(value, hints[key], key)
         except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None
+        check_range(fields[key], kwargs[key], source)
     return cls(**kwargs)
 
 

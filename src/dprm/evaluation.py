@@ -3,7 +3,8 @@
 Per method: ``brier, pos_brier, neg_brier, ece, wql, calibration_area, crossing_rate, n`` (NaN
 where undefined) and, on synthetic sets with truth, ``quantile_error_true`` and ``crps_true``.
 
-Conventions (DESIGN.md section 3): point estimates are the trapezoid mean over the 11 levels for
+Conventions (docs/design.md §3; the branching is :func:`dprm.models.interface.predict`): point
+estimates are the trapezoid mean over the 11 levels for
 full-distribution calibrators, Q(0.5) for fixed-level ones (QR) and the value itself for point
 calibrators (Base: the PRM score). WQL and the calibration area use the 11 levels; a point
 calibrator has neither. The crossing rate is measured at 101 levels for continuous calibrators and
@@ -20,7 +21,7 @@ import numpy as np
 
 from dprm import metrics as M
 from dprm.data.contract import CalibrationSet
-from dprm.models.base import Calibrator
+from dprm.models.interface import Calibrator, predict
 
 METRIC_KEYS = (
     "brier",
@@ -32,7 +33,6 @@ METRIC_KEYS = (
     "crossing_rate",
     "n",
 )
-LEVELS_101 = np.linspace(0.0, 1.0, 101)
 
 
 def _interp_rows(q: np.ndarray, levels: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -51,34 +51,28 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
     nan = float("nan")
     out: dict[str, float] = {"n": int(len(y))}
     mid = M.midpoint_levels(100)
-    if model.kind == "point":
-        p = model.point_estimate(hidden, score, batch_size).astype(np.float64)
+    pred = predict(model, hidden, score, M.LEVELS_101, batch_size)
+    p = pred.p
+    q_mid = None
+    if pred.q is None:  # point
         out.update(wql=nan, calibration_area=nan, crossing_rate=nan)
         q_mid = np.repeat(p[:, None], len(mid), axis=1) if data.has_truth else None
-    elif model.kind == "levels":
-        levels = np.asarray(model.fixed_levels, dtype=np.float64)
-        q = model.quantiles(hidden, levels, score, batch_size).astype(np.float64)
-        p = q[:, int(np.argmin(np.abs(levels - 0.5)))]
+    elif pred.kind == "levels":
         out.update(
-            wql=M.wql(q, y, levels),
-            calibration_area=M.calibration_area(q, y, levels),
-            crossing_rate=M.crossing_rate(q),
+            wql=M.wql(pred.q, y, pred.levels),
+            calibration_area=M.calibration_area(pred.q, y, pred.levels),
+            crossing_rate=M.crossing_rate(pred.q),
         )
-        q_mid = _interp_rows(q, levels, mid) if data.has_truth else None
+        q_mid = _interp_rows(pred.q, pred.levels, mid) if data.has_truth else None
     else:
-        q = model.quantiles(hidden, LEVELS_101, score, batch_size).astype(np.float64)
-        q11 = q[:, ::10]
-        p = M.trapezoid_mean(q11)
+        q11 = pred.q[:, ::10]
         out.update(
             wql=M.wql(q11, y),
             calibration_area=M.calibration_area(q11, y),
-            crossing_rate=M.crossing_rate(q),
+            crossing_rate=M.crossing_rate(pred.q),
         )
-        q_mid = (
-            model.quantiles(hidden, mid, score, batch_size).astype(np.float64)
-            if data.has_truth
-            else None
-        )
+        if data.has_truth:
+            q_mid = model.quantiles(hidden, mid, score, batch_size).astype(np.float64)
     out.update(
         brier=M.brier(p, y),
         pos_brier=M.pos_brier(p, y),
@@ -107,9 +101,9 @@ def evaluate(
     data: CalibrationSet, models: Mapping[str, Calibrator] | None = None
 ) -> dict[str, dict]:
     """Metrics for Base, then each named calibrator, on ``data``."""
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
-    results = {"base": evaluate_calibrator(BaseCalibrator(data.hidden_dim), data)}
+    results = {"base": evaluate_calibrator(RawScoreCalibrator(data.hidden_dim), data)}
     for name, model in (models or {}).items():
         results[name] = evaluate_calibrator(model, data)
     return results

@@ -1,4 +1,4 @@
-"""Calibration metrics as plain functions over arrays (DESIGN.md section 3).
+"""Calibration metrics as plain functions over arrays (docs/design.md §3).
 
 Notation: ``p`` point estimates [N], ``y`` success_prob labels [N] in [0, 1], ``q`` quantiles
 [N, L] at ``levels`` [L]. Every function returns a Python float; NaN means undefined.
@@ -10,7 +10,9 @@ import numpy as np
 
 #: The 11 levels {0, 0.1, ..., 1} of the paper's WQL, trapezoid point estimate and QR head.
 LEVELS_11 = np.round(np.linspace(0.0, 1.0, 11), 10)
-#: ECE bin edges: 12 equal-width bins on a range widened past [0, 1] (DESIGN.md section 3).
+#: The 101 levels {0, 0.01, ..., 1}: crossing rates and quantile curves of continuous calibrators.
+LEVELS_101 = np.linspace(0.0, 1.0, 101)
+#: ECE bin edges: 12 equal-width bins on a range widened past [0, 1] (docs/design.md §3).
 ECE_EDGES = np.linspace(-0.001, 1.001, 13)
 
 
@@ -72,15 +74,25 @@ def ece(p, y) -> float:
     return float(np.sum(np.abs(sum_p - sum_y)) / len(p))
 
 
+def pinball_rho(target, quantile, tau):
+    """rho_tau(y - q) = max(tau u, (tau - 1) u), u = y - q, elementwise (broadcasting).
+
+    The one definition of the pinball loss: numpy arrays here (the WQL metric), torch tensors
+    in the training objectives of ``qr`` and ``mono`` (differentiable, same formula).
+    """
+    u = target - quantile
+    lower, upper = tau * u, (tau - 1.0) * u
+    return np.maximum(lower, upper) if isinstance(lower, np.ndarray) else lower.maximum(upper)
+
+
 def pinball(q, y, levels) -> np.ndarray:
-    """Pinball loss rho_tau(y - q) per record and level [N, L]."""
+    """Pinball loss rho_tau(y - q) per record and level [N, L] (validated shapes)."""
     q = np.asarray(q, dtype=np.float64)
     y = _as_1d(y, "y")[:, None]
     tau = np.asarray(levels, dtype=np.float64)[None, :]
     if q.ndim != 2 or q.shape != (y.shape[0], tau.shape[1]):
         raise ValueError(f"q must have shape [N, L] = {(y.shape[0], tau.shape[1])}, got {q.shape}")
-    u = y - q
-    return np.maximum(tau * u, (tau - 1.0) * u)
+    return pinball_rho(y, q, tau)
 
 
 def wql(q, y, levels=LEVELS_11) -> float:

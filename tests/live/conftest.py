@@ -139,8 +139,8 @@ def calibrator_dirs(tmp_path_factory, prm, math500) -> dict[str, Path]:
     ``mono`` shares ``ot``'s monotone quantile-map network (same kind, same mixture rule) and
     learns the state dependence in a few dozen steps, where ``ot`` needs far more.
     """
-    from dprm.models.base_prm import BaseCalibrator
-    from dprm.train import fit
+    from dprm.models.fit import fit
+    from dprm.models.raw_score import RawScoreCalibrator
 
     root = tmp_path_factory.mktemp("calibrators")
     data = _calibration_set(prm, math500)
@@ -152,7 +152,7 @@ def calibrator_dirs(tmp_path_factory, prm, math500) -> dict[str, Path]:
     for method, overrides in settings.items():
         model = fit(method, data, overrides={"batch_size": 64, **overrides}, seed=0, progress=False)
         out[method] = model.save(root / method)
-    out["base"] = BaseCalibrator(prm.hidden_dim).save(root / "base")
+    out["base"] = RawScoreCalibrator(prm.hidden_dim).save(root / "base")
     return out
 
 

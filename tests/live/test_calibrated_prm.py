@@ -74,8 +74,8 @@ def test_budgets_vary_by_question(calibrator_dirs, load_cprm, prm, math500):
 
 def test_from_dirs_loads_both_and_checks_dimensions(model_dirs, calibrator_dirs, tmp_path):
     from dprm.live import CalibratedPRM
-    from dprm.models.base_prm import BaseCalibrator
     from dprm.models.qr import QRCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
     cprm = CalibratedPRM.from_dirs(
         str(model_dirs["prm"]), str(calibrator_dirs["qr"]), device="cpu", dtype="float32"
@@ -88,5 +88,5 @@ def test_from_dirs_loads_both_and_checks_dimensions(model_dirs, calibrator_dirs,
     with pytest.raises(DataError, match=r"qr7.*dimension 7.*produces 32"):
         CalibratedPRM.from_dirs(str(model_dirs["prm"]), str(wrong), device="cpu", dtype="float32")
     # a calibrator that reads no hidden state works with any PRM width
-    base = BaseCalibrator(7).save(tmp_path / "base7")
+    base = RawScoreCalibrator(7).save(tmp_path / "base7")
     assert CalibratedPRM.from_dirs(str(model_dirs["prm"]), str(base), device="cpu").kind == "point"

@@ -19,7 +19,6 @@ from torch import Tensor
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.models import REGISTRY, load
-from dprm.models.base import Calibrator, QuantileFunction
 from dprm.models.conformal import (
     ConformalCalibrator,
     ConformalConfig,
@@ -28,6 +27,7 @@ from dprm.models.conformal import (
     conformal_correction,
     conformal_rank,
 )
+from dprm.models.interface import Calibrator, QuantileFunction
 from dprm.models.score_only import PlattCalibrator, PlattConfig
 
 N_SPLITS = 200
@@ -53,6 +53,10 @@ class ClosedFormCalibrator(Calibrator):
 
     def forward(self, hidden: Tensor, prm_score: Tensor | None = None) -> QuantileFunction:
         return LogitNormalQuantiles(hidden[:, 0], hidden[:, 1], self.shift)
+
+    @classmethod
+    def fit_model(cls, train, val, config, seed, progress):
+        raise NotImplementedError("a fixed test double")
 
 
 def make_set(hidden, y, n_rollouts, question_id, score=None) -> CalibrationSet:
@@ -180,7 +184,7 @@ def test_question_unit_coverage_200_splits_with_platt():
 def test_wrapper_forward_and_save_load(tmp_path):
     data = grouped_pool(6, 60)
     platt, _ = PlattCalibrator.fit_model(data, data, PlattConfig(), 0, False)
-    config = ConformalConfig(base_method="platt", alpha=0.2)
+    config = ConformalConfig(inner_method="platt", alpha=0.2)
     model = ConformalCalibrator.from_parts(platt, 0.125, config)
     assert REGISTRY["conformal"] is ConformalCalibrator and model.kind == "point"
     assert model.uses_hidden is False
@@ -197,13 +201,13 @@ def test_wrapper_forward_and_save_load(tmp_path):
 
 
 def test_train_fit_conformal_platt_and_nested_binomial(tmp_path):
-    from dprm.train import fit
+    from dprm.models.fit import fit
 
     data = grouped_pool(7, 300)
     model = fit(
         "conformal",
         data,
-        overrides={"base_method": "platt", "alpha": "0.2"},
+        overrides={"inner_method": "platt", "alpha": "0.2"},
         seed=0,
         progress=False,
     )
@@ -221,14 +225,14 @@ def test_train_fit_conformal_platt_and_nested_binomial(tmp_path):
         "conformal",
         data,
         overrides={
-            "base_method": "binomial",
-            "base_set": "max_steps=4;eval_every=2",
+            "inner_method": "binomial",
+            "inner_set": "max_steps=4;eval_every=2",
             "beta": "0.2",
         },
         seed=0,
         progress=False,
     )
-    assert nested.uses_hidden and nested.config["base_config"]["max_steps"] == 4
+    assert nested.uses_hidden and nested.config["inner_config"]["max_steps"] == 4
     nested.save(tmp_path / "n")
     loaded = load(tmp_path / "n")
     score = data.records["prm_score"].to_numpy(np.float32)
@@ -251,7 +255,7 @@ def test_cli_train_evaluate_ias_new_methods(tmp_path):
         "isotonic": [],
         "platt": [],
         "binomial": fast,
-        "conformal": ["--set", "base_method=platt", "--set", "alpha=0.2"],
+        "conformal": ["--set", "inner_method=platt", "--set", "alpha=0.2"],
     }
     models = []
     for method, extra in commands.items():

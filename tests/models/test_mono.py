@@ -21,9 +21,9 @@ from closed_form import (
     gaussian_logit_world,
 )
 
+from dprm.metrics import pinball_rho as pinball
 from dprm.models import load
-from dprm.models.mono import pinball
-from dprm.train import fit
+from dprm.models.fit import fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -23,10 +23,10 @@ from closed_form import (
     gaussian_logit_world,
 )
 
-from dprm.evaluation import LEVELS_101
+from dprm.metrics import LEVELS_101
 from dprm.models import load
+from dprm.models.fit import fit
 from dprm.models.ot import OTCalibrator
-from dprm.train import fit
 
 HIDDEN = np.random.default_rng(9).normal(size=(500, 3)).astype(np.float32)
 

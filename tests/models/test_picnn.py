@@ -167,17 +167,17 @@ def test_initial_map_is_the_marginal_quantile_function():
     with torch.no_grad():
         t_map = net.quantile_levels(net.embed(hidden), levels)
     empirical = torch.as_tensor(np.quantile(targets, levels.numpy()), dtype=torch.float32)
-    base = net.base(levels)[1]
+    base = net.marginal_map(levels)[1]
     assert (t_map - base).abs().max() < 1e-2
     # Q0 is the piecewise-linear interpolation of 65 knots of the (5 % linearised) quantiles
     assert (base - empirical).abs().mean() < 1e-2
-    knots = net.base.knot_x.numpy()
-    at_knots = net.base(torch.as_tensor(knots))[1].numpy()
+    knots = net.marginal_map.knot_x.numpy()
+    at_knots = net.marginal_map(torch.as_tensor(knots))[1].numpy()
     assert np.abs(at_knots - np.quantile(targets, knots)).max() <= 0.05 * np.ptp(targets) + 1e-6
     # the dual's init is the inverse map: Q0^-1(Q0(tau)) = tau
     dual = QuantileMapNet(64)
     dual.init_marginal(targets, inverse=True)
-    roundtrip = dual.base(base)[1]
+    roundtrip = dual.marginal_map(base)[1]
     torch.testing.assert_close(roundtrip, levels, atol=1e-5, rtol=0)
 
 

@@ -8,12 +8,11 @@ import torch
 from closed_form import gaussian_logit_quantile, gaussian_logit_world
 
 from dprm.data import read_calibration_set
-from dprm.data.synth import write_world
 from dprm.evaluation import evaluate_calibrator
 from dprm.metrics import LEVELS_11
 from dprm.models import load
+from dprm.models.fit import fit
 from dprm.models.qr import QRCalibrator
-from dprm.train import fit
 
 FAST = {"max_steps": "400", "warmup_steps": "100", "eval_every": "25"}
 
@@ -22,10 +21,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return write_world(
-        tmp_path_factory.mktemp("w"), "qwen-2.5-7b__qwen-prm", size="tiny", progress=False
-    )
+def world(tiny_world):
+    return tiny_world("qwen-2.5-7b__qwen-prm")
 
 
 def test_fixed_levels_and_marginal_initialisation():

@@ -13,7 +13,7 @@ ORDER = 30
 def _train(args: argparse.Namespace) -> int:
     from dprm.config import parse_overrides
     from dprm.data import read_calibration_set
-    from dprm.train import CollapseError, fit
+    from dprm.models.fit import CollapseError, fit
 
     data = read_calibration_set(args.data)
     overrides = parse_overrides(args.overrides)

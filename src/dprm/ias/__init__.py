@@ -1,9 +1,10 @@
 """Instance-adaptive best-of-N (IAS): budgets, exact and Monte Carlo accuracy, sweeps.
 
-Implements DESIGN.md section 4 (the paper's section "Instance-Adaptive BoN").
+Implements docs/design.md §4 (the paper's section "Instance-Adaptive BoN").
 
-Budget rules (both search n = 1..N_max directly; the closed form ``ceil(log(1-C)/log(1-p))``
-is off by one on boundaries and is never used):
+Budget rules (both search n = 1..N_max directly and decide comparisons that float64 cannot
+settle in exact rational arithmetic, so budgets are exact on knife-edge inputs too; the closed
+form ``ceil(log(1-C)/log(1-p))`` is not used):
 
 * point rule (Base, QR, any point calibrator): N(p, C) = min{n : 1 - (1 - p)^n >= C};
 * mixture rule (any full-distribution calibrator, e.g. OT):

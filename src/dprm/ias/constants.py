@@ -1,19 +1,19 @@
-"""Defaults and output columns of the IAS rules and sweeps (DESIGN.md section 4)."""
+"""Defaults and output columns of the IAS rules and sweeps (docs/design.md §4)."""
 
 from __future__ import annotations
 
-import numpy as np
+from dprm.metrics import LEVELS_11
 
 N_MAX = 64
 P_CLIP = 1e-4
 M_LEVELS = 100
 DEFAULT_BETA = 0.1
 MC_TRIALS = 100
-#: the C sweep of DESIGN.md section 4
+#: the C sweep of docs/design.md §4
 C_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999)
 TAU_C = 0.99  # target of the tau sweep (paper Fig. 4)
 BETA_C = 0.9  # target that sets the cap of beta-threshold early stopping (paper Fig. 3)
-BETA_GRID = tuple(np.round(np.linspace(0.0, 1.0, 11), 10))
+BETA_GRID = tuple(LEVELS_11)  # the beta sweep runs over the 11 levels
 SUMMARY_COLUMNS = ["method", "sweep", "C", "level", "cost", "accuracy", "accuracy_mc"]
 EXTRA_COLUMNS = ["accuracy_mc_se", "cost_mc", "n_questions"]
 BUDGET_COLUMNS = ["question_id", "method", "sweep", "C", "level", "n"]

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprm.ias.budgets import budget_from_curve, success_curve_mixture, success_curve_point
+from dprm.ias.budgets import (
+    budget_from_curve,
+    clipped,
+    success_curve_mixture,
+    success_curve_point,
+)
 from dprm.ias.constants import BETA_GRID, DEFAULT_BETA, M_LEVELS, N_MAX
 from dprm.metrics import midpoint_levels, true_quantiles
 
@@ -18,7 +23,7 @@ class Estimate:
 
     Attributes:
         method: display name.
-        kind: ``point`` | ``levels`` | ``distribution`` (as :class:`dprm.models.base.Calibrator`).
+        kind: ``point`` | ``levels`` | ``distribution`` (as :class:`dprm.models.interface.Calibrator`).
         p: [Q] value for the point rule (point: p_hat; levels: Q(beta)); None for distributions.
         q_mid: [Q, M] quantiles at the M mid-point levels (distribution only).
         levels: [L] quantile levels available for the tau and beta sweeps (distribution: the
@@ -48,7 +53,15 @@ class Estimate:
         """
         C = np.asarray(C, dtype=np.float64)
         curve = self.success_curve(n_max) if curve is None else curve
-        return budget_from_curve(curve[None], C.reshape(-1, 1)).reshape(C.shape + (-1,))
+        probs = self.success_probs()[None]  # [1, Q, M]: near ties are decided exactly
+        return budget_from_curve(curve[None], C.reshape(-1, 1), probs).reshape(C.shape + (-1,))
+
+    def success_probs(self) -> np.ndarray:
+        """The clipped per-draw success probabilities behind the rule's curve [Q, M] (M = 1
+        for the point rule)."""
+        if self.kind == "distribution":
+            return clipped(self.q_mid)
+        return clipped(self.p)[:, None]
 
     def success_curve(self, n_max: int = N_MAX) -> np.ndarray:
         """P(at least one success in n draws) under this estimate, [Q, n_max] (the rule's curve)."""
@@ -89,12 +102,12 @@ def estimate_from_model(
 ) -> Estimate:
     """Map any calibrator kind to the per-question estimate the rules need.
 
-    point -> p_hat; levels -> Q(beta) (the largest trained level <= beta if beta is not one of
-    them, else the smallest level); distribution -> Q at the M mid-points, plus Q at
+    point -> p_hat; levels -> Q(beta) at :meth:`~dprm.models.interface.Calibrator.beta_level`
+    (the largest trained level <= beta, else the smallest level); distribution -> Q at the M mid-points, plus Q at
     ``BETA_GRID`` for the beta-threshold sweep.
 
     Args:
-        model: a :class:`dprm.models.base.Calibrator`.
+        model: a :class:`dprm.models.interface.Calibrator`.
         bon: a :class:`dprm.data.contract.BonSet` (Q questions).
         name: display name (default ``model.method``).
         beta: the level of the point rule for ``levels`` calibrators.
@@ -111,12 +124,9 @@ def estimate_from_model(
     if model.kind == "levels":
         levels = np.asarray(model.fixed_levels, dtype=np.float64)
         q = model.quantiles(hidden, levels, score).astype(np.float64)
-        # Trained levels are stored in float32 (0.1 -> 0.10000000149): compare to 1e-6.
-        below = np.flatnonzero(levels <= beta + 1e-6)
-        col = int(below[np.argmax(levels[below])]) if len(below) else int(np.argmin(levels))
-        return Estimate(
-            name, "levels", p=q[:, col], levels=levels, q_levels=q, beta=float(levels[col])
-        )
+        level = model.beta_level(beta)  # the one rule for "the beta-quantile" of a calibrator
+        col = int(np.argmin(np.abs(levels - level)))
+        return Estimate(name, "levels", p=q[:, col], levels=levels, q_levels=q, beta=level)
     return _distribution_estimate(
         name, lambda levels: model.quantiles(hidden, levels, score).astype(np.float64), m
     )

@@ -1,4 +1,4 @@
-"""The C, tau and beta sweeps of DESIGN.md section 4 over a BoN set's pools.
+"""The C, tau and beta sweeps of docs/design.md §4 over a BoN set's pools.
 
 The ``accuracy`` column is exact for every sweep; ``accuracy_mc`` is a seeded Monte Carlo
 (``MC_TRIALS`` trials, common random draws for every row of one call) kept as a cross-check, with
@@ -50,14 +50,14 @@ def sweep_rows(
     n_max: int = N_MAX,
     greedy: bool = False,
 ) -> list[_Row]:
-    """The budgets of the three sweeps (DESIGN.md section 4) for every estimate.
+    """The budgets of the three sweeps (docs/design.md §4) for every estimate.
 
     * ``C``: every method, every C in ``c_grid``.
     * ``tau``: C = ``tau_c``, N_i = N(Q(tau | h_i), C) at every available level (distribution
       and levels kinds).
     * ``beta``: cap N_i at ``beta_c`` by the method's rule (mixture for distributions, Q(beta)
       point rule for levels kinds), stop at the first candidate scoring >= Q(beta | h_i).
-    * ``greedy`` (only with ``greedy=True``; beyond DESIGN.md): at every C, the same total
+    * ``greedy`` (only with ``greedy=True``; beyond docs/design.md): at every C, the same total
       budget as the C rule, spent on the largest marginal gains of the method's success curves
       (:func:`dprm.ias.budgets.budget_greedy`); ``C`` names the C-rule row whose cost it matches.
     """
@@ -251,11 +251,11 @@ def run_ias(
     Returns:
         (summary, budgets) as :func:`run_sweeps`.
     """
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
     named = dict(models or {})
     if include_base and "base" not in named:
-        named = {"base": BaseCalibrator(bon.hidden_dim), **named}
+        named = {"base": RawScoreCalibrator(bon.hidden_dim), **named}
     estimates = [estimate_from_model(m, bon, name, beta=beta) for name, m in named.items()]
     return run_sweeps(
         Pools.from_bon(bon), estimates, n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy

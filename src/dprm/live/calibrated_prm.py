@@ -82,7 +82,7 @@ class CalibratedPRM:
 
     Args:
         prm: a loaded PRM wrapper (``score_steps``, ``question_state``, ``hidden_dim``).
-        calibrator: a fitted :class:`dprm.models.base.Calibrator` whose hidden states come from
+        calibrator: a fitted :class:`dprm.models.interface.Calibrator` whose hidden states come from
             the same PRM layer.
         beta: the level of the point rule for fixed-level (QR) calibrators (``dprm ias --beta``).
         n_max: the largest budget N_max.

@@ -1,16 +1,25 @@
 """Calibrators, one module per method, collected in a registry (name -> class).
 
-Every module in this package is imported on first use so its ``@register`` runs; add a method
-by adding a module.
+The method modules are listed in :data:`METHOD_MODULES`; importing this package imports each
+so its ``@register`` runs. Add a method by writing a module and adding it to the list.
 """
 
 import importlib
-import pkgutil
 
-from dprm.models.base import REGISTRY, Calibrator, QuantileFunction, load, register
+from dprm.models.interface import REGISTRY, Calibrator, QuantileFunction, load, register
 
-for _info in pkgutil.iter_modules(__path__):
-    if _info.name not in ("base",) and not _info.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_info.name}")
+#: the modules that register calibrators (registry names in comments), in registry order
+METHOD_MODULES = (
+    "raw_score",  # base
+    "binomial",  # binomial
+    "conformal",  # conformal
+    "mono",  # mono
+    "ot",  # ot
+    "qr",  # qr
+    "score_only",  # isotonic, platt
+)
+
+for _module in METHOD_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
 
 __all__ = ["REGISTRY", "Calibrator", "QuantileFunction", "load", "register"]

@@ -47,10 +47,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dprm.config import in_range
 from dprm.data.contract import CalibrationSet
-from dprm.models.base import register
+from dprm.models.interface import register
 from dprm.models.map_calibrator import MapNetConfig, MapQuantiles, QuantileMapCalibrator
-from dprm.train import Batch, Trainer
+from dprm.models.training import Batch, Trainer
 
 LINKS = ("logit", "clamp")
 #: the initial map's end knots (tau = 0 and 1) sit at these levels of the logit-normal
@@ -61,11 +62,11 @@ INIT_LEVEL_CLIP = 1e-3
 class BinomialConfig(MapNetConfig):
     """Map architecture and optimisation (shared) plus the likelihood's settings."""
 
-    n_levels: int = 32  # M: levels per record in the training mixture
-    val_levels: int = 64  # mid-point levels of the validation mixture
+    n_levels: int = in_range(32, ge=1)  # M: levels per record in the training mixture
+    val_levels: int = in_range(64, ge=1)  # mid-point levels of the validation mixture
     jitter: bool = True  # random systematic levels per record (False: fixed mid-points)
     link: str = "logit"  # "logit": Q = sigmoid(T); "clamp": Q = clamp(T, eps, 1 - eps)
-    eps: float = 1e-4  # clamp of Q inside the likelihood for link="clamp"
+    eps: float = in_range(1e-4, gt=0, lt=0.5)  # clamp of Q inside the likelihood for link="clamp"
     select_metric: str = "nll"  # validation count NLL; "calibration_area" is against noisy y
 
 
@@ -186,13 +187,19 @@ class BinomialCalibrator(QuantileMapCalibrator):
             (mu, sigma) of the initial logit-normal.
         """
         mu, sigma = latent_logit_normal(k, n)
-        levels = torch.linspace(0.0, 1.0, len(self.net.base.knot_x), dtype=torch.float64)
+        levels = torch.linspace(0.0, 1.0, len(self.net.marginal_map.knot_x), dtype=torch.float64)
         z = torch.special.ndtri(levels.clamp(INIT_LEVEL_CLIP, 1.0 - INIT_LEVEL_CLIP))
         values = mu + sigma * z
         if self.settings.link == "clamp":
             values = torch.sigmoid(values)
-        self.net.base.set_knots(levels, values)
+        self.net.marginal_map.set_knots(levels, values)
         return mu, sigma
+
+    def initialise(self, trainer: Trainer) -> None:
+        """Start at the noise-corrected logit-normal law of the training counts (always)."""
+        k, n = trainer.n_correct.double().numpy(), trainer.n_rollouts.double().numpy()
+        mu, sigma = self.init_marginal_from_counts(k, n)
+        self.info["init_logit_normal"] = {"mu": mu, "sigma": sigma}
 
     @staticmethod
     def loss(model: BinomialCalibrator, batch: Batch) -> Tensor:
@@ -204,29 +211,9 @@ class BinomialCalibrator(QuantileMapCalibrator):
         ll = mixture_log_likelihood(raw, batch.n_correct, batch.n_rollouts, cfg.link, cfg.eps)
         return -ll.mean()
 
-    @classmethod
-    def fit_model(
-        cls,
-        train: CalibrationSet,
-        val: CalibrationSet,
-        config: BinomialConfig,
-        seed: int,
-        progress: bool,
-    ) -> tuple[BinomialCalibrator, list[dict]]:
-        """Fit by maximum likelihood; early stopping on the validation count NLL (by default)."""
-        torch.manual_seed(seed)
-        model = cls(train.hidden_dim, vars(config))
-        trainer = CountTrainer(model, train, val, config, seed=seed, progress=progress)
-        k, n = trainer.n_correct.double().numpy(), trainer.n_rollouts.double().numpy()
-        mu, sigma = model.init_marginal_from_counts(k, n)
-        model.info["init_logit_normal"] = {"mu": mu, "sigma": sigma}
-        history = trainer.fit_loss(cls.loss, desc="binomial")
-        model.info["training"] = trainer.summary
-        return model, history
-
 
 class CountTrainer(Trainer):
-    """The generic :class:`~dprm.train.Trainer` plus a held-out count NLL in its evaluation.
+    """The generic :class:`~dprm.models.training.Trainer` plus a held-out count NLL in its evaluation.
 
     ``evaluate`` adds ``nll``: the mean negative log-likelihood per validation record of its
     counts under the model's binomial mixture at ``val_levels`` fixed mid-points.
@@ -258,3 +245,6 @@ class CountTrainer(Trainer):
 
     def evaluate(self) -> dict[str, float]:
         return {**super().evaluate(), "nll": self.validation_nll()}
+
+
+BinomialCalibrator.trainer_class = CountTrainer

@@ -34,12 +34,12 @@ the Brier / PosBrier of the (deliberately pessimistic) bound. A single-level ``l
 rejected: L is a lower alpha-quantile of y, not a beta-quantile, and single-level fixed-level
 calibrators have no Q(0.5) point estimate.
 
-**Training** (``dprm train --method conformal --set base_method=mono --set alpha=0.1``): the
+**Training** (``dprm train --method conformal --set inner_method=mono --set alpha=0.1``): the
 training questions are split (``calibration_fraction`` of them, seed ``split_seed``) into the
 inner calibrator's training part and the conformal calibration part; the inner calibrator is
 fitted (with the usual validation split for its early stopping) and c is computed on the
 calibration part. The saved directory nests the inner state dict under ``inner.`` and its
-resolved config under ``config["base_config"]``.
+resolved config under ``config["inner_config"]``.
 """
 
 from __future__ import annotations
@@ -52,12 +52,27 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dprm.config import ConfigError, in_range, parse_overrides, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
-from dprm.models.base import REGISTRY, Calibrator, PointMass, register
+from dprm.io import DataError
+from dprm.models.fit import fit_split
+from dprm.models.interface import REGISTRY, Calibrator, PointMass, register
+
+#: config keys of files saved before the inner calibrator's keys were renamed
+LEGACY_KEYS = {
+    "base_method": "inner_method",
+    "base_set": "inner_set",
+    "base_config": "inner_config",
+}
 
 #: the bound is lowered by this much so float32 rounding never breaks an exact (tied) inclusion
 FLOAT_SLACK = 1e-6
+
+
+def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with :data:`LEGACY_KEYS` renamed (saved directories stay loadable)."""
+    return {LEGACY_KEYS.get(key, key): value for key, value in config.items()}
 
 
 def conformal_rank(n: int, alpha: float) -> int:
@@ -78,12 +93,17 @@ def conformal_correction(scores: np.ndarray, alpha: float) -> float:
 
 
 def beta_quantile(model: Calibrator, data: CalibrationSet, beta: float) -> np.ndarray:
-    """Q_beta(h_j) [N] (float64) of any calibrator: its point estimate for ``point`` kinds."""
+    """Q_beta(h_j) [N] (float64) of any calibrator: its point estimate for ``point`` kinds.
+
+    The level is :meth:`Calibrator.beta_level` (for ``levels`` kinds the largest trained level
+    <= beta), the same rule IAS uses.
+    """
     score = data.records["prm_score"].to_numpy(np.float32)
     hidden = data.hidden if model.uses_hidden else None
-    if model.kind == "point":
+    level = model.beta_level(beta)
+    if level is None:
         return model.point_estimate(hidden, score).astype(np.float64)
-    return model.quantiles(hidden, [beta], score)[:, 0].astype(np.float64)
+    return model.quantiles(hidden, [level], score)[:, 0].astype(np.float64)
 
 
 def calibration_rows(data: CalibrationSet, unit: str, rng: np.random.Generator) -> np.ndarray:
@@ -96,49 +116,28 @@ def calibration_rows(data: CalibrationSet, unit: str, rng: np.random.Generator) 
     return np.sort(np.array([rng.choice(rows) for rows in groups.values()], dtype=np.int64))
 
 
-def fit_inner(
-    method: str,
-    train: CalibrationSet,
-    val: CalibrationSet,
-    base_set: str,
-    seed: int,
-    progress: bool,
-) -> tuple[Calibrator, list[dict]]:
-    """Fit calibrator ``method`` as ``dprm.train.fit`` would, on a given split.
-
-    Args:
-        base_set: ``"key=value;key=value"`` overrides of the method's config.
-    """
-    from dprm.config import parse_overrides
-    from dprm.train import resolve_config
-
+def check_inner_method(method: str) -> None:
+    """Fail fast unless ``method`` is a registered calibrator other than ``conformal``."""
     if method not in REGISTRY or method == "conformal":
-        raise ValueError(
-            f"conformal: base_method {method!r} is not a calibrator; known: {sorted(REGISTRY)}"
+        raise ConfigError(
+            f"conformal: inner_method {method!r} is not a calibrator; known: {sorted(REGISTRY)}"
         )
-    config = resolve_config(
-        method, None, parse_overrides([i for i in base_set.split(";") if i.strip()])
-    )
-    cls = REGISTRY[method]
-    if not hasattr(cls, "fit_model"):  # nothing to fit (base)
-        return cls(train.hidden_dim, {}), []
-    torch.manual_seed(seed)
-    return cls.fit_model(train, val, config, seed, progress)
 
 
 @dataclass(frozen=True)
 class ConformalConfig:
     """Hyper-parameters of ``conformal``."""
 
-    base_method: str = "mono"
+    #: the calibrator whose beta-quantile is corrected
+    inner_method: str = "mono"
     #: overrides for the inner calibrator's config, ``"key=value;key=value"``
-    base_set: str = ""
+    inner_set: str = ""
     #: level of the inner quantile that is corrected (ignored for point inner calibrators)
-    beta: float = 0.1
+    beta: float = in_range(0.1, ge=0, le=1)
     #: miscoverage: P(y >= L(h)) >= 1 - alpha
-    alpha: float = 0.1
+    alpha: float = in_range(0.1, gt=0, lt=1)
     #: share of the training questions held out to compute the correction
-    calibration_fraction: float = 0.3
+    calibration_fraction: float = in_range(0.3, gt=0, lt=1)
     #: ``question`` (one record per question, exact) or ``record`` (all records)
     unit: str = "question"
     split_seed: int = 42
@@ -153,13 +152,11 @@ class ConformalCalibrator(Calibrator):
 
     def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
         super().__init__(hidden_dim, config)
-        method = self.config.get("base_method", ConformalConfig.base_method)
-        if method not in REGISTRY or method == "conformal":
-            raise ValueError(
-                f"conformal: base_method {method!r} is not a calibrator; known: {sorted(REGISTRY)}"
-            )
+        self.config = upgrade_config(self.config)
+        method = self.config.get("inner_method", ConformalConfig.inner_method)
+        check_inner_method(method)
         self.inner: Calibrator = REGISTRY[method].from_config(
-            hidden_dim, self.config.get("base_config", {})
+            hidden_dim, self.config.get("inner_config", {})
         )
         self.register_buffer("correction", torch.tensor(math.inf, dtype=torch.float64))
 
@@ -176,9 +173,7 @@ class ConformalCalibrator(Calibrator):
         cls, inner: Calibrator, correction: float, config: ConformalConfig
     ) -> ConformalCalibrator:
         """Wrap a fitted ``inner`` calibrator with correction ``c``."""
-        from dprm.config import to_dict
-
-        resolved = to_dict(config) | {"base_method": inner.method, "base_config": inner.config}
+        resolved = to_dict(config) | {"inner_method": inner.method, "inner_config": inner.config}
         model = cls(inner.hidden_dim, resolved)
         model.inner = inner
         model.correction.fill_(float(correction))
@@ -187,9 +182,10 @@ class ConformalCalibrator(Calibrator):
     def inner_quantile(self, hidden: Tensor | None, prm_score: Tensor | None) -> Tensor:
         """Q_beta(h) [n] of the inner calibrator (its point estimate for point kinds)."""
         dist = self.inner(hidden, prm_score)
-        if dist.kind == "point":
+        level = self.inner.beta_level(self.beta)
+        if level is None:
             return dist.mean()
-        return dist.quantile(torch.tensor([self.beta]))[:, 0]
+        return dist.quantile(torch.tensor([level]))[:, 0]
 
     def forward(self, hidden: Tensor | None, prm_score: Tensor | None = None) -> PointMass:
         q = self.inner_quantile(hidden, prm_score).to(torch.float64)
@@ -207,12 +203,29 @@ class ConformalCalibrator(Calibrator):
         """Fit the inner calibrator on part of ``train``, conformalise on the rest."""
         conformal_rank(1, config.alpha)  # fail fast on a bad alpha / unit, before any training
         if config.unit not in ("question", "record"):
-            raise ValueError(f"conformal: unit must be 'question' or 'record', got {config.unit!r}")
+            raise ConfigError(
+                f"conformal: unit must be 'question' or 'record', got {config.unit!r}"
+            )
+        check_inner_method(config.inner_method)
+        n_questions = train.records["question_id"].nunique()
+        if n_questions < 2:
+            raise DataError(
+                train.path,
+                f"conformal needs at least 3 questions in the calibration set (validation, "
+                f"inner training, conformal calibration); after the validation split "
+                f"{n_questions} question(s) remain for training",
+            )
         rest_rows, cal_rows = split_by_question(
             train.records["question_id"].to_numpy(), config.calibration_fraction, config.split_seed
         )
-        inner, history = fit_inner(
-            config.base_method, train.subset(rest_rows), val, config.base_set, seed, progress
+        overrides = parse_overrides([i for i in config.inner_set.split(";") if i.strip()])
+        inner, history, _ = fit_split(
+            config.inner_method,
+            train.subset(rest_rows),
+            val,
+            overrides=overrides,
+            seed=seed,
+            progress=progress,
         )
         cal = train.subset(cal_rows)
         rows = calibration_rows(cal, config.unit, np.random.default_rng([config.split_seed, seed]))
@@ -220,7 +233,7 @@ class ConformalCalibrator(Calibrator):
         y = cal.records["success_prob"].to_numpy(np.float64)[rows]
         correction = conformal_correction(q - y, config.alpha)
         model = cls.from_parts(inner, correction, config)
-        model.info["base_info"] = inner.info
+        model.info["inner_info"] = inner.info
         lower = np.clip(q - correction - FLOAT_SLACK, 0.0, 1.0)
         summary = {
             "correction": correction,

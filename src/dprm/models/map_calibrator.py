@@ -1,4 +1,4 @@
-"""Shared base of the calibrators built on :class:`~dprm.models.picnn.QuantileMapNet`.
+"""Common parent of the calibrators built on :class:`~dprm.models.picnn.QuantileMapNet`.
 
 ``mono`` (pinball-trained) and ``ot`` (the paper's min-max) both predict Q(tau | h) with one
 monotone quantile-map network; other methods (e.g. a binomial-likelihood variant) can subclass
@@ -13,25 +13,25 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from dprm.config import from_dict, to_dict
-from dprm.models.base import Calibrator, QuantileFunction
+from dprm.config import from_dict, in_range, to_dict
+from dprm.models.interface import QuantileFunction
 from dprm.models.picnn import QuantileMapNet
-from dprm.trainer import TrainConfig
+from dprm.models.training import TrainConfig, TrainedCalibrator, Trainer
 
 
 @dataclass
 class MapNetConfig(TrainConfig):
     """Architecture of a quantile-map network plus the shared optimisation settings."""
 
-    context_hidden: tuple[int, ...] = (64,)  # hidden widths of the context MLP phi(h)
-    context_dim: int = 16  # width of u0 = phi(h)
+    context_hidden: tuple[int, ...] = in_range((64,), ge=1)  # hidden widths of the MLP phi(h)
+    context_dim: int = in_range(16, ge=1)  # width of u0 = phi(h)
     # x is a scalar: one hidden layer of softplus ridge units with non-negative output weights is
     # already universal for monotone maps in tau (the context enters through the gates), and
     # 2.5x cheaper to query at 100 levels than (32, 32), with the same validation WQL.
-    picnn_hidden: tuple[int, ...] = (32,)
-    n_knots: int = 65  # knots of the marginal base map Q0
-    x_init_scale: float = 0.05  # small: T starts within ~1e-2 of Q0
-    curvature_init: float = 0.001
+    picnn_hidden: tuple[int, ...] = in_range((32,), ge=1)
+    n_knots: int = in_range(65, ge=2)  # knots of the marginal map Q0
+    x_init_scale: float = in_range(0.05, ge=0)  # small: T starts within ~1e-2 of Q0
+    curvature_init: float = in_range(0.001, gt=0)
     # Start T at the training targets' marginal quantile function (False: at the identity map
     # T(tau) = tau, e.g. to test that training alone recovers a known law).
     init_marginal: bool = True
@@ -65,7 +65,7 @@ class MapQuantiles(QuantileFunction):
         return self.net.quantile_levels(self.context, levels).clamp(0.0, 1.0)
 
 
-class QuantileMapCalibrator(Calibrator):
+class QuantileMapCalibrator(TrainedCalibrator):
     """A calibrator whose quantile function is ``self.net`` (a QuantileMapNet) applied to h."""
 
     kind = "distribution"
@@ -76,6 +76,11 @@ class QuantileMapCalibrator(Calibrator):
         super().__init__(hidden_dim, to_dict(resolved))
         self.settings = resolved
         self.net = build_net(hidden_dim, resolved)
+
+    def initialise(self, trainer: Trainer) -> None:
+        """Start Q0 at the training targets' marginal quantile function (``init_marginal``)."""
+        if self.settings.init_marginal:
+            self.net.init_marginal(trainer.target.numpy())
 
     def quantile_function(self, context: Tensor) -> MapQuantiles:
         """The quantile function of a batch from its embedded context u0 [n, C]."""

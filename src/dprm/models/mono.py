@@ -11,19 +11,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from torch import Tensor
 
-from dprm.data.contract import CalibrationSet
-from dprm.models.base import register
+from dprm.metrics import pinball_rho
+from dprm.models.interface import register
 from dprm.models.map_calibrator import MapNetConfig, QuantileMapCalibrator
-from dprm.trainer import Batch, Trainer
-
-
-def pinball(target: Tensor, quantile: Tensor, tau: Tensor) -> Tensor:
-    """rho_tau(y - q) = max(tau u, (tau - 1) u), elementwise."""
-    u = target - quantile
-    return (tau * u).maximum((tau - 1.0) * u)
+from dprm.models.training import Batch
 
 
 @register("mono")
@@ -37,22 +30,4 @@ class MonoCalibrator(QuantileMapCalibrator):
         """Mean pinball loss at one random level per record (a CRPS estimate / 2)."""
         net = model.net
         quantile = net.quantile(net.embed(batch.hidden), batch.tau)
-        return pinball(batch.target, quantile, batch.tau).mean()
-
-    @classmethod
-    def fit_model(
-        cls,
-        train: CalibrationSet,
-        val: CalibrationSet,
-        config: MapNetConfig,
-        seed: int,
-        progress: bool,
-    ) -> tuple[MonoCalibrator, list[dict]]:
-        torch.manual_seed(seed)
-        model = cls(train.hidden_dim, vars(config))
-        trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
-        if config.init_marginal:
-            model.net.init_marginal(trainer.target.numpy())
-        history = trainer.fit_loss(cls.loss, desc="mono")
-        model.info["training"] = trainer.summary
-        return model, history
+        return pinball_rho(batch.target, quantile, batch.tau).mean()

@@ -7,7 +7,7 @@ Two quantile-map networks, each a context MLP u0 = phi(h) followed by a PICNN (p
   Q(tau | h) (paper, "Learning conditional quantiles"); convex in tau, so monotone;
 * f, the dual potential on the target side: df/dy maps success probabilities back to levels.
 
-Objectives (paper eq. for l_DOT^f / l_DOT^g, DESIGN.md section 5), with tau ~ U(0, 1) drawn per
+Objectives (paper eq. for l_DOT^f / l_DOT^g, docs/design.md §5), with tau ~ U(0, 1) drawn per
 record and y the same record's success_prob:
 
     g loss: f(T(tau, h), h) - tau * T(tau, h)        (g updated every batch)
@@ -28,10 +28,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from dprm.data.contract import CalibrationSet
-from dprm.models.base import register
+from dprm.config import in_range
+from dprm.models.interface import register
 from dprm.models.map_calibrator import MapNetConfig, QuantileMapCalibrator, build_net
-from dprm.trainer import Batch, Trainer
+from dprm.models.training import Batch, Trainer
 
 
 @dataclass
@@ -44,11 +44,12 @@ class OTConfig(MapNetConfig):
     synthetic worlds, and unstable once f learns faster).
     """
 
-    lr: float = 4e-3
-    lr_f: float = 4e-3
-    adam_betas: tuple[float, ...] = (0.5, 0.9)
-    f_every: int = 2  # update f once every f_every batches (g every batch)
-    dual_barrier: float = 10.0  # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
+    lr: float = in_range(4e-3, gt=0)
+    lr_f: float = in_range(4e-3, gt=0)
+    adam_betas: tuple[float, ...] = in_range((0.5, 0.9), ge=0, lt=1)
+    f_every: int = in_range(2, ge=1)  # update f once every f_every batches (g every batch)
+    # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
+    dual_barrier: float = in_range(10.0, ge=0)
 
 
 @register("ot")
@@ -61,6 +62,11 @@ class OTCalibrator(QuantileMapCalibrator):
         super().__init__(hidden_dim, config)
         # ``self.net`` is g (its gradient is the quantile map); ``self.dual`` is f.
         self.dual = build_net(hidden_dim, self.settings, barrier=self.settings.dual_barrier)
+
+    def initialise(self, trainer: Trainer) -> None:
+        """Start at the unconditional OT solution (``init_marginal``)."""
+        if self.settings.init_marginal:
+            self.init_marginal(trainer.target.numpy())
 
     def init_marginal(self, targets) -> None:
         """Start at the unconditional OT solution: g' = marginal quantiles, f' = marginal CDF."""
@@ -95,17 +101,11 @@ class OTCalibrator(QuantileMapCalibrator):
         f_of_t, _ = self.dual.potential(context_f, transported.detach(), with_slope=False)
         return (f_of_y - f_of_t).mean()
 
-    @classmethod
-    def fit_model(
-        cls, train: CalibrationSet, val: CalibrationSet, config: OTConfig, seed: int, progress: bool
-    ) -> tuple[OTCalibrator, list[dict]]:
-        torch.manual_seed(seed)
-        model = cls(train.hidden_dim, vars(config))
-        trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
-        if config.init_marginal:
-            model.init_marginal(trainer.target.numpy())
-        g_params = list(model.net.parameters())
-        f_params = list(model.dual.parameters())
+    def train_steps(self, trainer: Trainer) -> list[dict]:
+        """The alternating min-max: g every batch, f every ``f_every``-th batch."""
+        config: OTConfig = self.settings
+        g_params = list(self.net.parameters())
+        f_params = list(self.dual.parameters())
         opt_g, sched_g = trainer.optimizer(g_params, config.lr)
         opt_f, sched_f = trainer.optimizer(f_params, config.lr_f)
         sched_f.step_size = max(1, config.lr_step_size // config.f_every)
@@ -114,20 +114,18 @@ class OTCalibrator(QuantileMapCalibrator):
             update_f = index % config.f_every == 0
             # f's context is computed once per batch; with gradients only when f is updated.
             with torch.set_grad_enabled(update_f):
-                context_f = model.dual.embed(batch.hidden)
+                context_f = self.dual.embed(batch.hidden)
             # g step: f's parameters are constants (no gradients computed for them).
-            model.dual.requires_grad_(False)
-            context_g = model.net.embed(batch.hidden)
-            loss_g, transported = model.transport_loss(context_g, batch.tau, context_f.detach())
+            self.dual.requires_grad_(False)
+            context_g = self.net.embed(batch.hidden)
+            loss_g, transported = self.transport_loss(context_g, batch.tau, context_f.detach())
             norm_g = trainer.update(loss_g, opt_g, sched_g, g_params)
-            model.dual.requires_grad_(True)
+            self.dual.requires_grad_(True)
             logs = {"loss_g": loss_g.item(), "grad_norm_g": norm_g}
             if update_f:
-                loss_f = model.dual_loss(context_f, batch.target, transported)
+                loss_f = self.dual_loss(context_f, batch.target, transported)
                 logs["loss_f"] = loss_f.item()
                 logs["grad_norm_f"] = trainer.update(loss_f, opt_f, sched_f, f_params)
             return logs
 
-        history = trainer.run(step, desc="ot")
-        model.info["training"] = trainer.summary
-        return model, history
+        return trainer.run(step, desc="ot")

@@ -18,7 +18,7 @@ differentiation): dz_k/dx = softplus'(pre_k) * dpre_k/dx. Training a loss on T t
 ordinary backward pass instead of ``autograd.grad(create_graph=True)`` followed by a second.
 
 :class:`QuantileMapNet` is the reusable calibrator network: a context MLP u0 = phi(h) (paper,
-"Modification to CondOT conditioning") followed by a PICNN plus a fixed convex base potential,
+"Modification to CondOT conditioning") followed by a PICNN plus a fixed convex marginal potential,
 so that T(tau | h) starts at the marginal quantile function of the training targets.
 """
 
@@ -269,7 +269,7 @@ class QuantileMapNet(nn.Module):
         context_hidden: hidden widths of the context MLP phi.
         context_dim: C, width of u0 = phi(h).
         picnn_hidden: hidden widths of the PICNN.
-        n_knots: knots of the piecewise-linear base map Q0.
+        n_knots: knots of the piecewise-linear marginal map Q0.
         x_init_scale: initial scale of the PICNN's x coefficients.
         curvature_init: initial coefficient of the PICNN's quadratic term.
         barrier: curvature kappa of a fixed convex barrier kappa/2 * dist(x, [0, 1])^2. Zero for
@@ -302,22 +302,22 @@ class QuantileMapNet(nn.Module):
         # initial map on Q0.
         nn.init.zeros_(self.picnn.output.x_coefficient.weight)
         nn.init.zeros_(self.picnn.output.x_coefficient.bias)
-        self.base = MonotoneInterpolant(n_knots)
-        # Positive scale of the base map per context; starts at exactly 1.
-        self.base_scale = nn.Linear(context_dim, 1)
-        nn.init.zeros_(self.base_scale.weight)
-        nn.init.constant_(self.base_scale.bias, _SOFTPLUS_INV_ONE)
+        self.marginal_map = MonotoneInterpolant(n_knots)
+        # Positive scale of the marginal map per context; starts at exactly 1.
+        self.marginal_scale = nn.Linear(context_dim, 1)
+        nn.init.zeros_(self.marginal_scale.weight)
+        nn.init.constant_(self.marginal_scale.bias, _SOFTPLUS_INV_ONE)
         self._chunk_elements = 1 << 21
         self._max_width = max([1, *picnn_hidden])
 
     @torch.no_grad()
     def init_marginal(self, targets: np.ndarray, inverse: bool = False) -> None:
         """Set Q0 to the marginal quantile function of ``targets`` (its CDF if ``inverse``)."""
-        levels, values = marginal_quantile_knots(targets, len(self.base.knot_x))
+        levels, values = marginal_quantile_knots(targets, len(self.marginal_map.knot_x))
         if inverse:
-            self.base.set_knots(torch.as_tensor(values), torch.as_tensor(levels))
+            self.marginal_map.set_knots(torch.as_tensor(values), torch.as_tensor(levels))
         else:
-            self.base.set_knots(torch.as_tensor(levels), torch.as_tensor(values))
+            self.marginal_map.set_knots(torch.as_tensor(levels), torch.as_tensor(values))
 
     def embed(self, hidden_std: Tensor) -> Tensor:
         """Context u0 = phi(h) [n, C] from standardised hidden states [n, D]."""
@@ -331,8 +331,8 @@ class QuantileMapNet(nn.Module):
         ``with_slope=False`` skips the forward-mode slope and ``with_potential=False`` the
         potential (returned as None).
         """
-        base_potential, base_slope = self.base(x)
-        scale = F.softplus(self.base_scale(context))  # [n, 1]
+        marginal_potential, marginal_slope = self.marginal_map(x)
+        scale = F.softplus(self.marginal_scale(context))  # [n, 1]
         if x.dim() == 1:
             scale = scale[:, 0]
         learned_potential, learned_slope = self.picnn(x, context, with_slope, with_potential)
@@ -340,11 +340,11 @@ class QuantileMapNet(nn.Module):
         if self.barrier:  # only f has one; g's hot path skips it
             below, above = (-x).clamp(min=0.0), (x - 1.0).clamp(min=0.0)
         if with_potential:
-            potential = scale * base_potential + learned_potential
+            potential = scale * marginal_potential + learned_potential
             if self.barrier:
                 potential = potential + 0.5 * self.barrier * (below**2 + above**2)
         if with_slope:
-            slope = scale * base_slope + learned_slope
+            slope = scale * marginal_slope + learned_slope
             if self.barrier:
                 slope = slope + self.barrier * (above - below)
         return potential, slope

@@ -14,26 +14,24 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dprm.config import from_dict, to_dict
-from dprm.data.contract import CalibrationSet
-from dprm.metrics import LEVELS_11
-from dprm.models.base import Calibrator, FixedLevels, register
-from dprm.models.mono import pinball
-from dprm.trainer import Batch, TrainConfig, Trainer
+from dprm.config import from_dict, in_range, to_dict
+from dprm.metrics import LEVELS_11, pinball_rho
+from dprm.models.interface import FixedLevels, register
+from dprm.models.training import Batch, TrainConfig, TrainedCalibrator, Trainer
 
 
 @dataclass
 class QRConfig(TrainConfig):
     """Levels of the QR head plus the shared optimisation settings."""
 
-    levels: tuple[float, ...] = tuple(float(t) for t in LEVELS_11)
+    levels: tuple[float, ...] = in_range(tuple(float(t) for t in LEVELS_11), ge=0, le=1)
     # Start each output at the training targets' marginal quantile (clipped away from 0 / 1
     # where the sigmoid saturates) instead of 0.5: same optimum, fewer wasted steps.
     init_marginal: bool = True
 
 
 @register("qr")
-class QRCalibrator(Calibrator):
+class QRCalibrator(TrainedCalibrator):
     """Quantiles sigmoid(W h_std + b) [n, M] at fixed levels (may cross)."""
 
     kind = "levels"
@@ -66,7 +64,12 @@ class QRCalibrator(Calibrator):
     def loss(model: QRCalibrator, batch: Batch) -> Tensor:
         """Pinball loss averaged over records and the fixed levels."""
         quantiles = torch.sigmoid(model.head(batch.hidden))  # [b, M]
-        return pinball(batch.target[:, None], quantiles, model.levels[None, :]).mean()
+        return pinball_rho(batch.target[:, None], quantiles, model.levels[None, :]).mean()
+
+    def initialise(self, trainer: Trainer) -> None:
+        """Start at the marginal quantiles of the training targets (``init_marginal``)."""
+        if self.config["init_marginal"]:
+            self.init_marginal(trainer.target.numpy())
 
     @torch.no_grad()
     def init_marginal(self, targets: np.ndarray) -> None:
@@ -74,16 +77,3 @@ class QRCalibrator(Calibrator):
         q = np.clip(q, 0.02, 0.98)
         self.head.weight.zero_()
         self.head.bias.copy_(torch.as_tensor(np.log(q / (1 - q)), dtype=torch.float32))
-
-    @classmethod
-    def fit_model(
-        cls, train: CalibrationSet, val: CalibrationSet, config: QRConfig, seed: int, progress: bool
-    ) -> tuple[QRCalibrator, list[dict]]:
-        torch.manual_seed(seed)
-        model = cls(train.hidden_dim, vars(config))
-        trainer = Trainer(model, train, val, config, seed=seed, progress=progress)
-        if config.init_marginal:
-            model.init_marginal(trainer.target.numpy())
-        history = trainer.fit_loss(cls.loss, desc="qr")
-        model.info["training"] = trainer.summary
-        return model, history

@@ -21,8 +21,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dprm.config import in_range, to_dict
 from dprm.data.contract import CalibrationSet
-from dprm.models.base import Calibrator, PointMass, register
+from dprm.models.interface import Calibrator, PointMass, register
 
 
 def _binomial_log_loss(p_hat: np.ndarray, k: np.ndarray, n: np.ndarray, eps: float = 1e-6) -> float:
@@ -145,6 +146,7 @@ class IsotonicCalibrator(_ScoreOnlyCalibrator):
     """p_hat = the monotone piecewise-linear interpolant of the isotonic fit of y on r."""
 
     config_class: ClassVar[type] = IsotonicConfig
+    data_sized = ("x_knots", "y_knots")
 
     def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
         super().__init__(hidden_dim, config)
@@ -178,7 +180,6 @@ class IsotonicCalibrator(_ScoreOnlyCalibrator):
     @classmethod
     def _fit(cls, train: CalibrationSet, config: IsotonicConfig) -> tuple[IsotonicCalibrator, dict]:
         """The knots fitted on ``train``; the history records their count."""
-        from dprm.config import to_dict
 
         score, k, n = _labels(train)
         weight = n if config.weight_by_rollouts else np.ones_like(n)
@@ -230,8 +231,8 @@ class PlattConfig:
     """Hyper-parameters of ``platt``."""
 
     #: scores are clipped to [eps, 1 - eps] before the logit
-    score_eps: float = 1e-6
-    max_iter: int = 200
+    score_eps: float = in_range(1e-6, gt=0, lt=0.5)
+    max_iter: int = in_range(200, ge=1)
 
 
 @register("platt")
@@ -253,7 +254,6 @@ class PlattCalibrator(_ScoreOnlyCalibrator):
     @classmethod
     def _fit(cls, train: CalibrationSet, config: PlattConfig) -> tuple[PlattCalibrator, dict]:
         """(a, b) fitted on ``train`` by LBFGS; the history records them."""
-        from dprm.config import to_dict
 
         score, k, n = _labels(train)
         x = score_logit(torch.from_numpy(score), config.score_eps)

@@ -53,7 +53,7 @@ DEMO_OVERRIDES: dict[str, dict[str, Any]] = {
     "mono": dict(DEMO_STEPS),
     "binomial": dict(DEMO_STEPS),
     "qr": {"max_steps": 1000, "eval_every": 50},
-    "conformal": {"base_set": ";".join(f"{k}={v}" for k, v in DEMO_STEPS.items())},
+    "conformal": {"inner_set": ";".join(f"{k}={v}" for k, v in DEMO_STEPS.items())},
 }
 
 

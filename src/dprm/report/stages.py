@@ -89,7 +89,7 @@ def train_one(
     import torch
 
     from dprm.data import read_calibration_set
-    from dprm.train import fit
+    from dprm.models.fit import fit
 
     c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
@@ -194,7 +194,7 @@ def evaluate_one(
     from dprm.data import read_calibration_set
     from dprm.evaluation import evaluate_calibrator
     from dprm.models import load
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.raw_score import RawScoreCalibrator
 
     c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
@@ -202,7 +202,7 @@ def evaluate_one(
     result: dict[str, Any] = {"world": world, "method": method, "seed": seed, "splits": {}}
     for split in SPLITS:
         data = read_calibration_set(Path(world_dir) / split / "calib", check_hidden=False)
-        calibrator = BaseCalibrator(data.hidden_dim) if model is None else load(model)
+        calibrator = RawScoreCalibrator(data.hidden_dim) if model is None else load(model)
         sample = None
         if split == "id" and flex:
             rng = np.random.default_rng(0)
@@ -287,11 +287,11 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                 truth_estimate,
                 uniform_curve,
             )
-            from dprm.models.base_prm import BaseCalibrator
+            from dprm.models.raw_score import RawScoreCalibrator
 
             bon = _read_bon(pipe, world, split)
             pools = Pools.from_bon(bon)
-            estimates = [estimate_from_model(BaseCalibrator(bon.hidden_dim), bon, "base")]
+            estimates = [estimate_from_model(RawScoreCalibrator(bon.hidden_dim), bon, "base")]
             truth = truth_estimate(bon)
             if truth is not None:
                 estimates.append(truth)

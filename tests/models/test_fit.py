@@ -10,11 +10,12 @@ import torch
 import dprm
 from dprm.config import ConfigError
 from dprm.data import read_calibration_set
-from dprm.data.synth import write_world
 from dprm.models import REGISTRY
+from dprm.models.fit import POINT_MASS_SHARE, CollapseError, check_collapse, fit
+from dprm.models.interface import Calibrator, PointMass
 from dprm.models.mono import MonoCalibrator
 from dprm.models.qr import QRCalibrator, QRConfig
-from dprm.train import CollapseError, Trainer, check_collapse, fit
+from dprm.models.training import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -23,11 +24,8 @@ FAST = {"max_steps": "60", "eval_every": "20", "warmup_steps": "20", "batch_size
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    paths = write_world(
-        tmp_path_factory.mktemp("w"), "llama-3.2-1b__qwen-prm", size="tiny", progress=False
-    )
-    return read_calibration_set(paths["id/calib"])
+def world(tiny_world):
+    return read_calibration_set(tiny_world("llama-3.2-1b__qwen-prm")["id/calib"])
 
 
 def halves(data):
@@ -39,7 +37,7 @@ def make_constant(model):
     """Turn a quantile-map calibrator into the map T = 0 for every tau and h."""
     net = model.net
     with torch.no_grad():
-        net.base_scale.bias.fill_(-60.0)
+        net.marginal_scale.bias.fill_(-60.0)
         net.picnn.curvature.bias.fill_(-60.0)
         for layer in [*net.picnn.layers, net.picnn.output]:
             layer.x_coefficient.weight.zero_()
@@ -163,8 +161,40 @@ def test_check_collapse_fires_on_constant_map_only(world):
     report = check_collapse(make_constant(model), val)
     assert report["collapsed"] and report["tau_spread"] < 1e-9 and report["h_spread"] < 1e-9
     with torch.no_grad():
-        model.net.base_scale.bias.fill_(float("nan"))
+        model.net.marginal_scale.bias.fill_(float("nan"))
     assert check_collapse(model, val)["collapsed"]
+
+
+class MostlyPointMass(Calibrator):
+    """A distribution that is the point mass at 0 for the 70 % of rows with the smallest h[:, 0]
+    and at 0.9 elsewhere: it varies with h, so it is not flat in tau *and* h."""
+
+    kind = "distribution"
+
+    def __init__(self, hidden_dim: int, cut: float):
+        super().__init__(hidden_dim)
+        self.cut = cut
+
+    def forward(self, hidden, prm_score=None):
+        return PointMass(torch.where(hidden[:, 0].float() < self.cut, 0.0, 0.9))
+
+    @classmethod
+    def fit_model(cls, train, val, config, seed, progress):
+        raise NotImplementedError("a fixed test double")
+
+
+def test_check_collapse_flags_a_point_mass_at_0_or_1_for_most_h(world):
+    _, val = halves(world)
+    y = val.records["success_prob"].to_numpy()
+    assert np.mean((y == 0) | (y == 1)) <= POINT_MASS_SHARE  # the labels are not degenerate
+    cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.7))
+    report = check_collapse(MostlyPointMass(world.hidden_dim, cut), val)
+    # The old rule alone passes it: flat in tau but not in h.
+    assert report["h_spread"] > report["threshold"]
+    assert report["collapsed"] and report["point_mass_share"] == pytest.approx(0.7, abs=0.02)
+    # A point mass on fewer than half of the rows is a legitimate, confident map.
+    cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.3))
+    assert not check_collapse(MostlyPointMass(world.hidden_dim, cut), val)["collapsed"]
 
 
 def test_fit_raises_on_collapse(world, monkeypatch):
@@ -184,13 +214,13 @@ def test_top_level_api_is_lazy():
     import subprocess
     import sys
 
-    import dprm.train
-    from dprm.models.base import load
+    import dprm.models.fit
+    from dprm.models.interface import load
 
     code = "import sys, dprm; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-    assert dprm.fit is dprm.train.fit and dprm.load is load
+    assert dprm.fit is dprm.models.fit.fit and dprm.load is load
     with pytest.raises(AttributeError):
         dprm.no_such_name  # noqa: B018
 

@@ -1,8 +1,8 @@
-"""Tests for :mod:`dprm.ias` (DESIGN.md section 4).
+"""Tests for :mod:`dprm.ias` (docs/design.md §4).
 
-Budgets are checked against a brute-force loop that evaluates the defining inequality with the
-same float operations, including values of C placed exactly on a boundary 1 - (1 - p)^k where
-the closed form ceil(log(1 - C) / log(1 - p)) is off by one. Exact accuracies are checked
+Budgets are checked against a brute-force loop that evaluates the defining inequality in exact
+rational arithmetic (``fractions.Fraction`` of the float64 inputs), including knife-edge values
+of C placed on a boundary 1 - (1 - p)^k in float64, where a float64 search can be wrong. Exact accuracies are checked
 against full enumeration on small pools (all subsets / all orders) and against a 20,000-trial
 Monte Carlo on 64-candidate pools.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,32 @@ from dprm.data.contract import BonSet
 from dprm.metrics import midpoint_levels, true_quantiles
 
 
+def clip(p: float) -> float:
+    return min(max(p, 1e-4), 1 - 1e-4)
+
+
+def brute_budget(p: float, c: float, n_max: int = 64) -> int:
+    """The point rule in exact rational arithmetic (the reference)."""
+    return brute_mixture([p], c, n_max)
+
+
+def brute_mixture(q, c: float, n_max: int = 64) -> int:
+    """The mixture rule in exact rational arithmetic (the reference)."""
+    fails = [1 - Fraction(clip(float(v))) for v in q]
+    for n in range(1, n_max + 1):
+        if 1 - sum(f**n for f in fails) / len(fails) >= Fraction(float(c)):
+            return n
+    return n_max
+
+
+def float_budget(p: float, c: float, n_max: int = 64) -> int:
+    """The point rule searched in plain float64 (what the exact search replaces)."""
+    for n in range(1, n_max + 1):
+        if 1.0 - fail_after(p, n) >= c:
+            return n
+    return n_max
+
+
 def fail_after(p: float, k: int) -> float:
     """(1 - p)^k as the loop ``f *= 1 - p`` evaluates it (p clipped like the rule)."""
     p = min(max(p, 1e-4), 1 - 1e-4)
@@ -30,20 +57,6 @@ def fail_after(p: float, k: int) -> float:
     for _ in range(k):
         f *= 1.0 - p
     return f
-
-
-def brute_budget(p: float, c: float, n_max: int = 64) -> int:
-    for n in range(1, n_max + 1):
-        if 1.0 - fail_after(p, n) >= c:
-            return n
-    return n_max
-
-
-def brute_mixture(q, c: float, n_max: int = 64) -> int:
-    for n in range(1, n_max + 1):
-        if 1.0 - sum(fail_after(v, n) for v in q) / len(q) >= c:
-            return n
-    return n_max
 
 
 def random_pools(rng, q: int, k: int = 64, ties: bool = True) -> ias.Pools:
@@ -65,21 +78,39 @@ def test_budget_point_matches_brute_force_random():
     np.testing.assert_array_equal(got, want)
 
 
-def test_budget_point_on_boundaries_where_closed_form_is_off():
-    rng = np.random.default_rng(1)
-    p = rng.uniform(0.01, 0.9, 4000)
-    k = rng.integers(1, 40, 4000)
+def knife_edge_inputs(seed: int = 1, size: int = 4000):
+    """(p, C, k): C = 1 - (1 - p)^k as float64 evaluates it, i.e. on the boundary of n = k."""
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.01, 0.9, size)
+    k = rng.integers(1, 40, size)
     keep = np.array([fail_after(pi, ki) > 1e-6 for pi, ki in zip(p, k, strict=True)])
-    p, k = p[keep], k[keep]  # far from 1 - f == 1 in float, so n = k is the first to qualify
-    c = np.array(
-        [1.0 - fail_after(pi, ki) for pi, ki in zip(p, k, strict=True)]
-    )  # C on the boundary of n = k
+    p, k = p[keep], k[keep]  # far from 1 - f == 1 in float
+    c = np.array([1.0 - fail_after(pi, ki) for pi, ki in zip(p, k, strict=True)])
+    return p, c, k
+
+
+def test_budget_point_on_boundaries_is_exact_where_float_search_is_not():
+    p, c, k = knife_edge_inputs()
     got = ias.budget_point(p, c)
     want = np.array([brute_budget(pi, ci) for pi, ci in zip(p, c, strict=True)])
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(got, k)  # the inequality holds at k, not at k - 1
+    # On these inputs a plain float64 search and the closed form are each wrong somewhere.
+    plain = np.array([float_budget(pi, ci) for pi, ci in zip(p, c, strict=True)])
+    assert (plain != want).sum() > 10, "knife-edge inputs should trip a float64 search"
     closed = np.minimum(np.ceil(np.log(1 - c) / np.log(1 - p)), 64)
-    assert (closed != k).mean() > 0.05, "boundary cases should trip the closed form"
+    assert (closed != want).any()
+    assert (np.abs(want - k) <= 1).all()  # the boundary is at k, up to float64 rounding of C
+
+
+def test_budget_mixture_and_estimates_exact_on_knife_edges():
+    p, c, _ = knife_edge_inputs(seed=3, size=300)
+    q = np.repeat(p[:, None], 4, axis=1)
+    q[:, 0] = np.clip(q[:, 0] * 0.5, 0.0, 1.0)  # a genuine mixture
+    exact = [brute_mixture(row, ci) for row, ci in zip(q, c, strict=True)]
+    np.testing.assert_array_equal(ias.budget_mixture(q, c), exact)
+    point = ias.Estimate("x", "point", p=p)
+    got = point.budgets(np.array([c[0], c[1]]))  # [2, Q]
+    np.testing.assert_array_equal(got[0], [brute_budget(pi, c[0]) for pi in p])
 
 
 @settings(max_examples=200, deadline=None)
@@ -290,8 +321,8 @@ def test_beta_sweep_cost_rises_with_beta():
 def test_estimate_from_model_kinds_and_truth():
     import torch
 
-    from dprm.models.base import Calibrator, FixedLevels
-    from dprm.models.base_prm import BaseCalibrator
+    from dprm.models.interface import Calibrator, FixedLevels
+    from dprm.models.raw_score import RawScoreCalibrator
 
     class Levels(Calibrator):
         kind = "levels"
@@ -303,6 +334,10 @@ def test_estimate_from_model_kinds_and_truth():
         def fixed_levels(self):
             return np.array([0.05, 0.5, 0.95])
 
+        @classmethod
+        def fit_model(cls, train, val, config, seed, progress):
+            raise NotImplementedError("a fixed test double")
+
     hidden = np.sort(np.random.default_rng(0).random((6, 3)), axis=1).astype(np.float32)
     questions = pd.DataFrame(
         {
@@ -313,7 +348,7 @@ def test_estimate_from_model_kinds_and_truth():
         }
     )
     bon = BonSet(questions, hidden, pd.DataFrame())
-    base = ias.estimate_from_model(BaseCalibrator(3), bon)
+    base = ias.estimate_from_model(RawScoreCalibrator(3), bon)
     np.testing.assert_allclose(base.p, questions["prm_score"])
     lv = ias.estimate_from_model(Levels(3), bon, beta=0.1)
     assert lv.beta == 0.05 and lv.kind == "levels"  # largest trained level <= beta

@@ -1,4 +1,4 @@
-"""The generic gradient trainer every trained calibrator reuses (DESIGN.md section 5).
+"""The gradient training loop every trained calibrator reuses (docs/design.md §5).
 
 :class:`Trainer` owns everything that is not the objective: the standardised hidden states
 (one float32 copy in memory when it fits, else sorted row reads from the memory map), shuffled
@@ -8,18 +8,22 @@ warm-up, the best checkpoint and a history of dicts. Single-objective methods ca
 :meth:`Trainer.fit_loss` with ``loss_fn(model, batch)``; the OT min-max writes its own
 alternating step and hands it to :meth:`Trainer.run`.
 
-Trainable calibrators implement ``forward_standardized(hidden_std, prm_score)`` so validation
-skips re-standardising.
+:class:`TrainedCalibrator` is the one ``fit_model`` template of the gradient-trained methods:
+build the model, build its trainer, initialise, train, record the summary. A method writes only
+its ``loss`` (or, for a min-max, :meth:`TrainedCalibrator.train_steps`), its
+:meth:`TrainedCalibrator.initialise` and ``forward_standardized(hidden_std, prm_score)`` (so
+validation skips re-standardising).
 """
 
 from __future__ import annotations
 
+import abc
 import copy
 import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -27,10 +31,12 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from dprm import metrics as M
+from dprm.config import in_range
 from dprm.data.contract import CalibrationSet
+from dprm.models.interface import Calibrator, QuantileFunction
 
-if TYPE_CHECKING:  # the models import this module; import them lazily to avoid a cycle
-    from dprm.models.base import Calibrator, Standardizer
+if TYPE_CHECKING:
+    from dprm.models.interface import Standardizer
 
 
 @dataclass
@@ -43,17 +49,18 @@ class TrainConfig:
     (lowest validation calibration area after ``warmup_steps``) kept.
     """
 
-    batch_size: int = 256
-    lr: float = 1e-3
-    lr_step_size: int = 500  # StepLR: multiply the learning rate by lr_gamma every this many steps
-    lr_gamma: float = 0.5
-    weight_decay: float = 0.0
-    adam_betas: tuple[float, ...] = (0.9, 0.999)
-    clip_norm: float = 1.0
-    max_steps: int = 1000
-    eval_every: int = 25
-    patience: int = 175
-    min_delta: float = 1e-4
+    batch_size: int = in_range(256, ge=1)
+    lr: float = in_range(1e-3, gt=0)
+    # StepLR: multiply the learning rate by lr_gamma every this many steps
+    lr_step_size: int = in_range(500, ge=1)
+    lr_gamma: float = in_range(0.5, gt=0)
+    weight_decay: float = in_range(0.0, ge=0)
+    adam_betas: tuple[float, ...] = in_range((0.9, 0.999), ge=0, lt=1)
+    clip_norm: float = in_range(1.0, gt=0)
+    max_steps: int = in_range(1000, ge=1)
+    eval_every: int = in_range(25, ge=1)
+    patience: int = in_range(175, ge=1)
+    min_delta: float = in_range(1e-4, ge=0)
     select_metric: str = "calibration_area"  # validation score for early stopping / checkpoint
     # Checkpoints before this step are not eligible and do not count towards patience: the
     # marginal initialisation is already marginally calibrated, and on the way from it to the
@@ -64,7 +71,8 @@ class TrainConfig:
     # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates
     # tuned at D = 256 (0.27x at D = 3584, 2.8x at D = 32).
     input_lr_scale: float = 0.0
-    preload_max_gb: float = 4.0  # hold the standardised float32 rows in memory up to this size
+    # hold the standardised float32 rows in memory up to this size
+    preload_max_gb: float = in_range(4.0, ge=0)
 
 
 @dataclass
@@ -231,7 +239,7 @@ class Trainer:
         return out
 
     def evaluate(self) -> dict[str, float]:
-        """Validation calibration area and WQL (DESIGN.md section 3) at the trained levels."""
+        """Validation calibration area and WQL (docs/design.md §3) at the trained levels."""
         q = self.validation_quantiles()
         y = self.val_target
         return {
@@ -323,3 +331,51 @@ class Trainer:
             return {"loss": loss.item(), "grad_norm": norm}
 
         return self.run(step, desc)
+
+
+class TrainedCalibrator(Calibrator):
+    """The ``fit_model`` template of the gradient-trained calibrators.
+
+    ``fit_model`` builds the model from the config, builds ``trainer_class`` on the split,
+    calls :meth:`initialise`, then :meth:`train_steps`, and records the trainer's summary in
+    ``info["training"]``. Torch is seeded once by the caller (:func:`dprm.models.fit.fit_split`).
+    A method writes ``loss`` (a static ``(model, batch) -> scalar``), usually
+    :meth:`initialise`, and :meth:`forward_standardized`; a min-max (``ot``) writes
+    :meth:`train_steps` instead of ``loss``.
+    """
+
+    trainer_class: ClassVar[type[Trainer]] = Trainer
+
+    @abc.abstractmethod
+    def forward_standardized(
+        self, hidden_std: Tensor, prm_score: Tensor | None = None
+    ) -> QuantileFunction:
+        """:meth:`forward` on hidden states the standardiser has already applied ([n, D])."""
+
+    def initialise(self, trainer: Trainer) -> None:
+        """Set the starting point from the training rows (default: leave the random init)."""
+
+    @staticmethod
+    def loss(model: TrainedCalibrator, batch: Batch) -> Tensor:
+        """The scalar training objective of one batch."""
+        raise NotImplementedError(f"{model.method} defines neither loss nor train_steps")
+
+    def train_steps(self, trainer: Trainer) -> list[dict]:
+        """The optimisation loop (default: Adam on :meth:`loss`); returns the history."""
+        return trainer.fit_loss(type(self).loss, desc=self.method)
+
+    @classmethod
+    def fit_model(
+        cls,
+        train: CalibrationSet,
+        val: CalibrationSet,
+        config: TrainConfig,
+        seed: int,
+        progress: bool,
+    ) -> tuple[TrainedCalibrator, list[dict]]:
+        model = cls(train.hidden_dim, vars(config))
+        trainer = cls.trainer_class(model, train, val, config, seed=seed, progress=progress)
+        model.initialise(trainer)
+        history = model.train_steps(trainer)
+        model.info["training"] = trainer.summary
+        return model, history

@@ -1,0 +1,189 @@
+"""Fit calibrators (docs/design.md §5): split, config, seed, collapse check.
+
+``fit(method, data)`` is the entry point behind ``dprm train`` and ``dprm.fit``. It splits the
+calibration set 80/20 by question (seed 42, fixed) and calls :func:`fit_split`, the one fit
+dispatch (also used by ``conformal`` for its inner calibrator): resolve the method's config
+dataclass, seed torch once, call the method's ``fit_model(train, val, config, seed, progress)``.
+The gradient loop itself lives in :mod:`dprm.models.training`; this module is never imported by
+a method module except ``conformal``'s inner fit.
+
+Distribution calibrators are then checked for collapse (:func:`check_collapse`); a collapsed
+map raises :class:`CollapseError` and is never returned or saved.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dprm import __version__
+from dprm import metrics as M
+from dprm.config import ConfigError, load_config, to_dict
+from dprm.data.contract import CalibrationSet
+from dprm.data.splits import split_by_question
+from dprm.io import DataError
+from dprm.models.interface import REGISTRY, Calibrator
+
+#: Split fixed by the paper (GroupShuffleSplit, 20 % of questions, seed 42).
+VAL_FRACTION, SPLIT_SEED = 0.2, 42
+#: A map is collapsed when both its spread across tau (mean Q(0.9|h) - Q(0.1|h)) and across h
+#: (std of the point estimate) are below this share of the validation targets' std.
+COLLAPSE_RELATIVE_SPREAD = 0.1
+#: ... or when it is a point mass (Q(0.9|h) - Q(0.1|h) below ``POINT_MASS_SPREAD``) at 0 or at 1
+#: (median within ``POINT_MASS_SPREAD`` of the end) for more than this share of the rows.
+POINT_MASS_SHARE = 0.5
+POINT_MASS_SPREAD = 0.02
+
+
+class CollapseError(RuntimeError):
+    """Training produced a degenerate map (constant in tau and h, or a point mass at 0 or 1)."""
+
+
+@torch.no_grad()
+def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000) -> dict[str, Any]:
+    """Is the map degenerate on validation rows?
+
+    tau_spread = mean_j [Q(0.9 | h_j) - Q(0.1 | h_j)], h_spread = std_j of the point estimate
+    (trapezoid over the 11 levels), target_std = std of the validation success_prob. The map is
+    collapsed when
+
+    * both spreads are below ``COLLAPSE_RELATIVE_SPREAD * target_std`` (flat in tau and h;
+      targets with no spread cannot collapse this way), or
+    * it is a point mass at 0 or at 1 for most h: more than ``POINT_MASS_SHARE`` of the rows have
+      Q(0.9 | h) - Q(0.1 | h) < ``POINT_MASS_SPREAD`` and Q(0.5 | h) within ``POINT_MASS_SPREAD``
+      of 0 or 1 (what CondOT's own code converges to early on this task), unless the targets
+      themselves are that degenerate (share of y in {0, 1} above ``POINT_MASS_SHARE``), or
+    * any quantile is not finite.
+    """
+    rows = np.arange(len(val))
+    if len(rows) > max_rows:
+        rows = np.sort(np.random.default_rng(0).choice(len(rows), max_rows, replace=False))
+    part = val.subset(rows)
+    score = part.records["prm_score"].to_numpy(np.float32)
+    y = part.records["success_prob"].to_numpy(np.float64)
+    try:
+        q = model.quantiles(part.hidden, M.LEVELS_11, score).astype(np.float64)
+    except DataError:  # non-finite outputs
+        q = np.full((len(rows), len(M.LEVELS_11)), np.nan)
+    finite = bool(np.isfinite(q).all())
+    tau_spread = float(np.mean(q[:, 9] - q[:, 1])) if finite else float("nan")
+    h_spread = float(np.std(M.trapezoid_mean(q))) if finite else float("nan")
+    target_std = float(np.std(y))
+    threshold = COLLAPSE_RELATIVE_SPREAD * target_std
+    flat = target_std > 1e-6 and tau_spread < threshold and h_spread < threshold
+    point_mass_share = float("nan")
+    at_end = False
+    if finite and len(q):
+        narrow = (q[:, 9] - q[:, 1]) < POINT_MASS_SPREAD
+        median = q[:, 5]
+        at_bound = (median < POINT_MASS_SPREAD) | (median > 1.0 - POINT_MASS_SPREAD)
+        point_mass_share = float(np.mean(narrow & at_bound))
+        target_end_share = float(np.mean((y == 0.0) | (y == 1.0)))
+        at_end = point_mass_share > POINT_MASS_SHARE and target_end_share <= POINT_MASS_SHARE
+    collapsed = (not finite) or flat or at_end
+    return {
+        "collapsed": bool(collapsed),
+        "finite": finite,
+        "tau_spread": tau_spread,
+        "h_spread": h_spread,
+        "target_std": target_std,
+        "threshold": threshold,
+        "point_mass_share": point_mass_share,
+    }
+
+
+def resolve_config(method: str, config_path=None, overrides: dict | None = None):
+    """The method's config dataclass from defaults < TOML (table ``[method]``) < overrides."""
+    if method not in REGISTRY:
+        raise ConfigError(f"unknown method {method!r}; known: {sorted(REGISTRY)}")
+    config_class = REGISTRY[method].config_class
+    if config_class is None:
+        if overrides:
+            raise ConfigError(f"method {method!r} has no hyper-parameters; got {sorted(overrides)}")
+        return None
+    return load_config(config_class, config_path, overrides, table=method)
+
+
+def fit_split(
+    method: str,
+    train: CalibrationSet,
+    val: CalibrationSet,
+    *,
+    config_path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[Calibrator, list[dict], Any]:
+    """The fit dispatch: resolve config -> seed torch once -> ``fit_model`` on a given split.
+
+    Returns:
+        (fitted calibrator, history, resolved config dataclass or None).
+    """
+    config = resolve_config(method, config_path, overrides)
+    torch.manual_seed(seed)
+    model, history = REGISTRY[method].fit_model(train, val, config, seed, progress)
+    return model, history, config
+
+
+def fit(
+    method: str,
+    data: CalibrationSet,
+    *,
+    config_path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> Calibrator:
+    """Train calibrator ``method`` on ``data``; deterministic given ``seed``.
+
+    Returns the fitted calibrator (best checkpoint) with ``info`` (seed, resolved config,
+    version, data path, sizes, timing, best step, collapse check) and ``history`` set.
+
+    Raises:
+        ConfigError: unknown method, key, or a value out of range (before any work).
+        CollapseError: a distribution calibrator collapsed (see :func:`check_collapse`).
+    """
+    resolve_config(method, config_path, overrides)  # fail fast, before the split
+    train_rows, val_rows = split_by_question(
+        data.records["question_id"].to_numpy(), VAL_FRACTION, SPLIT_SEED
+    )
+    train, val = data.subset(train_rows), data.subset(val_rows)
+    started = time.perf_counter()
+    model, history, config = fit_split(
+        method,
+        train,
+        val,
+        config_path=config_path,
+        overrides=overrides,
+        seed=seed,
+        progress=progress,
+    )
+    model.info.update(
+        method=method,
+        seed=seed,
+        config=to_dict(config) if config is not None else {},
+        dprm_version=__version__,
+        data_path=str(data.path) if data.path is not None else None,
+        n_train=len(train),
+        n_val=len(val),
+        n_train_questions=int(train.records["question_id"].nunique()),
+        n_val_questions=int(val.records["question_id"].nunique()),
+        fit_seconds=round(time.perf_counter() - started, 3),
+    )
+    model.history = history
+    if model.kind == "distribution":
+        report = check_collapse(model, val)
+        model.info["collapse"] = report
+        if report["collapsed"]:
+            raise CollapseError(
+                f"{method} (seed {seed}) collapsed: tau spread {report['tau_spread']:.4g}, "
+                f"h spread {report['h_spread']:.4g} (threshold {report['threshold']:.4g} = "
+                f"{COLLAPSE_RELATIVE_SPREAD} x target std), point mass at 0 or 1 on "
+                f"{report['point_mass_share']:.0%} of rows (limit {POINT_MASS_SHARE:.0%}); "
+                "refusing to return or save it"
+            )
+    return model

@@ -1,0 +1,574 @@
+"""The calibrator protocol every method implements, its registry, and verified save / load.
+
+Like zuko: ``calibrator(hidden, prm_score)`` returns a :class:`QuantileFunction` you query at
+levels. A calibrator is an ``nn.Module`` holding its fitted state, including the hidden-state
+standardisation, so a saved directory (config.json + model.safetensors) loads back to identical
+predictions. What every method declares is spelled out by the abstract :class:`Calibrator`:
+``method``, ``kind``, ``config_class``, ``uses_hidden``, :meth:`Calibrator.forward` and
+:meth:`Calibrator.fit_model`; nothing is probed with ``hasattr``.
+
+Kinds (docs/design.md section 3), and the one place that branches on them (:func:`predict`):
+    ``distribution``: Q(tau | h) at any level in [0, 1], monotone by construction. Point estimate
+        = trapezoid over the 11 levels.
+    ``levels``: fixed trained levels only (QR). Point estimate = Q(0.5).
+    ``point``: a point estimate p_hat only; its "quantile function" is the point mass at p_hat.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from dprm import __version__
+from dprm.io import DataError, atomic_dir, read_json
+from dprm.metrics import LEVELS_11
+
+#: name -> calibrator class; filled by the ``@register`` decorator of each method module.
+REGISTRY: dict[str, type[Calibrator]] = {}
+#: the calibrator kinds, in the order "least" to "most" information
+KINDS = ("point", "levels", "distribution")
+#: file names of a saved calibrator directory
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+#: state-dict names before the PICNN's marginal map was renamed (files saved by dprm <= 0.x)
+LEGACY_STATE_NAMES = {".base.": ".marginal_map.", ".base_scale.": ".marginal_scale."}
+#: trained levels are stored in float32 (0.1 -> 0.10000000149): levels match to this tolerance
+LEVEL_TOLERANCE = 1e-6
+
+
+def register(name: str):
+    """Class decorator adding a calibrator to :data:`REGISTRY` under ``name``."""
+
+    def deco(cls: type[Calibrator]) -> type[Calibrator]:
+        if name in REGISTRY and REGISTRY[name] is not cls:
+            raise ValueError(f"calibrator {name!r} registered twice")
+        if cls.kind not in KINDS:
+            raise ValueError(f"calibrator {name!r}: kind {cls.kind!r} is not one of {KINDS}")
+        cls.method = name
+        REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+class QuantileFunction:
+    """Conditional quantile functions of p for a batch of records.
+
+    Subclasses implement :meth:`quantile`. ``levels`` is a 1-D tensor [L] in [0, 1]; the result
+    is [n, L], clipped to [0, 1].
+    """
+
+    kind: ClassVar[str] = "distribution"
+
+    def quantile(self, levels: Tensor) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def mean(self) -> Tensor:
+        """Point estimate p_hat [n] per docs/design.md §3 (trapezoid on the 11 levels)."""
+        levels = torch.as_tensor(LEVELS_11, dtype=torch.float32)
+        q = self.quantile(levels)
+        return torch.trapezoid(q, levels.to(q), dim=1)
+
+
+class PointMass(QuantileFunction):
+    """The degenerate distribution at p_hat [n]: every quantile equals the point estimate."""
+
+    kind = "point"
+
+    def __init__(self, p_hat: Tensor):
+        self.p_hat = p_hat.clamp(0.0, 1.0)
+
+    def quantile(self, levels: Tensor) -> Tensor:
+        return self.p_hat[:, None].expand(-1, len(levels))
+
+    def mean(self) -> Tensor:
+        return self.p_hat
+
+
+class FixedLevels(QuantileFunction):
+    """Quantiles known only at trained levels (QR); asking for another level is an error."""
+
+    kind = "levels"
+
+    def __init__(self, values: Tensor, levels: Tensor):
+        self.values = values  # [n, M]
+        self.levels = levels  # [M]
+
+    def _columns(self, levels: Tensor) -> Tensor:
+        diff = (levels[:, None].double() - self.levels[None, :].double()).abs()
+        best = diff.min(dim=1)
+        if (best.values > 1e-6).any():
+            bad = levels[best.values > 1e-6].tolist()
+            raise ValueError(
+                f"this calibrator only has quantiles at its trained levels {self.levels.tolist()}; "
+                f"asked for {bad}"
+            )
+        return best.indices
+
+    def quantile(self, levels: Tensor) -> Tensor:
+        return self.values[:, self._columns(levels)]
+
+    def mean(self) -> Tensor:
+        return self.quantile(torch.tensor([0.5]))[:, 0]
+
+
+class Standardizer(nn.Module):
+    """Per-dimension standardisation of hidden states, fitted once and saved with the model."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("scale", torch.ones(dim))
+
+    @torch.no_grad()
+    def fit(self, hidden: np.ndarray, chunk_rows: int = 8192) -> Standardizer:
+        """Fit on a (memory-mapped) array [N, D], in chunks with float64 accumulation."""
+        n, dim = hidden.shape
+        total = np.zeros(dim)
+        total_sq = np.zeros(dim)
+        for start in range(0, n, chunk_rows):
+            block = np.asarray(hidden[start : start + chunk_rows], dtype=np.float64)
+            total += block.sum(0)
+            total_sq += (block**2).sum(0)
+        mean = total / max(n, 1)
+        var = np.maximum(total_sq / max(n, 1) - mean**2, 0.0)
+        # Constant dimensions carry no information; a unit scale keeps them at zero, not inf.
+        scale = np.where(var > 1e-12, np.sqrt(var), 1.0)
+        self.mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.scale.copy_(torch.as_tensor(scale, dtype=torch.float32))
+        return self
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return (hidden.float() - self.mean) / self.scale
+
+    def linear(self, hidden: Tensor, layer: nn.Linear) -> Tensor:
+        """``layer(self(hidden))`` without the standardised copy of ``hidden``.
+
+        The standardisation is folded into the layer, W (h - mean) / scale + b =
+        (W / scale) h + (b - (W / scale) mean), so raw rows [n, D] (float16 or float32) go
+        through one cast and one matmul: at D = 3584 this halves the time to embed a
+        memory-mapped set.
+        """
+        weight = layer.weight / self.scale  # [out, D]
+        bias = weight @ -self.mean
+        if layer.bias is not None:
+            bias = bias + layer.bias
+        return F.linear(hidden.float(), weight, bias)
+
+
+class Calibrator(nn.Module, metaclass=abc.ABCMeta):
+    """The protocol: maps (hidden [n, D], prm_score [n]) to a :class:`QuantileFunction`.
+
+    Every method declares, as class attributes, ``kind`` (one of :data:`KINDS`), ``config_class``
+    (its hyper-parameter dataclass, or None when it has none) and ``uses_hidden``, and
+    implements :meth:`forward` and :meth:`fit_model`; ``method`` is set by :func:`register`.
+    The gradient-trained methods inherit :meth:`fit_model` from
+    :class:`dprm.models.training.TrainedCalibrator` and write only their loss and
+    initialisation. Fitting goes through :func:`dprm.models.fit.fit` (split, config, seed).
+
+    ``config`` is a JSON-ready dict of the resolved hyper-parameters; ``info`` holds fit
+    metadata (seed, data path, history summary) saved beside the weights.
+    """
+
+    method: ClassVar[str] = "?"
+    kind: ClassVar[str] = "distribution"
+    #: the hyper-parameter dataclass ``dprm train --set key=value`` resolves; None: no settings
+    config_class: ClassVar[type | None] = None
+    #: whether the calibrator reads hidden states (point calibrators on the score alone do not)
+    uses_hidden: ClassVar[bool] = True
+    #: state-dict entries whose length is data-dependent (checked for rank and dtype on load)
+    data_sized: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
+        super().__init__()
+        self.hidden_dim = int(hidden_dim)
+        self.config: dict[str, Any] = dict(config or {})
+        self.info: dict[str, Any] = {}
+        #: the directory it was loaded from (named in errors), None if built in memory
+        self.source: str | None = None
+        self.standardizer = Standardizer(self.hidden_dim)
+
+    # -- the protocol ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def forward(self, hidden: Tensor | None, prm_score: Tensor | None = None) -> QuantileFunction:
+        """The conditional law of p for a batch.
+
+        Args:
+            hidden: raw hidden states [n, D] (float16 or float32; standardised inside), or None
+                for calibrators with ``uses_hidden = False``.
+            prm_score: PRM scores [n] (float32), or None for calibrators that do not read them.
+
+        Returns:
+            a :class:`QuantileFunction` of this calibrator's ``kind``: ``quantile(levels [L])``
+            gives [n, L], ``mean()`` gives [n].
+        """
+
+    @classmethod
+    @abc.abstractmethod
+    def fit_model(
+        cls, train, val, config: Any, seed: int, progress: bool
+    ) -> tuple[Calibrator, list[dict]]:
+        """Fit on a question-grouped split; the caller has seeded torch with ``seed``.
+
+        Args:
+            train: the :class:`~dprm.data.contract.CalibrationSet` the model is fitted on.
+            val: held-out questions for early stopping / scoring.
+            config: an instance of ``config_class`` (None when it is None).
+            seed: seeds batch order and tau draws.
+            progress: show a progress bar.
+
+        Returns:
+            (fitted calibrator, history: a list of JSON-ready dicts).
+        """
+
+    # -- batched numpy API -----------------------------------------------------------------
+    def _batches(self, hidden, prm_score, batch_size: int):
+        n = len(prm_score) if hidden is None else hidden.shape[0]
+        if hidden is not None and hidden.shape[1] != self.hidden_dim:
+            raise DataError(
+                None,
+                f"hidden states have dimension {hidden.shape[1]}, the calibrator expects {self.hidden_dim}",
+            )
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            h = None
+            if hidden is not None and self.uses_hidden:
+                # Stored dtype (float16 or float32): the model casts once, with torch's kernels.
+                h = torch.from_numpy(np.array(hidden[start:stop]))
+            s = None
+            if prm_score is not None:
+                s = torch.from_numpy(np.array(prm_score[start:stop], dtype=np.float32))
+            yield start, stop, h, s
+
+    def _finite(self, values: Tensor, start: int, what: str) -> Tensor:
+        """``values`` if all finite, else a :class:`DataError` naming the model and the row."""
+        bad = ~torch.isfinite(values)
+        if bool(bad.any()):
+            row = start + int(bad.nonzero()[0, 0])
+            source = self.source or "in memory"
+            raise DataError(
+                None,
+                f"calibrator {self.method!r} ({source}) produced a non-finite {what} at row {row}; "
+                "its weights are corrupt or it diverged",
+            )
+        return values
+
+    @torch.no_grad()
+    def quantiles(
+        self,
+        hidden: np.ndarray | None,
+        levels,
+        prm_score: np.ndarray | None = None,
+        batch_size: int = 8192,
+    ) -> np.ndarray:
+        """Quantiles [N, L] (float32) at ``levels``; hidden states read in chunks of rows.
+
+        Each chunk is embedded once and queried at all levels, so memory stays at one float32
+        chunk whatever N is.
+
+        Raises:
+            DataError: an output is NaN or infinite (named by model and row).
+        """
+        self.eval()
+        levels_t = torch.as_tensor(np.asarray(levels, dtype=np.float32))
+        n = len(prm_score) if hidden is None else hidden.shape[0]
+        out = np.empty((n, len(levels_t)), dtype=np.float32)
+        for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
+            q = self._finite(self(h, s).quantile(levels_t), start, "quantile")
+            out[start:stop] = q.clamp(0.0, 1.0).numpy()
+        return out
+
+    @torch.no_grad()
+    def point_estimate(self, hidden, prm_score=None, batch_size: int = 8192) -> np.ndarray:
+        """Point estimates p_hat [N] per docs/design.md §3.
+
+        Raises:
+            DataError: an output is NaN or infinite (named by model and row).
+        """
+        self.eval()
+        n = len(prm_score) if hidden is None else hidden.shape[0]
+        out = np.empty(n, dtype=np.float32)
+        for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
+            p = self._finite(self(h, s).mean(), start, "point estimate")
+            out[start:stop] = p.clamp(0.0, 1.0).numpy()
+        return out
+
+    @property
+    def fixed_levels(self) -> np.ndarray | None:
+        """The trained levels of a ``levels`` calibrator, else None."""
+        return None
+
+    def beta_level(self, beta: float) -> float | None:
+        """The level behind "the beta-quantile" of this calibrator (the one rule for it).
+
+        ``distribution``: beta itself; ``levels``: the largest trained level <= beta (to
+        :data:`LEVEL_TOLERANCE`), else the smallest trained level; ``point``: None (the point
+        estimate stands in for every quantile).
+        """
+        return BETA_LEVEL_RULES[self.kind](self, float(beta))
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, directory: str | Path, extra_files: dict[str, Any] | None = None) -> Path:
+        """Write config.json + model.safetensors (+ JSON extras) atomically.
+
+        config.json records the SHA-256 of the weights file, which :func:`load` verifies.
+        """
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        with atomic_dir(directory) as tmp:
+            state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+            save_file(state, str(tmp / WEIGHTS_FILE), metadata={"method": self.method})
+            config = {
+                "method": self.method,
+                "kind": self.kind,
+                "hidden_dim": self.hidden_dim,
+                "config": self.config,
+                "info": self.info,
+                "dprm_version": __version__,
+                "weights_sha256": file_sha256(tmp / WEIGHTS_FILE),
+            }
+            (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, default=str) + "\n")
+            for name, obj in (extra_files or {}).items():
+                (tmp / name).write_text(json.dumps(obj, indent=2, default=str) + "\n")
+        return directory
+
+    @classmethod
+    def from_config(cls, hidden_dim: int, config: dict[str, Any]) -> Calibrator:
+        """Build an unfitted instance with the architecture that ``config`` describes."""
+        return cls(hidden_dim, config)
+
+
+def _beta_level_of_levels(model: Calibrator, beta: float) -> float:
+    levels = np.asarray(model.fixed_levels, dtype=np.float64)
+    below = np.flatnonzero(levels <= beta + LEVEL_TOLERANCE)
+    col = int(below[np.argmax(levels[below])]) if len(below) else int(np.argmin(levels))
+    return float(levels[col])
+
+
+#: kind -> how "the beta-quantile" is read (used by IAS, conformal and the report)
+BETA_LEVEL_RULES: dict[str, Callable[[Calibrator, float], float | None]] = {
+    "point": lambda model, beta: None,
+    "levels": _beta_level_of_levels,
+    "distribution": lambda model, beta: beta,
+}
+
+
+# ----------------------------------------------------------------------------- predictions
+@dataclass
+class Prediction:
+    """A calibrator's predictions on N rows: the point estimate and, where it has them, quantiles.
+
+    Attributes:
+        kind: the calibrator's kind.
+        p: point estimates [N] (float64), per docs/design.md §3.
+        levels: levels [L] of ``q`` (None for ``point`` calibrators).
+        q: quantiles [N, L] (float64), None for ``point`` calibrators.
+    """
+
+    kind: str
+    p: np.ndarray
+    levels: np.ndarray | None = None
+    q: np.ndarray | None = None
+
+
+def _column(levels: np.ndarray, level: float) -> int:
+    return int(np.argmin(np.abs(levels - level)))
+
+
+def _predict_point(model, hidden, score, levels, batch_size) -> Prediction:
+    return Prediction("point", model.point_estimate(hidden, score, batch_size).astype(np.float64))
+
+
+def _predict_levels(model, hidden, score, levels, batch_size) -> Prediction:
+    levels = np.asarray(model.fixed_levels, dtype=np.float64)
+    q = model.quantiles(hidden, levels, score, batch_size).astype(np.float64)
+    return Prediction("levels", q[:, _column(levels, 0.5)], levels, q)
+
+
+def _predict_distribution(model, hidden, score, levels, batch_size) -> Prediction:
+    from dprm.metrics import trapezoid_mean
+
+    levels = np.asarray(levels, dtype=np.float64)
+    q = model.quantiles(hidden, levels, score, batch_size).astype(np.float64)
+    columns = [_column(levels, t) for t in LEVELS_11]
+    if np.abs(levels[columns] - LEVELS_11).max() > LEVEL_TOLERANCE:
+        raise ValueError(f"levels must include the 11 levels {LEVELS_11.tolist()}")
+    return Prediction("distribution", trapezoid_mean(q[:, columns]), levels, q)
+
+
+#: kind -> (model, hidden, prm_score, levels, batch_size) -> Prediction
+PREDICT_RULES: dict[str, Callable[..., Prediction]] = {
+    "point": _predict_point,
+    "levels": _predict_levels,
+    "distribution": _predict_distribution,
+}
+
+
+def predict(
+    model: Calibrator,
+    hidden: np.ndarray | None,
+    prm_score: np.ndarray,
+    levels=LEVELS_11,
+    batch_size: int = 8192,
+) -> Prediction:
+    """The point / levels / distribution branching, once (docs/design.md §3).
+
+    ``point``: p = the calibrator's point estimate, no quantiles. ``levels``: quantiles at the
+    trained levels ([N, M]), p = Q(0.5). ``distribution``: quantiles at ``levels`` (which must
+    include the 11 levels {0, 0.1, ..., 1}), p = their trapezoid mean over the 11 levels.
+
+    Args:
+        model: any calibrator.
+        hidden: hidden states [N, D] (ignored when ``model.uses_hidden`` is False).
+        prm_score: PRM scores [N].
+        levels: levels [L] for ``distribution`` calibrators.
+        batch_size: rows per chunk.
+    """
+    hidden = hidden if model.uses_hidden else None
+    return PREDICT_RULES[model.kind](model, hidden, prm_score, levels, batch_size)
+
+
+# ----------------------------------------------------------------------------- load
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+#: safetensors dtype names of the tensors a calibrator saves
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.bool: "BOOL",
+}
+
+
+def current_state_name(name: str) -> str:
+    """A state-dict entry's name with :data:`LEGACY_STATE_NAMES` applied."""
+    for old, new in LEGACY_STATE_NAMES.items():
+        name = name.replace(old, new)
+    return name
+
+
+def verify_weights(path: Path, model: Calibrator, sha256: str | None) -> None:
+    """Check a weights file against the architecture its config describes, before reading it.
+
+    Checks, each failing with a one-line :class:`DataError` naming ``path``: the file is a
+    complete safetensors file (8-byte header length, JSON header, tensor byte ranges that tile
+    the data section exactly), every tensor of ``model`` is present with its dtype and shape and
+    there are no others, and the bytes hash to ``sha256`` when the config recorded one.
+    """
+    size = path.stat().st_size
+    if size < 8:
+        raise DataError(path, f"not a safetensors file ({size} bytes; truncated or empty)")
+    with open(path, "rb") as handle:
+        (header_len,) = struct.unpack("<Q", handle.read(8))
+        if header_len > size - 8:
+            raise DataError(path, f"header of {header_len} bytes exceeds the file ({size} bytes)")
+        try:
+            header = json.loads(handle.read(header_len))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise DataError(path, "safetensors header is not valid JSON (file corrupt)") from None
+    if not isinstance(header, dict):
+        raise DataError(path, "safetensors header is not a JSON object (file corrupt)")
+    header.pop("__metadata__", None)
+    header = {current_state_name(name): entry for name, entry in header.items()}
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(header))
+    unexpected = sorted(set(header) - set(expected))
+    if missing or unexpected:
+        raise DataError(
+            path,
+            f"weights do not match {model.method!r}: missing {missing}, unexpected {unexpected}",
+        )
+    ends = []
+    for name, tensor in expected.items():
+        entry = header[name]
+        if not isinstance(entry, dict) or {"dtype", "shape", "data_offsets"} - set(entry):
+            raise DataError(path, f"tensor {name!r}: malformed header entry")
+        want_dtype = _SAFETENSORS_DTYPES.get(tensor.dtype, str(tensor.dtype))
+        shape = list(entry["shape"])
+        if name in model.data_sized and len(shape) == tensor.dim():
+            tensor = tensor.new_empty(shape)
+        if entry["dtype"] != want_dtype or shape != list(tensor.shape):
+            raise DataError(
+                path,
+                f"tensor {name!r} is {entry['dtype']} {list(entry['shape'])}, the config "
+                f"describes {want_dtype} {list(tensor.shape)}",
+            )
+        start, stop = entry["data_offsets"]
+        nbytes = math.prod(tensor.shape) * tensor.element_size()
+        if stop - start != nbytes:
+            raise DataError(path, f"tensor {name!r}: {stop - start} bytes, expected {nbytes}")
+        ends.append((start, stop))
+    data_bytes = size - 8 - header_len
+    covered = sum(stop - start for start, stop in ends)
+    if (ends and max(stop for _, stop in ends) != data_bytes) or covered != data_bytes:
+        raise DataError(
+            path, f"data section is {data_bytes} bytes, the header describes {covered} (truncated?)"
+        )
+    if sha256 is not None and file_sha256(path) != sha256:
+        raise DataError(
+            path, "content hash differs from the one recorded in config.json (file corrupt)"
+        )
+
+
+def load(directory: str | Path) -> Calibrator:
+    """Load a calibrator directory written by :meth:`Calibrator.save` (no pickle involved).
+
+    The weights are verified first (:func:`verify_weights`): header, tensor shapes against the
+    config, and the content hash recorded at save time.
+
+    Raises:
+        DataError: a missing, corrupt, truncated or mismatched file, named in the message.
+    """
+    from safetensors.torch import load_file
+
+    import dprm.models  # noqa: F401  (fills REGISTRY)
+
+    directory = Path(directory)
+    cfg_path = directory / CONFIG_FILE
+    cfg = read_json(cfg_path)
+    if not isinstance(cfg, dict):
+        raise DataError(cfg_path, "expected a JSON object")
+    method = cfg.get("method")
+    if method not in REGISTRY:
+        raise DataError(
+            cfg_path, f"key 'method': unknown calibrator {method!r}; known: {sorted(REGISTRY)}"
+        )
+    try:
+        hidden_dim = int(cfg["hidden_dim"])
+        model = REGISTRY[method].from_config(hidden_dim, cfg.get("config", {}))
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataError(
+            cfg_path, f"config does not describe a {method!r} calibrator: {err}"
+        ) from None
+    weights = directory / WEIGHTS_FILE
+    if not weights.exists():
+        raise DataError(weights, "file not found")
+    verify_weights(weights, model, cfg.get("weights_sha256"))
+    state = {current_state_name(k): v for k, v in load_file(str(weights)).items()}
+    model.load_state_dict(state, strict=True)
+    model.info = cfg.get("info", {})
+    model.source = str(directory)
+    model.eval()
+    return model
