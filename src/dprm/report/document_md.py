@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,8 @@ from dprm.report.tables import DATASET_LABELS, caption, display, subset, to_mark
 
 
 def _rel(path: str, out: Path) -> str:
-    return str(Path(path).relative_to(out)) if Path(path).is_absolute() else path
+    """``path`` relative to the report's directory ``out`` (so the link renders wherever OUT is)."""
+    return Path(os.path.relpath(Path(path).absolute(), Path(out).absolute())).as_posix()
 
 
 def _check_lines(checks: dict[str, Any]) -> list[str]:
@@ -76,11 +78,11 @@ def render_report(
     """The report: grid, seeds, versions and timing; checks; Table 1 per PRM; figures; appendix."""
     v = run["versions"]
     lines = [
-        f"# dprm reproduction: preset `{cfg.preset}`",
+        f"# dprm reproduction: grid `{cfg.grid}`",
         "",
         "Synthetic worlds with a known truth stand in for the paper's data (MATH500 → `ID`, "
         "AIME24-25 → `OOD`); every number below is recomputed by `dprm reproduce` and listed in "
-        "`results.json` (per-question budgets in `ias/**/seed*.parquet`).",
+        "`results.json` (per-question budgets in `ias/**/budgets.parquet`).",
         "",
         "## Run",
         "",
@@ -118,6 +120,17 @@ def render_report(
             "",
         ]
         lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in failures]
+    reused = run.get("reused_units", [])
+    if reused:
+        lines += [
+            "",
+            f"Reused from an earlier invocation ({len(reused)} units whose recorded input "
+            "fingerprint — settings, world recipe, content hash of the model read — was unchanged):",
+            "",
+            "<details><summary>Reused units</summary>",
+            "",
+        ]
+        lines += [f"- `{key}`" for key in reused] + ["", "</details>"]
     lines += [
         "",
         "## Checks",
