@@ -241,10 +241,10 @@ class Pipeline:
                 bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
                 bar.update()
 
-    def unit_fingerprints(self) -> dict[str, str]:
-        """Recorded input fingerprint of every finished unit except the report."""
+    def unit_fingerprints(self) -> dict[str, list]:
+        """(input fingerprint, finish time) of every finished unit except the report."""
         return {
-            k: v.get("inputs", v.get("at"))
+            k: [v.get("inputs"), v.get("at")]
             for k, v in self.state.data["done"].items()
             if not k.startswith("report/")
         }
