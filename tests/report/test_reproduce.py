@@ -243,3 +243,30 @@ def test_resolve_and_cli_flags():
             ["reproduce", flag, "demo", "--out", "x", "--set", "ot.max_steps=5"]
         )
         assert args.grid == "demo" and args.overrides == ["ot.max_steps=5"] and args.jobs is None
+
+
+@pytest.mark.slow
+def test_calibrators_never_train_on_held_out_questions(tiny_run):
+    """issue 13: held-out ID / OOD questions are disjoint from those a calibrator trained or
+    early-stopped on; the paper protocol's ID set is exactly those training questions."""
+    out = tiny_run[0]
+    trained = {
+        k: set(v["questions"]) for k, v in State(out).data["done"].items() if k.startswith("train/")
+    }
+    assert len(trained) == 3
+    for key, questions in trained.items():
+        _, world, method, seed = key.split("/")
+        model = json.loads((Layout(out).model_dir(world, method, 0) / "config.json").read_text())
+        info = model.get("info", model)
+        assert info["n_train_questions"] + info["n_val_questions"] == len(questions)
+        splits = json.loads(Layout(out).eval_path(world, method, 0).read_text())["splits"]
+        held_out = set(splits["id"]["questions"]) | set(splits["ood"]["questions"])
+        assert questions and held_out and not questions & held_out
+        assert set(splits["train"]["questions"]) == questions
+    text = (out / "report.md").read_text()
+    assert "held-out protocol" in text and "paper protocol" in text
+    assert "## Paper vs dprm (paper protocol)" in text and "evidence, not proof" in text
+    for name in ("paper_vs_dprm_cells", "paper_vs_dprm_improvements"):
+        assert (out / "tables" / f"{name}.md").exists() and (
+            out / "tables" / f"{name}.csv"
+        ).exists()

@@ -36,7 +36,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         overrides=_overrides(args.overrides),
         keep_worlds=True if args.keep_worlds else None,
-        jobs=args.jobs if args.jobs is not None else _default_jobs(args.grid),
+        jobs=args.jobs if args.jobs is not None else _default_jobs(),
+        worlds=[w.strip() for w in args.worlds.split(",") if w.strip()] if args.worlds else None,
     )
     outcome = reproduce(
         args.out, config, progress=not args.quiet, log=(lambda s: None) if args.quiet else print
@@ -53,10 +54,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_jobs(grid: str) -> int:
+def _default_jobs() -> int:
     import os
 
-    return 2 if grid == "demo" and (os.cpu_count() or 1) >= 2 else 1
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -110,7 +111,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="training and evaluation units run in parallel worker processes, torch threads split "
-        "between them (default: 2 for demo when there are >= 2 CPU cores, else 1)",
+        "between them (default: 2 when there are >= 2 CPU cores, else 1)",
+    )
+    parser.add_argument(
+        "--worlds",
+        default=None,
+        help="comma-separated worlds of the grid to run (default: all), e.g. "
+        "r1-qwen-7b__qwen-prm to time one paper-size world",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     parser.set_defaults(func=_reproduce)

@@ -202,15 +202,25 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
             the tables, figures and report stages (the caller writes ``run.json``).
     """
     from dprm.report.document_md import render_report
-    from dprm.report.tables import to_frame, truth_markdown, write_tables
+    from dprm.report.paper import write_comparison
+    from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
 
     cfg, layout = pipe.config, pipe.layout
     t0 = time.perf_counter()
     data = collect(layout, cfg.worlds, cfg.methods, cfg.seeds)
-    tables = write_tables(data["metrics"], layout.tables) if not data["metrics"].empty else {}
+    metrics = data["metrics"]
+    protocol_tables: dict[str, dict] = {}
+    for protocol, datasets in PROTOCOLS.items():
+        rows = metrics[metrics["dataset"].isin(datasets)] if not metrics.empty else metrics
+        stem = "calibration" if protocol == "held-out" else "calibration_paper_protocol"
+        protocol_tables[protocol] = (
+            write_tables(rows, layout.tables, stem=stem) if not rows.empty else {}
+        )
+    tables = protocol_tables["held-out"]
+    comparison = write_comparison(metrics, layout.tables) if not metrics.empty else None
     pipe.timing["tables"] = {
         "seconds": time.perf_counter() - t0,
-        "units": len(tables),
+        "units": sum(len(t) for t in protocol_tables.values()),
         "skipped": 0,
     }
     t0 = time.perf_counter()
@@ -236,8 +246,18 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
         "run": run,
         "metrics": data["metrics"].to_dict("records"),
         "table_improvements": {
-            prm: to_frame(t).query("row == 'avg_pct_improvement'").to_dict("records")
-            for prm, t in tables.items()
+            protocol: {
+                prm: to_frame(t).query("row == 'avg_pct_improvement'").to_dict("records")
+                for prm, t in by_prm.items()
+            }
+            for protocol, by_prm in protocol_tables.items()
+        },
+        "paper_vs_dprm": None
+        if comparison is None
+        else {
+            "cells": comparison["cells"].to_dict("records"),
+            "improvements": comparison["improvements"].to_dict("records"),
+            "reading": comparison["reading"],
         },
         "ias": data["ias"].to_dict("records"),
         "uniform": data["uniform"].to_dict("records"),
@@ -249,12 +269,15 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     }
     pipe.timing["report"]["seconds"] = time.perf_counter() - t0
     write_json(layout.results, results, allow_nan=False)
+    held_out = metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])]
     truth = {
         prm: text
         for prm in tables
-        if (text := truth_markdown(data["metrics"], prm if "prm" in data["metrics"] else None))
+        if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
     }
-    text = render_report(cfg, run, tables, figs, checks, layout.out, pipe.failures, truth)
+    text = render_report(
+        cfg, run, protocol_tables, figs, checks, layout.out, pipe.failures, truth, comparison
+    )
     with atomic_path(layout.report) as tmp:
         tmp.write_text(text)
     return layout.report

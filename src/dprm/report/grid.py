@@ -78,10 +78,13 @@ class RunConfig:
     jobs: int = 1
     beta: float = 0.1
     mc_trials: int = 100
+    #: run only these worlds of the grid (empty = all), e.g. to time one paper-size world
+    only_worlds: list[str] = field(default_factory=list)
 
     @property
     def worlds(self) -> list[str]:
-        return [f"{g}__{p}" for p in self.prms for g in self.generators]
+        every = [f"{g}__{p}" for p in self.prms for g in self.generators]
+        return [w for w in every if w in self.only_worlds] if self.only_worlds else every
 
 
 def config_dict(config: RunConfig) -> dict[str, Any]:
@@ -125,7 +128,7 @@ def validate_overrides(methods: list[str], overrides: dict[str, dict[str, Any]])
         try:
             resolve_config(method, None, values)
         except ConfigError as err:
-            raise ConfigError(f"--set {method}.KEY=VALUE: {err}") from None
+            raise ConfigError(f"--set {method}.KEY=VALUE for method {method!r}: {err}") from None
 
 
 def resolve(
@@ -135,6 +138,7 @@ def resolve(
     overrides: dict[str, dict[str, Any]] | None = None,
     keep_worlds: bool | None = None,
     jobs: int = 1,
+    worlds: list[str] | None = None,
 ) -> RunConfig:
     """A :class:`RunConfig` from a grid name and command-line choices (validated, no work done)."""
     from dprm.models import REGISTRY
@@ -149,6 +153,10 @@ def resolve(
             f"unknown or untrainable method(s) {unknown}; trainable: {sorted(set(REGISTRY) - {'base'})}"
         )
     validate_overrides(chosen, overrides or {})
+    every = [f"{gen}__{prm}" for prm in g.prms for gen in g.generators]
+    outside = [w for w in worlds or [] if w not in every]
+    if outside:
+        raise ConfigError(f"world(s) {outside} are not in grid {grid!r}; its worlds: {every}")
     merged = {m: _known_keys(m, v) for m, v in g.overrides.items() if m in chosen}
     merged = {m: v for m, v in merged.items() if v}
     for m, v in (overrides or {}).items():
@@ -163,4 +171,5 @@ def resolve(
         overrides=merged,
         keep_worlds=g.keep_worlds if keep_worlds is None else keep_worlds,
         jobs=max(1, int(jobs)),
+        only_worlds=list(worlds or []),
     )

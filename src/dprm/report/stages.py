@@ -23,14 +23,17 @@ from dprm.report.runner import REFERENCE, Unit, content_hash
 if TYPE_CHECKING:
     from dprm.report.runner import Pipeline
 
-#: every split of a world (synth writes them all)
-SPLITS = ("id", "ood")
-#: the calibration split calibrators are trained (and early-stopped) on
-TRAIN_SPLIT = "id"
-#: calibration splits every calibrator is evaluated on
-EVAL_SPLITS = ("id", "ood")
-#: BoN splits of the IAS sweeps
+#: the calibration split calibrators are trained and early-stopped on (80/20 by question inside):
+#: ``train`` (MATH-train-like), disjoint in questions from ``id`` and ``ood``
+TRAIN_SPLIT = "train"
+#: calibration splits every calibrator is evaluated on: ``train`` = ID under the paper's protocol
+#: (training questions included, as the paper did), ``id`` = ID held out (MATH500-like, no
+#: calibrator trained or early-stopped on it), ``ood`` = AIME-like, held out in both protocols
+EVAL_SPLITS = ("train", "id", "ood")
+#: BoN splits of the IAS sweeps (both held out)
 IAS_SPLITS = ("id", "ood")
+#: the files synth writes for a world: (split, kind)
+WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
 #: records of the ID calibration set kept per method for the flexibility figure
 FLEX_SAMPLE = 256
 COVERAGE_LEVELS = np.round(np.linspace(0.0, 1.0, 11), 10)
@@ -50,7 +53,7 @@ def ensure_world(pipe: Pipeline, world: str) -> Path:
     from dprm.data.synth import write_world
 
     path = pipe.world_dir(world)
-    if not all((path / s / k / "meta.json").exists() for s in SPLITS for k in ("calib", "bon")):
+    if not all((path / s / k / "meta.json").exists() for s, k in WORLD_SETS):
         write_world(path, world, size=pipe.config.size, progress=False)
     return path
 
@@ -62,7 +65,7 @@ def world_inputs(pipe: Pipeline, world: str) -> dict[str, Any]:
 
 def synth_units(pipe: Pipeline, world: str) -> list[Unit]:
     path = pipe.world_dir(world)
-    outputs = [path / s / k / "meta.json" for s in SPLITS for k in ("calib", "bon")]
+    outputs = [path / s / k / "meta.json" for s, k in WORLD_SETS]
     # a world deleted after use is only regenerated when a later unit needs it
     key = f"synth/{world}"
     if key in pipe.state.data["done"]:
@@ -111,6 +114,7 @@ def train_one(
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
     model.save(out)
     return {
+        "questions": sorted(set(data.records["question_id"].astype(str))),
         "overrides": overrides,
         "fit_seconds": model.info.get("fit_seconds"),
         "cpu_seconds": round(time.process_time() - c0, 3),
@@ -237,6 +241,7 @@ def evaluate_one(
                     "values": np.round(q, 6).tolist(),
                 }
         result["splits"][split] = {
+            "questions": sorted(set(data.records["question_id"].astype(str))),
             "metrics": evaluate_calibrator(calibrator, data),
             **_figure_data(calibrator, data, method, sample),
         }
