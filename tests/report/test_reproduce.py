@@ -232,7 +232,11 @@ def test_resolve_and_cli_flags():
         assert values, method
     paper = resolve("paper")
     assert len(paper.worlds) == 18 and paper.seeds == [0, 1, 2] and not paper.keep_worlds
-    assert paper.overrides == {}
+    assert paper.overrides == {} and paper.methods == ["ot", "qr"]
+    one = resolve("paper", worlds=["r1-qwen-7b__qwen-prm"], seeds=1)
+    assert one.worlds == ["r1-qwen-7b__qwen-prm"] and one.seeds == [0]
+    with pytest.raises(ConfigError, match="not in grid"):
+        resolve("demo", worlds=["r1-qwen-7b__shepherd"])
     with pytest.raises(ConfigError, match="unknown or untrainable"):
         resolve("demo", methods=["ot", "nope"])
     with pytest.raises(ConfigError, match="unknown grid"):

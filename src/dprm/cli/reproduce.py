@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Run the paper's experiments on a grid of synthetic worlds: 'demo' (2 generators x "
             "Qwen-PRM, ID + OOD, 1 seed, a few minutes on 2 CPU cores) or 'paper' (6 generators x "
-            "3 PRMs x ID/OOD x 3 seeds at 3584 dims; hours). Writes OUT/report.md (figures and "
+            "3 PRMs x ID/OOD x 3 seeds at 3584 dims, Base / OT / QR; see --methods). Writes OUT/report.md (figures and "
             "tables embedded), OUT/results.json (every number), OUT/tables, OUT/figures and "
             "OUT/run.json. Finished units are recorded in OUT/state.json with a fingerprint of "
             "their inputs: rerun the same command to resume; a unit whose inputs changed (e.g. "
@@ -86,8 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--methods",
         default=None,
-        help="comma-separated calibrators to train (default: every trainable method in the "
-        "registry among ot, qr, mono, binomial, isotonic, platt, conformal)",
+        help="comma-separated calibrators to train (default: demo every trainable method in the "
+        "registry among ot, qr, mono, binomial, isotonic, platt, conformal; paper ot, qr)",
     )
     parser.add_argument(
         "--seeds", type=int, default=None, help="training seeds per method (demo: 1, paper: 3)"
