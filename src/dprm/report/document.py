@@ -15,8 +15,8 @@ import pandas as pd
 
 from dprm.io import atomic_path, read_json, write_json
 from dprm.report.checks import frontier_checks, greedy_checks, table_checks
+from dprm.report.grid import IAS_SPLITS
 from dprm.report.runner import REFERENCE, Layout
-from dprm.report.stages import IAS_SPLITS
 from dprm.report.tables import display
 
 if TYPE_CHECKING:

@@ -18,22 +18,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dprm.io import write_json
+from dprm.report.grid import EVAL_SPLITS, IAS_SPLITS, TRAIN_SPLIT, WORLD_SETS
 from dprm.report.runner import REFERENCE, Unit, content_hash
 
 if TYPE_CHECKING:
     from dprm.report.runner import Pipeline
 
-#: the calibration split calibrators are trained and early-stopped on (80/20 by question inside):
-#: ``train`` (MATH-train-like), disjoint in questions from ``id`` and ``ood``
-TRAIN_SPLIT = "train"
-#: calibration splits every calibrator is evaluated on: ``train`` = ID under the paper's protocol
-#: (training questions included, as the paper did), ``id`` = ID held out (MATH500-like, no
-#: calibrator trained or early-stopped on it), ``ood`` = AIME-like, held out in both protocols
-EVAL_SPLITS = ("train", "id", "ood")
-#: BoN splits of the IAS sweeps (both held out)
-IAS_SPLITS = ("id", "ood")
-#: the files synth writes for a world: (split, kind)
-WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
 #: records of the ID calibration set kept per method for the flexibility figure
 FLEX_SAMPLE = 256
 COVERAGE_LEVELS = np.round(np.linspace(0.0, 1.0, 11), 10)
