@@ -107,7 +107,8 @@ def reading(cells: pd.DataFrame, improvements: pd.DataFrame) -> list[str]:
         text = ", ".join(f"{m} {per[m]:.3f}" for m in ("brier", "posbrier", "ece") if m in per)
         lines.append(
             f"- Base (the raw PRM score, no calibrator — the statistics the twin worlds are fitted "
-            f"to): mean |dprm − paper| over {len(base)} cells: {text}."
+            f"to): mean |dprm − paper| over {len(base) // per.size} (generator, PRM, dataset) "
+            f"rows: {text}."
         )
     imp = improvements.dropna(subset=["paper", "dprm"])
     sign = imp[imp["metric"] != "wql"]
