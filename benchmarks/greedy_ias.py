@@ -1,6 +1,6 @@
 """Experiment: does a cost-aware allocation turn better calibration into a better IAS frontier?
 
-The C rules (DESIGN.md section 4) give every question the smallest n whose success curve
+The C rules (docs/design.md §4) give every question the smallest n whose success curve
 reaches C. ``dprm.ias.budget_greedy`` instead spends a total budget on the largest marginal gains
 of the same curves. For each world: fit ``ot`` and ``binomial`` (default settings, one seed) on
 the training split (train/calib), then on the held-out ID and OOD best-of-N sets compare, at the mean costs of ot's
