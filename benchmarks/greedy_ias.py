@@ -1,9 +1,9 @@
 """Experiment: does a cost-aware allocation turn better calibration into a better IAS frontier?
 
-The C rules (DESIGN.md section 4) give every question the smallest n whose success curve
+The C rules (docs/design.md §4) give every question the smallest n whose success curve
 reaches C. ``dprm.ias.budget_greedy`` instead spends a total budget on the largest marginal gains
 of the same curves. For each world: fit ``ot`` and ``binomial`` (default settings, one seed) on
-the ID calibration set, then on the ID and OOD best-of-N sets compare, at the mean costs of ot's
+the training split (train/calib), then on the held-out ID and OOD best-of-N sets compare, at the mean costs of ot's
 C sweep, the exact accuracy of: ot / binomial / truth oracle with the C rule, the same three
 with the greedy allocation, and plain best-of-n with the same n for every question (uniform).
 
@@ -63,7 +63,9 @@ def main() -> None:
         world = Path(args.work) / "worlds" / f"{preset}-{args.size}"
         if not (world / "ood" / "bon" / "meta.json").exists():
             write_world(world, preset, size=args.size, progress=False)
-        data = read_calibration_set(world / "id" / "calib")
+        data = read_calibration_set(
+            world / "train" / "calib"
+        )  # held-out protocol: train split only
         started = time.perf_counter()
         models = {m: fit(m, data, seed=args.seed, progress=False) for m in ("ot", "binomial")}
         print(f"\n== {preset}: fitted ot and binomial in {time.perf_counter() - started:.0f} s")

@@ -1,8 +1,8 @@
 """Beyond-the-paper grid: ``binomial`` and ``mono`` (and the score-only baselines) against ``ot``.
 
 On the synthetic ``GENERATOR__qwen-prm`` worlds (truth known), for every preset x training seed
-x method: fit on the ID calibration set (``dprm.models.fit.fit``: 80/20 split by question, seed 42),
-evaluate on ID and OOD calibration sets (``dprm.evaluation.evaluate_calibrator``, including
+x method: fit on the training split ``train/calib`` (``dprm.models.fit.fit``: 80/20 split by question,
+seed 42), evaluate on the held-out ID and OOD calibration sets (held-out protocol, docs/report.md) (``dprm.evaluation.evaluate_calibrator``, including
 ``quantile_error_true``) and run the IAS C sweep on the ID and OOD best-of-N sets
 (``dprm.ias.run_ias``, exact accuracy). The world of a preset is fixed (its default seed), so the
 seed-to-seed spread measures optimisation stability alone.
@@ -86,7 +86,7 @@ def run_one(world: Path, method: str, seed: int, overrides: dict) -> dict:
     """Fit, evaluate and sweep one (method, seed) on one world."""
     torch.manual_seed(seed)
     started = time.perf_counter()
-    data = read_calibration_set(world / "id" / "calib")
+    data = read_calibration_set(world / "train" / "calib")
     try:
         model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
     except CollapseError as err:
@@ -122,7 +122,8 @@ def conformal_check(
 ) -> dict:
     """Coverage of the split-conformal bound on ``n_splits`` random question splits.
 
-    The inner calibrator is fitted on half of the ID questions; the other half is the pool. Each
+    The inner calibrator is fitted on the training split (``train/calib``); the held-out ID set
+    (``id/calib``) is the pool. Each
     split calibrates on half of the pool's questions (one random record each, ``unit=question``,
     beta = alpha) and measures, on the other half, the mean over questions of the share of
     records with y >= L(h), the event the guarantee is about, plus the share with true p >= L(h)
@@ -130,13 +131,11 @@ def conformal_check(
     """
     import pandas as pd
 
-    from dprm.data.splits import split_by_question
     from dprm.models.conformal import beta_quantile, calibration_rows, conformal_correction
 
-    data = read_calibration_set(world / "id" / "calib")
-    pool_rows, train_rows = split_by_question(data.records["question_id"].to_numpy(), 0.5, 1)
-    inner = fit(inner_method, data.subset(train_rows), overrides=overrides or None, progress=False)
-    pool = data.subset(pool_rows)
+    train = read_calibration_set(world / "train" / "calib")
+    inner = fit(inner_method, train, overrides=overrides or None, progress=False)
+    pool = read_calibration_set(world / "id" / "calib")
     q = beta_quantile(inner, pool, alpha)
     y, p = (pool.records[c].to_numpy(np.float64) for c in ("success_prob", "true_p"))
     codes, questions = pd.factorize(pool.records["question_id"])

@@ -101,7 +101,7 @@ def test_renderings(tmp_path):
     md = (tmp_path / "calibration_qwen-prm.md").read_text()
     assert "| Dataset | Generator | Brier Base | Brier OT | Brier QR | Brier Isotonic |" in md
     assert "**0.1000**" in md and "+50.0%" in md and "+25.0%†" in md
-    assert "*Avg. % improv. OT*" in md and "ID (MATH500-like)" in md
+    assert "*Avg. % improv. OT*" in md and "ID, held out (MATH500-like)" in md
     tex = (tmp_path / "calibration_qwen-prm.tex").read_text()
     assert r"\textbf{0.1000}" in tex and r"\multirow" in tex and r"$^\dagger$" in tex
     assert tex.count(r"\begin{tabular}") == 1 and tex.count(r"\end{tabular}") == 1
@@ -136,9 +136,9 @@ def test_truth_table_seed_mean_std_best_and_mean_rows():
     lines = text.splitlines()
     assert lines[0] == "| Dataset | Generator | Base | OT | QR | Isotonic |"
     # id/g1: OT seeds 0.05 and 0.055 -> 0.0525 ± 0.0035; isotonic (0.045, one seed) is best
-    g1 = next(line for line in lines if "| ID (MATH500-like) | g1 |" in line)
+    g1 = next(line for line in lines if "| ID, held out (MATH500-like) | g1 |" in line)
     assert "0.0525 ± 0.0035" in g1 and "**0.0450**" in g1 and "**0.0525" not in g1
-    mean_id = next(line for line in lines if "ID (MATH500-like) | *mean*" in line)
+    mean_id = next(line for line in lines if "ID, held out (MATH500-like) | *mean*" in line)
     # OT's mean over generators: (0.0525 + 0.0775) / 2 = 0.065
     assert mean_id.split(" | ")[3] == "0.0650"
     assert sum("*mean*" in line for line in lines) == 2

@@ -9,26 +9,12 @@ from dprm.cli._common import integer_at_least, unit_interval
 
 ORDER = 60
 
-COLUMN_DOC = {
-    "method": "calibrator display name (base = the raw PRM score; names as in dprm evaluate)",
-    "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99) or beta (beta-threshold early stopping, cap at C=0.9)",
-    "C": "target probability of at least one correct candidate",
-    "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep",
-    "cost": "exact expected mean number of candidates drawn per question / n_max",
-    "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
-    "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
-}
-
 
 def _ias(args: argparse.Namespace) -> int:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from dprm import __version__
     from dprm.data import read_bon_set
     from dprm.evaluation import model_names
-    from dprm.ias import BUDGET_COLUMNS, SUMMARY_COLUMNS, Pools, run_ias, uniform_curve
-    from dprm.io import atomic_path, write_json
+    from dprm.ias import Pools, run_ias, uniform_curve
+    from dprm.ias.outputs import write_ias_outputs
     from dprm.models import load
 
     bon = read_bon_set(args.bon)
@@ -45,18 +31,12 @@ def _ias(args: argparse.Namespace) -> int:
         greedy=args.greedy,
     )
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "ias.csv") as tmp:
-        summary[SUMMARY_COLUMNS].to_csv(tmp, index=False)
-    with atomic_path(out / "ias_full.csv") as tmp:
-        summary.to_csv(tmp, index=False)
-    with atomic_path(out / "budgets.parquet") as tmp:
-        pq.write_table(pa.Table.from_pandas(budgets[BUDGET_COLUMNS], preserve_index=False), tmp)
-    with atomic_path(out / "uniform.csv") as tmp:
-        uniform_curve(Pools.from_bon(bon), n_max=args.n_max).to_csv(tmp, index=False)
-    write_json(
-        out / "ias_meta.json",
-        {
+    write_ias_outputs(
+        out,
+        summary,
+        budgets,
+        uniform=uniform_curve(Pools.from_bon(bon), n_max=args.n_max),
+        meta={
             "bon": str(bon.path),
             "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
             "beta": args.beta,
@@ -65,13 +45,6 @@ def _ias(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "greedy": args.greedy,
             "n_questions": len(bon),
-            "columns": COLUMN_DOC,
-            "extra_files": {
-                "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), n_questions",
-                "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
-                "budgets.parquet": "per-question budget n; for the beta sweep n is the cap N_i",
-            },
-            "dprm_version": __version__,
         },
     )
     if not args.quiet:

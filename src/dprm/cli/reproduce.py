@@ -1,4 +1,4 @@
-"""``dprm reproduce``: the paper's experiments end to end on a preset grid, resumable."""
+"""``dprm reproduce``: the paper's experiments end to end on a grid of worlds, resumable."""
 
 from __future__ import annotations
 
@@ -7,39 +7,57 @@ import argparse
 ORDER = 70
 
 
-def _reproduce(args: argparse.Namespace) -> int:
-    from dprm.config import parse_overrides
-    from dprm.report.reproduce import reproduce, resolve
+def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
+    """``["ot.max_steps=5"]`` -> ``{"ot": {"max_steps": "5"}}`` (values typed by the config class)."""
+    from dprm.config import ConfigError, parse_overrides
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     overrides: dict[str, dict[str, str]] = {}
-    for key, value in parse_overrides(args.overrides).items():
+    for key, value in parse_overrides(items).items():
         method, dot, name = key.partition(".")
-        if not dot:
-            from dprm.config import ConfigError
-
+        if not dot or not method or not name:
             raise ConfigError(
                 f"--set {key}={value}: expected METHOD.KEY=VALUE, e.g. ot.max_steps=500"
             )
         overrides.setdefault(method, {})[name] = value
+    return overrides
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    import sys
+
+    from dprm.report.grid import resolve
+    from dprm.report.reproduce import reproduce
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    # every override is checked against its method's config class here, before any work
     config = resolve(
-        args.preset,
+        args.grid,
         methods=methods,
         seeds=args.seeds,
-        overrides=overrides,
+        overrides=_overrides(args.overrides),
         keep_worlds=True if args.keep_worlds else None,
-        jobs=args.jobs if args.jobs is not None else _default_jobs(args.preset),
+        jobs=args.jobs if args.jobs is not None else _default_jobs(),
+        worlds=[w.strip() for w in args.worlds.split(",") if w.strip()] if args.worlds else None,
     )
-    reproduce(
+    outcome = reproduce(
         args.out, config, progress=not args.quiet, log=(lambda s: None) if args.quiet else print
     )
+    if outcome.failures:
+        units = ", ".join(f["unit"] for f in outcome.failures[:5])
+        more = f" and {len(outcome.failures) - 5} more" if len(outcome.failures) > 5 else ""
+        print(
+            f"dprm reproduce: {len(outcome.failures)} unit(s) failed ({units}{more}); "
+            f"the report lists them: {outcome.report}. Rerun the same command to retry them.",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
-def _default_jobs(preset: str) -> int:
+def _default_jobs() -> int:
     import os
 
-    return 2 if preset == "demo" and (os.cpu_count() or 1) >= 2 else 1
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,20 +65,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "reproduce",
         help="synth -> train -> evaluate -> ias -> tables, figures and report.md (resumable)",
         description=(
-            "Run the paper's experiments on a synthetic grid: 'demo' (2 generators x Qwen-PRM, ID + "
-            "OOD, 1 seed, a few minutes on 2 CPU cores) or 'paper' (6 generators x 3 PRMs x ID/OOD x "
-            "3 seeds at 3584 dims; hours). Writes OUT/report.md (figures and tables embedded), "
-            "OUT/results.json (every number), OUT/tables, OUT/figures and OUT/run.json. Finished "
-            "units are recorded in OUT/state.json: rerun the same command to resume."
+            "Run the paper's experiments on a grid of synthetic worlds: 'demo' (2 generators x "
+            "Qwen-PRM, ID + OOD, 1 seed, a few minutes on 2 CPU cores) or 'paper' (6 generators x "
+            "3 PRMs x ID/OOD x 3 seeds at 3584 dims, Base / OT / QR; see --methods). Writes OUT/report.md (figures and "
+            "tables embedded), OUT/results.json (every number), OUT/tables, OUT/figures and "
+            "OUT/run.json. Finished units are recorded in OUT/state.json with a fingerprint of "
+            "their inputs: rerun the same command to resume; a unit whose inputs changed (e.g. "
+            "a new --set) runs again. Exits 1 when any unit failed (the report lists them)."
         ),
     )
-    parser.add_argument("--preset", choices=["demo", "paper"], required=True, help="grid to run")
+    parser.add_argument(
+        "--grid",
+        "--preset",
+        dest="grid",
+        choices=["demo", "paper"],
+        required=True,
+        help="grid of worlds to run (--preset is the same flag)",
+    )
     parser.add_argument("--out", required=True, help="output directory (resumed if it exists)")
     parser.add_argument(
         "--methods",
         default=None,
-        help="comma-separated calibrators to train (default: every trainable method in the "
-        "registry among ot, qr, mono, binomial, isotonic, platt, conformal)",
+        help="comma-separated calibrators to train (default: demo every trainable method in the "
+        "registry among ot, qr, mono, binomial, isotonic, platt, conformal; paper ot, qr)",
     )
     parser.add_argument(
         "--seeds", type=int, default=None, help="training seeds per method (demo: 1, paper: 3)"
@@ -71,7 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="METHOD.KEY=VALUE",
         action="append",
         default=[],
-        help="training override for one method (repeatable), e.g. --set ot.max_steps=500",
+        help="training override for one method (repeatable), e.g. --set ot.max_steps=500; "
+        "checked against the method's config before any work (unknown method or key: error)",
     )
     parser.add_argument(
         "--keep-worlds",
@@ -83,7 +111,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="training and evaluation units run in parallel worker processes, torch threads split "
-        "between them (default: 2 for demo when there are >= 2 CPU cores, else 1)",
+        "between them (default: 2 when there are >= 2 CPU cores, else 1)",
+    )
+    parser.add_argument(
+        "--worlds",
+        default=None,
+        help="comma-separated worlds of the grid to run (default: all), e.g. "
+        "r1-qwen-7b__qwen-prm to time one paper-size world",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     parser.set_defaults(func=_reproduce)

@@ -6,7 +6,6 @@ synthetic worlds, so it can run after they are deleted and again after a resume.
 
 from __future__ import annotations
 
-import platform
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,11 +14,13 @@ import numpy as np
 import pandas as pd
 
 from dprm.io import atomic_path, read_json, write_json
-from dprm.report.checks import RISE_TOL, frontier_checks, greedy_checks, table_checks
-from dprm.report.tables import DATASET_LABELS, display
+from dprm.report.checks import frontier_checks, greedy_checks, table_checks
+from dprm.report.grid import IAS_SPLITS
+from dprm.report.runner import REFERENCE, Layout
+from dprm.report.tables import display
 
 if TYPE_CHECKING:
-    from dprm.report.reproduce import Pipeline
+    from dprm.report.runner import Pipeline
 
 SHOWCASE = "r1-qwen-7b"  # the paper's Fig. 1 / Fig. 4 generator
 
@@ -30,7 +31,9 @@ def _split_world(world: str) -> tuple[str, str]:
 
 
 # ----------------------------------------------------------------------------- collect
-def collect(out: Path, worlds: list[str], methods: list[str], seeds: list[int]) -> dict[str, Any]:
+def collect(
+    layout: Layout, worlds: list[str], methods: list[str], seeds: list[int]
+) -> dict[str, Any]:
     """Tidy frames from the unit outputs of the requested grid."""
     metrics, coverage, reliability, flex = [], [], [], {}
     ias, uniform = [], []
@@ -38,7 +41,7 @@ def collect(out: Path, worlds: list[str], methods: list[str], seeds: list[int]) 
         gen, prm = _split_world(world)
         tag = {"world": world, "generator": gen, "prm": prm}
         for method, seed in [("base", 0)] + [(m, s) for m in methods for s in seeds]:
-            path = out / "eval" / world / method / f"seed{seed}.json"
+            path = layout.eval_path(world, method, seed)
             if not path.exists():
                 continue
             res = read_json(path)
@@ -62,17 +65,15 @@ def collect(out: Path, worlds: list[str], methods: list[str], seeds: list[int]) 
                 ]
                 if "flex" in block:
                     flex.setdefault(world, {})[method] = block["flex"]
-        for split in ("id", "ood"):
-            base = out / "ias" / world / split
-            for method, seed in [("_reference", 0)] + [(m, s) for m in methods for s in seeds]:
-                path = base / method / f"seed{seed}.csv"
+        for split in IAS_SPLITS:
+            for method, seed in [(REFERENCE, 0)] + [(m, s) for m in methods for s in seeds]:
+                path = layout.ias_dir(world, split, method, seed) / "ias_full.csv"
                 if path.exists():
                     df = pd.read_csv(path)
                     ias.append(df.assign(**tag, dataset=split, seed=seed))
-            if (base / "_reference" / "uniform.csv").exists():
-                uniform.append(
-                    pd.read_csv(base / "_reference" / "uniform.csv").assign(**tag, dataset=split)
-                )
+            path = layout.ias_dir(world, split, REFERENCE, 0) / "uniform.csv"
+            if path.exists():
+                uniform.append(pd.read_csv(path).assign(**tag, dataset=split))
     frame = pd.DataFrame
     return {
         "metrics": frame(metrics),
@@ -191,70 +192,40 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
     return made
 
 
-# ----------------------------------------------------------------------------- run record
-def versions() -> dict[str, str]:
-    import numpy
-    import torch
+# ----------------------------------------------------------------------------- outputs
+def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
+    """Tables, figures, results.json and report.md for the pipeline's grid.
 
-    from dprm import __version__
-
-    out = {
-        "dprm": __version__,
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "pandas": pd.__version__,
-        "python": platform.python_version(),
-    }
-    try:
-        import matplotlib
-
-        out["matplotlib"] = matplotlib.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    return out
-
-
-def resolved_train_configs(
-    out: Path, worlds: list[str], methods: list[str], seeds: list[int]
-) -> dict[str, Any]:
-    """The resolved hyper-parameters of each method, read back from its first saved model."""
-    configs = {}
-    for method in methods:
-        for world in worlds:
-            path = out / "models" / world / method / f"seed{seeds[0]}" / "config.json"
-            if path.exists():
-                configs[method] = read_json(path).get("config", {})
-                break
-    return configs
-
-
-def _by_stage(unit_seconds: dict[str, float]) -> dict[str, float]:
-    """Seconds of all recorded units per stage (the key's first component), all invocations."""
-    out: dict[str, float] = {}
-    for key, seconds in unit_seconds.items():
-        stage = key.split("/", 1)[0]
-        out[stage] = round(out.get(stage, 0.0) + float(seconds), 2)
-    return out
-
-
-def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | None = None) -> Path:
-    """Tables, figures, results.json, run.json and report.md for the pipeline's grid."""
+    Args:
+        pipe: the finished pipeline (its config, layout, timing and failures).
+        run: the run record (:func:`dprm.report.runner.run_record`); its ``stage_timing`` gains
+            the tables, figures and report stages (the caller writes ``run.json``).
+    """
     from dprm.report.document_md import render_report
-    from dprm.report.reproduce import config_dict
-    from dprm.report.tables import to_frame, truth_markdown, write_tables
+    from dprm.report.paper import write_comparison
+    from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
 
-    cfg, out = pipe.config, pipe.out
+    cfg, layout = pipe.config, pipe.layout
     t0 = time.perf_counter()
-    data = collect(out, cfg.worlds, cfg.methods, cfg.seeds)
-    tables = write_tables(data["metrics"], out / "tables") if not data["metrics"].empty else {}
+    data = collect(layout, cfg.worlds, cfg.methods, cfg.seeds)
+    metrics = data["metrics"]
+    protocol_tables: dict[str, dict] = {}
+    for protocol, datasets in PROTOCOLS.items():
+        rows = metrics[metrics["dataset"].isin(datasets)] if not metrics.empty else metrics
+        stem = "calibration" if protocol == "held-out" else "calibration_paper_protocol"
+        protocol_tables[protocol] = (
+            write_tables(rows, layout.tables, stem=stem) if not rows.empty else {}
+        )
+    tables = protocol_tables["held-out"]
+    comparison = write_comparison(metrics, layout.tables) if not metrics.empty else None
     pipe.timing["tables"] = {
         "seconds": time.perf_counter() - t0,
-        "units": len(tables),
+        "units": sum(len(t) for t in protocol_tables.values()),
         "skipped": 0,
     }
     t0 = time.perf_counter()
     try:
-        figs = make_figures(data, out / "figures", cfg.methods)
+        figs = make_figures(data, layout.figures, cfg.methods)
     except ImportError as err:  # matplotlib is the optional 'plots' extra
         figs = []
         pipe.failures.append({"unit": "figures", "error": str(err)})
@@ -271,24 +242,22 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
         else [],
     }
     pipe.timing["report"] = {"seconds": 0.0, "units": 1, "skipped": 0}  # filled in below
-    unit_seconds = {k: v["seconds"] for k, v in pipe.state.data["done"].items()}
-    run = {
-        "config": config_dict(cfg),
-        "versions": versions(),
-        "train_configs": resolved_train_configs(out, cfg.worlds, cfg.methods, cfg.seeds),
-        "wall_time_s": round(time.perf_counter() - started_at, 2),
-        "stage_timing": pipe.timing,
-        "unit_seconds_total": round(sum(unit_seconds.values()), 2),
-        "unit_seconds_by_stage": _by_stage(unit_seconds),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "resumed": previous_run is not None,
-    }
     results = {
         "run": run,
         "metrics": data["metrics"].to_dict("records"),
         "table_improvements": {
-            prm: to_frame(t).query("row == 'avg_pct_improvement'").to_dict("records")
-            for prm, t in tables.items()
+            protocol: {
+                prm: to_frame(t).query("row == 'avg_pct_improvement'").to_dict("records")
+                for prm, t in by_prm.items()
+            }
+            for protocol, by_prm in protocol_tables.items()
+        },
+        "paper_vs_dprm": None
+        if comparison is None
+        else {
+            "cells": comparison["cells"].to_dict("records"),
+            "improvements": comparison["improvements"].to_dict("records"),
+            "reading": comparison["reading"],
         },
         "ias": data["ias"].to_dict("records"),
         "uniform": data["uniform"].to_dict("records"),
@@ -299,27 +268,19 @@ def write_outputs(pipe: Pipeline, *, started_at: float, previous_run: dict | Non
         "figures": figs,
     }
     pipe.timing["report"]["seconds"] = time.perf_counter() - t0
-    run["wall_time_s"] = round(time.perf_counter() - started_at, 2)
-    write_json(out / "run.json", run, allow_nan=False)
-    write_json(out / "results.json", results, allow_nan=False)
+    write_json(layout.results, results, allow_nan=False)
+    held_out = metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])]
     truth = {
         prm: text
         for prm in tables
-        if (text := truth_markdown(data["metrics"], prm if "prm" in data["metrics"] else None))
+        if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
     }
-    text = render_report(cfg, run, tables, figs, checks, out, pipe.failures, truth)
-    with atomic_path(out / "report.md") as tmp:
+    text = render_report(
+        cfg, run, protocol_tables, figs, checks, layout.out, pipe.failures, truth, comparison
+    )
+    with atomic_path(layout.report) as tmp:
         tmp.write_text(text)
-    return out / "report.md"
+    return layout.report
 
 
-__all__ = [
-    "DATASET_LABELS",
-    "RISE_TOL",
-    "collect",
-    "frontier_checks",
-    "greedy_checks",
-    "make_figures",
-    "table_checks",
-    "write_outputs",
-]
+__all__ = ["collect", "make_figures", "write_outputs"]

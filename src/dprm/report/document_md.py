@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,8 @@ from dprm.report.tables import DATASET_LABELS, caption, display, subset, to_mark
 
 
 def _rel(path: str, out: Path) -> str:
-    return str(Path(path).relative_to(out)) if Path(path).is_absolute() else path
+    """``path`` relative to the report's directory ``out`` (so the link renders wherever OUT is)."""
+    return Path(os.path.relpath(Path(path).absolute(), Path(out).absolute())).as_posix()
 
 
 def _check_lines(checks: dict[str, Any]) -> list[str]:
@@ -63,6 +65,60 @@ def _check_lines(checks: dict[str, Any]) -> list[str]:
     return lines
 
 
+TWIN_NOTE = (
+    "What the twin is and isn't: each synthetic world is fitted to the paper's *Base* statistics "
+    "(Brier, PosBrier and ECE of the raw PRM score per generator, PRM and dataset), which depend "
+    "only on the world, never on a calibrator. The OT and QR numbers are not fitted: they come "
+    "out of training. So agreement with the paper on OT / QR is evidence, not proof, that a "
+    "method behaves as it would on real PRM hidden states; disagreement can come from the world "
+    "(how much of the success signal a synthetic hidden state carries) as well as from the method."
+)
+
+
+def _comparison_lines(comparison: dict) -> list[str]:
+    """The "paper vs dprm" section: reading, improvement rows, then every covered cell."""
+    from dprm.report.paper import cells_markdown, improvements_markdown
+
+    cells, improvements = comparison["cells"], comparison["improvements"]
+    lines = [
+        "## Paper vs dprm (paper protocol)",
+        "",
+        "The paper's published numbers next to ours, evaluated as the paper did (ID = `math500` = "
+        "our training split, training questions included; OOD = `aime24-25` = our held-out OOD "
+        f"split); ours are seed means. This run covers {len(cells)} of the paper's table cells.",
+        "",
+        TWIN_NOTE,
+        "",
+        "Reading (generated from the numbers below):",
+        "",
+        *comparison["reading"],
+        "",
+    ]
+    if not improvements.empty:
+        lines += [
+            "### 'Avg. % improv.' rows",
+            "",
+            "Mean over generators of the per-generator relative improvement over Base (WQL: over "
+            "QR); `n_generators` = how many of the paper's 6 generators this run averages.",
+            "",
+            improvements_markdown(improvements),
+        ]
+    if not cells.empty:
+        lines += [
+            "<details><summary>Every table cell: paper, dprm, difference</summary>",
+            "",
+            cells_markdown(cells),
+            "</details>",
+            "",
+        ]
+    lines += [
+        "Standalone: `tables/paper_vs_dprm_cells.{md,csv}`, "
+        "`tables/paper_vs_dprm_improvements.{md,csv}`.",
+        "",
+    ]
+    return lines
+
+
 def render_report(
     cfg,
     run: dict,
@@ -72,23 +128,38 @@ def render_report(
     out: Path,
     failures: list[dict] | None = None,
     truth: dict[str, str] | None = None,
+    comparison: dict | None = None,
 ) -> str:
-    """The report: grid, seeds, versions and timing; checks; Table 1 per PRM; figures; appendix."""
+    """The report: grid, seeds, versions and timing; checks; Table 1 per PRM and protocol;
+    paper vs dprm; figures; appendix.
+
+    Args:
+        tables: ``{protocol: {prm: CalibrationTable}}`` (protocols of
+            :data:`dprm.report.tables.PROTOCOLS`), or ``{prm: table}`` for one unlabelled set.
+        comparison: :func:`dprm.report.paper.write_comparison`'s result, if any.
+    """
+    if tables and not all(isinstance(t, dict) for t in tables.values()):
+        tables = {"held-out": tables}
     v = run["versions"]
     lines = [
-        f"# dprm reproduction: preset `{cfg.preset}`",
+        f"# dprm reproduction: grid `{cfg.grid}`",
         "",
         "Synthetic worlds with a known truth stand in for the paper's data (MATH500 → `ID`, "
         "AIME24-25 → `OOD`); every number below is recomputed by `dprm reproduce` and listed in "
-        "`results.json` (per-question budgets in `ias/**/seed*.parquet`).",
+        "`results.json` (per-question budgets in `ias/**/budgets.parquet`).",
         "",
         "## Run",
         "",
         f"- Grid: generators {', '.join(cfg.generators)} × PRMs {', '.join(cfg.prms)} × datasets ID, OOD "
         f"(world size `{cfg.size}`).",
         f"- Methods: Base (raw PRM score) + {', '.join(display(m) for m in cfg.methods)}; training seeds {cfg.seeds}; "
-        "calibrators are trained on the ID calibration set (80/20 question split inside, seed 42) and evaluated on the "
-        "full ID set and the unseen OOD set.",
+        "calibrators are trained and early-stopped on the world's `train` split only (MATH-train-like, "
+        "80/20 question split inside, seed 42). Two evaluation protocols, each labelled: **held out** "
+        "(the headline) = ID metrics on the `id` split (MATH500-like; no calibrator trained or "
+        "early-stopped on its questions) and OOD on the `ood` split (AIME-like); **paper protocol** "
+        "= ID metrics on the `train` split (training questions included, as the paper evaluated "
+        "MATH; for the side-by-side with its tables) and the same OOD split. IAS runs on the held-out "
+        "`id` and `ood` BoN sets. See docs/report.md.",
         f"- IAS: N_max = 64, QR at β = {cfg.beta}, mixture over 100 mid-point levels, accuracy exact "
         f"(Monte Carlo with {cfg.mc_trials} trials as a cross-check in `results.json`).",
         f"- Training overrides: {cfg.overrides if cfg.overrides else 'none (each method’s defaults)'}.",
@@ -118,6 +189,17 @@ def render_report(
             "",
         ]
         lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in failures]
+    reused = run.get("reused_units", [])
+    if reused:
+        lines += [
+            "",
+            f"Reused from an earlier invocation ({len(reused)} units whose recorded input "
+            "fingerprint — settings, world recipe, content hash of the model read — was unchanged):",
+            "",
+            "<details><summary>Reused units</summary>",
+            "",
+        ]
+        lines += [f"- `{key}`" for key in reused] + ["", "</details>"]
     lines += [
         "",
         "## Checks",
@@ -126,28 +208,42 @@ def render_report(
         "",
     ]
     lines += _check_lines(checks)
-    lines += ["## Calibration (Table 1)", ""]
-    for prm, table in tables.items():
-        lines += [f"### PRM {prm}", "", caption(table), ""]
-        paper = [m for m in table.methods if m in ("base", "ot", "qr")]
-        if len(paper) < len(table.methods) and "base" in paper:
-            lines += ["Base / OT / QR as in the paper:", "", to_markdown(subset(table, paper))]
+    headings = {
+        "held-out": "## Calibration (Table 1), held-out protocol",
+        "paper": "## Calibration (Table 1), paper protocol",
+    }
+    notes = {
+        "held-out": "ID = questions no calibrator trained or early-stopped on; OOD held out as well.",
+        "paper": "ID = the training split, training questions included (as the paper did for "
+        "MATH); optimistic for every calibrator. OOD is the same held-out split as above.",
+    }
+    for protocol, by_prm in tables.items():
+        stem = "calibration" if protocol == "held-out" else "calibration_paper_protocol"
+        lines += [headings.get(protocol, f"## Calibration (Table 1), {protocol}"), ""]
+        lines += [notes.get(protocol, ""), ""]
+        for prm, table in by_prm.items():
+            lines += [f"### PRM {prm} ({protocol} protocol)", "", caption(table), ""]
+            paper = [m for m in table.methods if m in ("base", "ot", "qr")]
+            if len(paper) < len(table.methods) and "base" in paper:
+                lines += ["Base / OT / QR as in the paper:", "", to_markdown(subset(table, paper))]
+                lines += [
+                    "<details><summary>All methods (Base / OT / QR first, then the calibrators beyond the paper)</summary>",
+                    "",
+                ]
+                lines += [to_markdown(table), "</details>", ""]
+            else:
+                lines += [to_markdown(table)]
             lines += [
-                "<details><summary>All methods (Base / OT / QR first, then the calibrators beyond the paper)</summary>",
+                f"LaTeX: `tables/{stem}_{prm}.tex`, CSV: `tables/{stem}_{prm}.csv` (all methods).",
                 "",
             ]
-            lines += [to_markdown(table), "</details>", ""]
-        else:
-            lines += [to_markdown(table)]
-        lines += [
-            f"LaTeX: `tables/calibration_{prm}.tex`, CSV: `tables/calibration_{prm}.csv` (all methods).",
-            "",
-        ]
+    if comparison is not None:
+        lines += _comparison_lines(comparison)
     if truth:
         lines += [
             "## Distance to the truth",
             "",
-            "Mean absolute error, over 100 mid-point levels and all records, between each "
+            "Held-out protocol. Mean absolute error, over 100 mid-point levels and all records, between each "
             "calibrator's quantiles and the true conditional quantile function of the latent "
             "success probability p (known in the synthetic worlds); lower is better, seed mean "
             "± std. ot, mono and qr fit the label y = k/n (p blurred by binomial noise), "

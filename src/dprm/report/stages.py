@@ -1,7 +1,9 @@
 """The per-world stages of ``dprm reproduce``: synth, train, evaluate, ias (units of work).
 
-Each ``*_units(pipe, world)`` returns :class:`~dprm.report.reproduce.Unit` objects whose
-``run()`` writes their outputs atomically. Evaluation units also store what the figures need
+Each ``*_units(pipe, world)`` only builds :class:`~dprm.report.runner.Unit` objects: their
+``run()`` writes the outputs atomically at the paths of :class:`~dprm.report.runner.Layout`, and
+their ``inputs`` name everything the result depends on (the run settings, the world's recipe,
+the content hash of the model read). Evaluation units also store what the figures need
 (coverage curves, reliability bins, a sample of quantile curves), so figures and tables can be
 drawn after the synthetic worlds are deleted.
 """
@@ -16,21 +18,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dprm.io import write_json
+from dprm.report.grid import EVAL_SPLITS, IAS_SPLITS, TRAIN_SPLIT, WORLD_SETS
+from dprm.report.runner import REFERENCE, Unit, content_hash
 
 if TYPE_CHECKING:
-    from dprm.report.reproduce import Pipeline, Unit
+    from dprm.report.runner import Pipeline
 
-SPLITS = ("id", "ood")
 #: records of the ID calibration set kept per method for the flexibility figure
 FLEX_SAMPLE = 256
 COVERAGE_LEVELS = np.round(np.linspace(0.0, 1.0, 11), 10)
 FLEX_LEVELS = np.linspace(0.0, 1.0, 101)
-
-
-def _unit(**kw) -> Unit:
-    from dprm.report.reproduce import Unit
-
-    return Unit(**kw)
 
 
 def _mc_seed(world: str, split: str) -> int:
@@ -42,18 +39,23 @@ def _mc_seed(world: str, split: str) -> int:
 
 # ----------------------------------------------------------------------------- synth
 def ensure_world(pipe: Pipeline, world: str) -> Path:
-    """Write the synthetic world if it is not on disk (deterministic from the preset name)."""
+    """Write the synthetic world if it is not on disk (deterministic from the world name and size)."""
     from dprm.data.synth import write_world
 
     path = pipe.world_dir(world)
-    if not all((path / s / k / "meta.json").exists() for s in SPLITS for k in ("calib", "bon")):
+    if not all((path / s / k / "meta.json").exists() for s, k in WORLD_SETS):
         write_world(path, world, size=pipe.config.size, progress=False)
     return path
 
 
+def world_inputs(pipe: Pipeline, world: str) -> dict[str, Any]:
+    """The fingerprint of a world's data: it is generated deterministically from these."""
+    return {"world": world, "size": pipe.config.size}
+
+
 def synth_units(pipe: Pipeline, world: str) -> list[Unit]:
     path = pipe.world_dir(world)
-    outputs = [path / s / k / "meta.json" for s in SPLITS for k in ("calib", "bon")]
+    outputs = [path / s / k / "meta.json" for s, k in WORLD_SETS]
     # a world deleted after use is only regenerated when a later unit needs it
     key = f"synth/{world}"
     if key in pipe.state.data["done"]:
@@ -63,21 +65,25 @@ def synth_units(pipe: Pipeline, world: str) -> list[Unit]:
         ensure_world(pipe, world)
         return {"size": pipe.config.size}
 
-    return [_unit(key=key, outputs=outputs, run=run, world=world)]
+    return [Unit(key=key, outputs=outputs, run=run, inputs=world_inputs(pipe, world), world=world)]
 
 
 # ----------------------------------------------------------------------------- train
-def model_dir(pipe: Pipeline, world: str, method: str, seed: int) -> Path:
-    return pipe.out / "models" / world / method / f"seed{seed}"
-
-
 def _threads(pipe: Pipeline) -> int:
     """torch threads per worker process when units run in parallel (0 = leave torch's default)."""
     return max(1, (os.cpu_count() or 1) // pipe.config.jobs) if pipe.config.jobs > 1 else 0
 
 
 def _trained(pipe: Pipeline, world: str, method: str, seed: int) -> bool:
-    return (model_dir(pipe, world, method, seed) / "config.json").exists()
+    return (pipe.layout.model_dir(world, method, seed) / "config.json").exists()
+
+
+def _model_inputs(pipe: Pipeline, world: str, method: str, seed: int) -> dict[str, Any]:
+    """The world's recipe and the content hash of the model a unit reads (Base: no model)."""
+    model = None
+    if method != "base":
+        model = content_hash(pipe.layout.model_dir(world, method, seed))
+    return world_inputs(pipe, world) | {"method": method, "seed": seed, "model": model}
 
 
 def train_one(
@@ -98,6 +104,7 @@ def train_one(
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
     model.save(out)
     return {
+        "questions": sorted(set(data.records["question_id"].astype(str))),
         "overrides": overrides,
         "fit_seconds": model.info.get("fit_seconds"),
         "cpu_seconds": round(time.process_time() - c0, 3),
@@ -106,19 +113,29 @@ def train_one(
 
 
 def train_units(pipe: Pipeline, world: str) -> list[Unit]:
-    from dprm.report.reproduce import _hash
-
     units = []
     threads = _threads(pipe)
     for method in pipe.config.methods:
         overrides = pipe.config.overrides.get(method, {})
         for seed in pipe.config.seeds:
-            out = model_dir(pipe, world, method, seed)
-            calib = str(pipe.world_dir(world) / "id" / "calib")
+            out = pipe.layout.model_dir(world, method, seed)
+            calib = str(pipe.world_dir(world) / TRAIN_SPLIT / "calib")
             run = functools.partial(train_one, calib, method, seed, overrides, str(out), threads)
-            key = f"train/{world}/{method}/seed{seed}/{_hash(overrides)}"
+            inputs = world_inputs(pipe, world) | {
+                "data": TRAIN_SPLIT,
+                "method": method,
+                "seed": seed,
+                "overrides": overrides,
+            }
             units.append(
-                _unit(key=key, outputs=[out / "config.json"], run=run, world=world, parallel=True)
+                Unit(
+                    key=f"train/{world}/{method}/seed{seed}",
+                    outputs=[out / "config.json"],
+                    run=run,
+                    inputs=inputs,
+                    world=world,
+                    parallel=True,
+                )
             )
     return units
 
@@ -169,10 +186,6 @@ def _figure_data(model, data, name: str, sample: np.ndarray | None) -> dict[str,
     return out
 
 
-def eval_path(pipe: Pipeline, world: str, method: str, seed: int) -> Path:
-    return pipe.out / "eval" / world / method / f"seed{seed}.json"
-
-
 def evaluate_one(
     world_dir: str,
     world: str,
@@ -200,7 +213,7 @@ def evaluate_one(
     if threads > 0:
         torch.set_num_threads(threads)
     result: dict[str, Any] = {"world": world, "method": method, "seed": seed, "splits": {}}
-    for split in SPLITS:
+    for split in EVAL_SPLITS:
         data = read_calibration_set(Path(world_dir) / split / "calib", check_hidden=False)
         calibrator = RawScoreCalibrator(data.hidden_dim) if model is None else load(model)
         sample = None
@@ -218,6 +231,7 @@ def evaluate_one(
                     "values": np.round(q, 6).tolist(),
                 }
         result["splits"][split] = {
+            "questions": sorted(set(data.records["question_id"].astype(str))),
             "metrics": evaluate_calibrator(calibrator, data),
             **_figure_data(calibrator, data, method, sample),
         }
@@ -237,8 +251,8 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
     ]
     units = []
     for method, seed in jobs:
-        out = eval_path(pipe, world, method, seed)
-        model = None if method == "base" else str(model_dir(pipe, world, method, seed))
+        out = pipe.layout.eval_path(world, method, seed)
+        model = None if method == "base" else str(pipe.layout.model_dir(world, method, seed))
         flex = seed == pipe.config.seeds[0]
         run = functools.partial(
             evaluate_one,
@@ -252,10 +266,12 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
             _threads(pipe),
         )
         units.append(
-            _unit(
+            Unit(
                 key=f"evaluate/{world}/{method}/seed{seed}",
                 outputs=[out],
                 run=run,
+                inputs=_model_inputs(pipe, world, method, seed)
+                | {"splits": list(EVAL_SPLITS), "flex": flex},
                 world=world,
                 parallel=method != "base",
             )
@@ -264,10 +280,6 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
 
 
 # ----------------------------------------------------------------------------- ias
-def ias_path(pipe: Pipeline, world: str, split: str, method: str, seed: int) -> Path:
-    return pipe.out / "ias" / world / split / method / f"seed{seed}.csv"
-
-
 def _read_bon(pipe: Pipeline, world: str, split: str):
     """The BoN set of one split of a world (a :class:`dprm.data.contract.BonSet`)."""
     from dprm.data import read_bon_set
@@ -275,84 +287,60 @@ def _read_bon(pipe: Pipeline, world: str, split: str):
     return read_bon_set(pipe.world_dir(world) / split / "bon", check_hidden=False)
 
 
-def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
-    units = []
-    for split in SPLITS:
-        ref = ias_path(pipe, world, split, "_reference", 0)
+def _sweep(pipe: Pipeline, world: str, split: str, out: Path, method: str, seed: int) -> None:
+    """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth)."""
+    from dprm.ias import Pools, estimate_from_model, run_sweeps, truth_estimate, uniform_curve
+    from dprm.ias.outputs import write_ias_outputs
 
-        def run_ref(split=split, ref=ref) -> None:
-            from dprm.ias import (
-                Pools,
-                estimate_from_model,
-                truth_estimate,
-                uniform_curve,
-            )
-            from dprm.models.raw_score import RawScoreCalibrator
+    bon = _read_bon(pipe, world, split)
+    pools = Pools.from_bon(bon)
+    uniform = None
+    if method == REFERENCE:
+        from dprm.models.raw_score import RawScoreCalibrator
 
-            bon = _read_bon(pipe, world, split)
-            pools = Pools.from_bon(bon)
-            estimates = [estimate_from_model(RawScoreCalibrator(bon.hidden_dim), bon, "base")]
-            truth = truth_estimate(bon)
-            if truth is not None:
-                estimates.append(truth)
-            _write_ias(pipe, ref, pools, estimates, _mc_seed(world, split))
-            _write_csv(ref.with_name("uniform.csv"), uniform_curve(pools))
+        estimates = [estimate_from_model(RawScoreCalibrator(bon.hidden_dim), bon, "base")]
+        truth = truth_estimate(bon)
+        if truth is not None:
+            estimates.append(truth)
+        uniform = uniform_curve(pools)
+    else:
+        from dprm.models import load
 
-        units.append(
-            _unit(
-                key=f"ias/{world}/{split}/_reference",
-                outputs=[ref, ref.with_name("uniform.csv")],
-                run=run_ref,
-                world=world,
-            )
-        )
-        for method in pipe.config.methods:
-            for seed in pipe.config.seeds:
-                if not _trained(pipe, world, method, seed):
-                    continue  # its training failed: reported, nothing to evaluate
-                out = ias_path(pipe, world, split, method, seed)
-
-                def run(split=split, method=method, seed=seed, out=out) -> None:
-                    from dprm.ias import Pools, estimate_from_model
-                    from dprm.models import load
-
-                    bon = _read_bon(pipe, world, split)
-                    model = load(model_dir(pipe, world, method, seed))
-                    est = estimate_from_model(model, bon, method, beta=pipe.config.beta)
-                    _write_ias(pipe, out, Pools.from_bon(bon), [est], _mc_seed(world, split))
-
-                units.append(
-                    _unit(
-                        key=f"ias/{world}/{split}/{method}/seed{seed}",
-                        outputs=[out],
-                        run=run,
-                        world=world,
-                    )
-                )
-    return units
-
-
-def _write_csv(path: Path, frame) -> None:
-    from dprm.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
-
-
-def _write_ias(pipe: Pipeline, out: Path, pools, estimates, seed: int) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from dprm.ias import run_sweeps
-    from dprm.io import atomic_path
-
+        model = load(pipe.layout.model_dir(world, method, seed))
+        estimates = [estimate_from_model(model, bon, method, beta=pipe.config.beta)]
     # The greedy sweep (cost-aware allocation, beyond the paper) rides along: same estimates.
+    mc_seed = _mc_seed(world, split)
     summary, budgets = run_sweeps(
-        pools, estimates, mc_trials=pipe.config.mc_trials, seed=seed, greedy=True
+        pools, estimates, mc_trials=pipe.config.mc_trials, seed=mc_seed, greedy=True
     )
-    with atomic_path(out.with_suffix(".parquet")) as tmp:
-        pq.write_table(pa.Table.from_pandas(budgets, preserve_index=False), tmp)
-    _write_csv(out, summary)
+    meta = {"world": world, "split": split, "method": method, "seed": seed}
+    meta |= {"beta": pipe.config.beta, "mc_trials": pipe.config.mc_trials, "mc_seed": mc_seed}
+    write_ias_outputs(out, summary, budgets, uniform=uniform, meta=meta)
+
+
+def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
+    settings = {"beta": pipe.config.beta, "mc_trials": pipe.config.mc_trials}
+    units = []
+    for split in IAS_SPLITS:
+        jobs = [(REFERENCE, 0)] + [
+            (m, s)
+            for m in pipe.config.methods
+            for s in pipe.config.seeds
+            if _trained(pipe, world, m, s)  # a failed training is reported, nothing to sweep
+        ]
+        for method, seed in jobs:
+            out = pipe.layout.ias_dir(world, split, method, seed)
+            model = "base" if method == REFERENCE else method
+            units.append(
+                Unit(
+                    key=f"ias/{world}/{split}/{method}/seed{seed}",
+                    outputs=[out / "ias_full.csv", out / "budgets.parquet"],
+                    run=functools.partial(_sweep, pipe, world, split, out, method, seed),
+                    inputs=_model_inputs(pipe, world, model, seed) | settings | {"split": split},
+                    world=world,
+                )
+            )
+    return units
 
 
 WORLD_STAGES = (

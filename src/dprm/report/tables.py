@@ -26,7 +26,16 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("wql", "WQL"),
 )
 DISPLAY = {"base": "Base", "ot": "OT", "qr": "QR", "mono": "Mono", "truth": "Truth"}
-DATASET_LABELS = {"id": "ID (MATH500-like)", "ood": "OOD (AIME-like)"}
+#: dataset labels, each naming its evaluation protocol (order = table order)
+DATASET_LABELS = {
+    "train": "ID, paper protocol (MATH-train-like; training questions included)",
+    "id": "ID, held out (MATH500-like)",
+    "ood": "OOD, held out (AIME-like)",
+}
+#: the two evaluation protocols: the datasets of their tables. ``held-out``: questions no
+#: calibrator trained or early-stopped on (the headline); ``paper``: ID on the training split,
+#: as the paper evaluated MATH (for the side-by-side with its tables)
+PROTOCOLS = {"held-out": ("id", "ood"), "paper": ("train", "ood")}
 #: the reference of the WQL improvement (Base has no WQL)
 WQL_REFERENCE = "qr"
 TIE_TOL = 1e-12

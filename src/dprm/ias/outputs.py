@@ -1,0 +1,78 @@
+"""The files of one IAS run, written the same way by ``dprm ias`` and ``dprm reproduce``.
+
+A directory holds ``ias.csv`` (:data:`SUMMARY_COLUMNS`), ``ias_full.csv`` (every column of
+:func:`dprm.ias.run_sweeps`), ``budgets.parquet`` (:data:`BUDGET_COLUMNS`), optionally
+``uniform.csv`` (plain best-of-n, the same n for every question) and ``ias_meta.json``
+(the caller's settings plus a description of every column and file). Every file is written
+atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dprm.ias.constants import BUDGET_COLUMNS, SUMMARY_COLUMNS
+
+COLUMN_DOC = {
+    "method": "calibrator display name (base = the raw PRM score; names as in dprm evaluate)",
+    "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99) or beta (beta-threshold early stopping, cap at C=0.9)",
+    "C": "target probability of at least one correct candidate",
+    "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep",
+    "cost": "exact expected mean number of candidates drawn per question / n_max",
+    "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
+    "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
+}
+FILE_DOC = {
+    "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), n_questions",
+    "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
+    "budgets.parquet": "per-question budget n; for the beta sweep n is the cap N_i",
+}
+
+
+def write_ias_outputs(
+    directory: str | Path,
+    summary: pd.DataFrame,
+    budgets: pd.DataFrame,
+    *,
+    uniform: pd.DataFrame | None = None,
+    meta: dict[str, Any] | None = None,
+) -> list[Path]:
+    """Write one IAS run's files into ``directory`` (created); returns the paths written.
+
+    Args:
+        directory: output directory.
+        summary: rows of :func:`dprm.ias.run_sweeps` (``SUMMARY_COLUMNS`` + extra columns).
+        budgets: per-question budgets (``BUDGET_COLUMNS``).
+        uniform: optional plain best-of-n curve (:func:`dprm.ias.uniform_curve`).
+        meta: settings to record in ``ias_meta.json`` (column and file descriptions are added).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dprm import __version__
+    from dprm.io import atomic_path, write_json
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    frames = {"ias.csv": summary[SUMMARY_COLUMNS], "ias_full.csv": summary}
+    if uniform is not None:
+        frames["uniform.csv"] = uniform
+    for name, frame in frames.items():
+        with atomic_path(out / name) as tmp:
+            frame.to_csv(tmp, index=False)
+    with atomic_path(out / "budgets.parquet") as tmp:
+        pq.write_table(pa.Table.from_pandas(budgets[BUDGET_COLUMNS], preserve_index=False), tmp)
+    files = {k: v for k, v in FILE_DOC.items() if k != "uniform.csv" or uniform is not None}
+    write_json(
+        out / "ias_meta.json",
+        {
+            **(meta or {}),
+            "columns": COLUMN_DOC,
+            "extra_files": files,
+            "dprm_version": __version__,
+        },
+    )
+    return [out / n for n in (*frames, "budgets.parquet", "ias_meta.json")]
