@@ -9,7 +9,7 @@ them, so ``import dprm`` stays light):
 - :mod:`dprm.llm.grading`: ``grade_many`` / ``GradingPool`` (math-verify, hard timeouts).
 - :mod:`dprm.llm.rollout`: trajectories and Monte Carlo labels with counts.
 - :mod:`dprm.llm.prm`: ``load_prm`` and the PRM wrappers (one-pass scores + hidden states).
-  (:mod:`dprm.llm.prm_base`: the one-pass base; :mod:`dprm.llm.prm_models`: checkpoint classes.)
+  (:mod:`dprm.llm.prm_interface`: the one-pass base; :mod:`dprm.llm.prm_models`: checkpoint classes.)
 - :mod:`dprm.llm.embed`: labels -> calibration set, best-of-N pools -> BoN set.
 - :mod:`dprm.llm.shard`: ``--shard i/n``, resumable parts, merge.
 """

@@ -145,6 +145,18 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
     return ids
 
 
+def dtype_kwargs(dtype: Any) -> dict[str, Any]:
+    """The ``from_pretrained`` keyword for a torch dtype on the installed transformers.
+
+    transformers 4.56 renamed ``torch_dtype`` to ``dtype``; earlier releases (the declared floor
+    included) reject ``dtype=`` on model classes, later ones warn on ``torch_dtype=``.
+    """
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
 def default_device_dtype(device: str | None, dtype: Any) -> tuple[str, Any]:
     """``cuda`` with bf16 (fp16 without bf16 support) when a GPU is visible, else ``cpu`` fp32."""
     import torch
@@ -188,7 +200,9 @@ class TransformersGenerator(_Backend):
         self.device, self.dtype = default_device_dtype(device, dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.model = (
-            AutoModelForCausalLM.from_pretrained(model, dtype=self.dtype).to(self.device).eval()
+            AutoModelForCausalLM.from_pretrained(model, **dtype_kwargs(self.dtype))
+            .to(self.device)
+            .eval()
         )
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.max_model_len = int(max_model_len or limit or 4096)
