@@ -41,7 +41,7 @@ def test_build_chains():
 
 def test_rows_get_the_state_of_their_step(toy_trajectories, qwen_prm):
     labels = _labels(toy_trajectories)
-    records, hidden, stats = embed_label_part(labels, qwen_prm)
+    records, hidden, stats, _ = embed_label_part(labels, qwen_prm)
     assert len(records) == len(labels) == len(hidden) and stats["rows_truncated"] == 0
     pd.testing.assert_frame_equal(records.drop(columns="prm_score"), labels)
     # one forward per trajectory + one per question for the empty prefix
@@ -64,7 +64,7 @@ def test_rows_get_the_state_of_their_step(toy_trajectories, qwen_prm):
 def test_truncated_rows_are_counted_not_silent(toy_trajectories, qwen_prm_dir):
     labels = _labels(toy_trajectories)
     short = load_prm(str(qwen_prm_dir), device="cpu", dtype="float32", max_tokens=60)
-    records, hidden, stats = embed_label_part(labels, short)
+    records, hidden, stats, _ = embed_label_part(labels, short)
     assert stats["rows_truncated"] > 0 and stats["sequences_truncated"] > 0
     assert (
         len(records) + stats["rows_truncated"]
@@ -141,7 +141,7 @@ def test_park_json_chains_are_scored_in_one_pass_each(qwen_prm, tmp_path):
     path = tmp_path / "data.json"
     path.write_text(json.dumps(records))
     labels = park_to_labels(read_park_json(path), 8, source=path)
-    records_out, hidden, stats = embed_label_part(labels, qwen_prm)
+    records_out, hidden, stats, _ = embed_label_part(labels, qwen_prm)
     assert len(records_out) == 5 and stats["rows_truncated"] == 0
     assert stats["sequences"] == 1 + 2  # the question alone + two chains
     deep = records_out["step"] == 2

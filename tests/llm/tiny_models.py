@@ -15,7 +15,6 @@ Heavy imports stay inside functions: grading workers import this module for ``sl
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -26,7 +25,6 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "questions"
 
 
 def solution(a: int, b: int, said: int) -> str:
@@ -53,11 +51,9 @@ def build_tokenizers(root: Path) -> dict[str, Path]:
 
     from dprm.llm.prm import QWEN_PRM_SYSTEM, REASONEVAL_PROMPT
     from dprm.llm.prompts import SYSTEM_PROMPT
+    from dprm.llm.questions import packaged_path, read_records
 
-    lines = []
-    with open(SHARED / "math.jsonl", encoding="utf-8") as handle:
-        for _, line in zip(range(300), handle, strict=False):
-            lines.append(json.loads(line)["problem"])
+    lines = [row["problem"] for row in read_records(packaged_path("math"))[:300]]
     lines += [SYSTEM_PROMPT, QWEN_PRM_SYSTEM, REASONEVAL_PROMPT] * 3
     lines += [solution(a, b, a + b) for a in range(1, 10) for b in range(1, 10)]
     tok = Tokenizer(models.BPE())

@@ -105,33 +105,40 @@ def _positions(ids: list[int], token_id: int) -> list[int]:
     return [i for i, t in enumerate(ids) if t == token_id]
 
 
-def _segments_with_tags(
-    tokenizer: Any, first: list[int], segments: list[str], tag_id: int, anchor: str
-) -> Encoded:
-    """``first`` + each segment's ids followed by ``tag_id``, with the tag positions.
+def _tag_ids(tokenizer: Any, word: str, tag: str) -> tuple[list[int], list[int]]:
+    """(ids of ``word + tag``, the ids ``tag`` adds after ``word``): how a tag is tokenized
+    where the reference's text puts it, after a word (``" ки"`` -> [12902], ``'▁ки'``)."""
+    word_ids = tokenizer.encode(word, add_special_tokens=False)
+    anchor_ids = tokenizer.encode(word + tag, add_special_tokens=False)
+    if anchor_ids[: len(word_ids)] != word_ids or len(anchor_ids) == len(word_ids):
+        raise DataError(None, f"the tokenizer merges {tag!r} into {word!r}: {anchor_ids}")
+    return anchor_ids, anchor_ids[len(word_ids) :]
 
-    Each segment after the first is encoded as ``anchor + segment`` (``anchor`` is a short text
-    that ends in the tag, e.g. ``"a ки"``) and the anchor's ids dropped, so it tokenizes as it
-    does right after a tag inside one string, while the tag itself is always the one id the
-    model was trained on: text before a tag that ends in a space (``"q  ки"``) can merge the
-    space into the tag on some tokenizer versions (``'▁▁', 'ки'``).
+
+def _segments_with_tags(
+    tokenizer: Any, first: list[int], segments: list[str], word: str, tag: str
+) -> Encoded:
+    """``first`` + each segment's ids followed by the tag's ids, read at the tag's last token.
+
+    Each segment after the first is encoded as ``word + tag + segment`` with the ids of
+    ``word + tag`` dropped, so it tokenizes as it does right after a tag inside one string,
+    while the tag itself is always the ids the model was trained on: text before a tag that
+    ends in a space (``"q  ки"``) can merge the space into the tag on some tokenizer versions
+    (``'▁▁', 'ки'``). Positions are found by searching the tag's last id, so a step that holds
+    the tag itself yields a count mismatch (reported by :meth:`PRM.prepare`).
     """
-    anchor_ids = tokenizer.encode(anchor, add_special_tokens=False)
+    anchor_ids, tag_ids = _tag_ids(tokenizer, word, tag)
     ids = list(first)
-    positions = []
     for index, segment in enumerate(segments):
         if index == 0:
             ids += tokenizer.encode(segment, add_special_tokens=False) if segment else []
         else:
-            piece = tokenizer.encode(anchor + segment, add_special_tokens=False)
+            piece = tokenizer.encode(word + tag + segment, add_special_tokens=False)
             if piece[: len(anchor_ids)] != anchor_ids:
-                raise DataError(
-                    None, f"{anchor!r} + {segment[:20]!r} does not start with {anchor_ids}"
-                )
+                raise DataError(None, f"{word + tag!r} + {segment[:20]!r} splits differently")
             ids += piece[len(anchor_ids) :]
-        positions.append(len(ids))
-        ids.append(tag_id)
-    return Encoded(ids, positions, len(segments))
+        ids += tag_ids
+    return Encoded(ids, _positions(ids, tag_ids[-1]), len(segments))
 
 
 class QwenPRM(PRM):
@@ -184,7 +191,7 @@ class MathShepherdPRM(PRM):
     """
 
     kind = "math-shepherd"
-    tag_anchor = "a ки"
+    tag = " ки"
 
     def _load(self, path: str) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM
@@ -198,13 +205,13 @@ class MathShepherdPRM(PRM):
         plus_minus = self.tokenizer.encode("a + -", add_special_tokens=False)
         self.candidate_ids = [int(plus_minus[-2]), int(plus_minus[-1])]  # [+, -]
         # the tag as it follows a word in the reference's text (" ки": token 12902, "▁ки")
-        self.tag_id = int(self.tokenizer.encode(self.tag_anchor, add_special_tokens=False)[-1])
+        self.tag_id = int(_tag_ids(self.tokenizer, "a", self.tag)[1][-1])
 
     def encode(self, question: str, steps: list[str]) -> Encoded:
         bos = self.tokenizer.bos_token_id
         first = [int(bos)] if bos is not None and self.tokenizer.encode("x")[0] == bos else []
         segments = [f"{question} {steps[0]}"] + ["\n\n" + step for step in steps[1:]]
-        return _segments_with_tags(self.tokenizer, first, segments, self.tag_id, self.tag_anchor)
+        return _segments_with_tags(self.tokenizer, first, segments, "a", self.tag)
 
     def readout(self, hidden: Any) -> Any:
         logits = self.model.get_output_embeddings()(hidden)[:, self.candidate_ids]
