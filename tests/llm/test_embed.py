@@ -10,26 +10,9 @@ from dprm.data.contract import read_bon_set, read_calibration_set
 from dprm.io import DataError
 from dprm.llm.embed import EmbedConfig, build_chains, embed_label_part, run_embed
 from dprm.llm.prm import load_prm
-from dprm.llm.prompts import join_steps, split_steps
+from dprm.llm.prompts import split_steps
 
-
-def _labels(trajectories: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for t in trajectories.itertuples():
-        steps = split_steps(t.response)
-        for k in range(len(steps) + 1):
-            rows.append({"question_id": t.question_id, "response_id": t.response_id, "step": k,
-                         "question": t.question, "reasoning_prefix": join_steps(steps[:k]),
-                         "n_correct": k % 3, "n_rollouts": 4, "success_prob": (k % 3) / 4})  # fmt: skip
-    return pd.DataFrame(rows).astype(
-        {
-            "response_id": "int32",
-            "step": "int32",
-            "n_correct": "int32",
-            "n_rollouts": "int32",
-            "success_prob": "float32",
-        }
-    )
+from .tiny_models import label_rows as _labels
 
 
 def test_build_chains():

@@ -94,3 +94,78 @@ def test_bad_rows_name_file_and_row(tmp_path):
 )
 def test_extract_boxed(text, expected):
     assert extract_boxed(text) == expected
+
+
+# -- packaged sets and math500train (offline: a fake `datasets` module) -----------------------
+class _FakeDatasets:
+    """``load_dataset`` over in-memory splits; records the calls; ``fail`` ids raise."""
+
+    def __init__(self, splits: dict, fail: tuple[str, ...] = ()):
+        self.splits, self.fail, self.calls = splits, fail, []
+
+    def load_dataset(self, hub_id, config=None, split=None):
+        self.calls.append((hub_id, config, split))
+        if hub_id in self.fail:
+            raise ConnectionError(f"{hub_id} is gone")
+        return self.splits[(hub_id, config, split)]
+
+
+def _train_rows(prefix: str, n: int) -> list[dict]:
+    return [{"problem": f"{prefix}-{i}", "solution": f"so $\\boxed{{{i}}}$"} for i in range(n)]
+
+
+def test_packaged_sets_need_no_network(monkeypatch, tmp_path):
+    import sys
+
+    from dprm.cli import main
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # importing it fails
+    assert main(["questions", "math500", "--out", str(tmp_path / "q.jsonl")]) == 0
+    frame = load_questions(tmp_path / "q.jsonl")
+    assert len(frame) == 500 and frame["question_id"].iloc[0] == "test/precalculus/807.json"
+    assert len(load_questions("math-park")) == 500 and len(load_questions("aime25")) == 30
+
+
+def test_math500train_every_15th_of_the_train_split(monkeypatch):
+    import sys
+
+    fake = _FakeDatasets({("hendrycks/competition_math", None, "train"): _train_rows("p", 7500)})
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    frame = load_questions("math500train")
+    assert len(frame) == 500 and fake.calls == [("hendrycks/competition_math", None, "train")]
+    assert frame["question"].tolist() == [f"p-{i}" for i in range(0, 7500, 15)]
+    assert frame["question_id"].iloc[:3].tolist() == [
+        "math-train/0",
+        "math-train/15",
+        "math-train/30",
+    ]
+    assert frame["answer"].iloc[1] == "15"
+
+
+def test_math500train_falls_back_to_subjects_in_alphabetical_order(monkeypatch):
+    import sys
+
+    from dprm.llm.questions import MATH_SUBJECTS
+
+    sizes = [1071] * 6 + [7500 - 6 * 1071]
+    splits = {("EleutherAI/hendrycks_math", s, "train"): _train_rows(s, n)
+              for s, n in zip(MATH_SUBJECTS, sizes, strict=True)}  # fmt: skip
+    fake = _FakeDatasets(splits, fail=("hendrycks/competition_math",))
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    frame = load_questions("math500train")
+    subjects = [c[1] for c in fake.calls[1:]]
+    assert subjects == sorted(subjects) == list(MATH_SUBJECTS)
+    concatenated = [f"{s}-{i}" for s, n in zip(MATH_SUBJECTS, sizes, strict=True) for i in range(n)]
+    assert frame["question"].tolist() == concatenated[::15]
+
+
+def test_math500train_checks_the_row_count_and_says_what_to_do_offline(monkeypatch):
+    import sys
+
+    fake = _FakeDatasets({("hendrycks/competition_math", None, "train"): _train_rows("p", 7000)})
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    with pytest.raises(DataError, match="7000 rows; expected 7500"):
+        load_questions("math500train")
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(DataError, match="needs the 'datasets' package.*pass that file"):
+        load_questions("math500train")

@@ -16,6 +16,8 @@ from dprm.data.contract import read_bon_set, read_calibration_set  # noqa: E402
 from dprm.io import read_json  # noqa: E402
 from fixtures import real_prms  # noqa: E402
 
+from .tiny_models import label_rows  # noqa: E402
+
 pytest.importorskip("sentencepiece", reason="the llm extra installs sentencepiece")
 pytest.importorskip("google.protobuf", reason="the llm extra installs protobuf")
 
@@ -49,25 +51,6 @@ def _pool(kind: str) -> pd.DataFrame:
     return frame.assign(answer="7", correct=True)
 
 
-def _labels(pool: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for t in pool.itertuples():
-        steps = t.response.split("\n\n")
-        for k in range(len(steps) + 1):
-            rows.append({"question_id": t.question_id, "response_id": t.response_id, "step": k,
-                         "question": t.question, "reasoning_prefix": "\n\n".join(steps[:k]),
-                         "n_correct": 1, "n_rollouts": 2, "success_prob": 0.5})  # fmt: skip
-    return pd.DataFrame(rows).astype(
-        {
-            "response_id": "int32",
-            "step": "int32",
-            "n_correct": "int32",
-            "n_rollouts": "int32",
-            "success_prob": "float32",
-        }  # fmt: skip
-    )
-
-
 def _embed(args: list[str]) -> int:
     return main(["embed", *args, "--max-tokens", "64", "--device", "cpu", "--dtype", "float32",
                  "--no-progress", "--questions-per-part", "2"])  # fmt: skip
@@ -97,7 +80,7 @@ def test_bon_part_writes_every_good_response(prm_dirs, kind, tmp_path, capsys):
 def test_calibration_part_writes_every_good_row(prm_dirs, kind, tmp_path):
     pool = _pool(kind)
     pool = pool[pool["response"] != ""]  # an empty prefix is the question-only row, scorable
-    labels = _labels(pool)
+    labels = label_rows(pool)
     labels.to_parquet(tmp_path / "labels.parquet")
     assert _embed(["--labels", str(tmp_path / "labels.parquet"), "--prm", str(prm_dirs[kind]),
                    "--out", str(tmp_path / "cal")]) == 0  # fmt: skip

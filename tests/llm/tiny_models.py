@@ -207,3 +207,27 @@ def build_token_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) -> Pat
     Qwen2ForTokenClassification(_qwen2_config(len(tok), num_labels=2)).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def label_rows(trajectories):
+    """Contract label rows for every prefix (k = 0..#steps) of each trajectory (fake counts)."""
+    import pandas as pd
+
+    from dprm.llm.prompts import join_steps, split_steps
+
+    rows = []
+    for t in trajectories.itertuples():
+        steps = split_steps(t.response)
+        for k in range(len(steps) + 1):
+            rows.append({"question_id": t.question_id, "response_id": t.response_id, "step": k,
+                         "question": t.question, "reasoning_prefix": join_steps(steps[:k]),
+                         "n_correct": k % 3, "n_rollouts": 4, "success_prob": (k % 3) / 4})  # fmt: skip
+    return pd.DataFrame(rows).astype(
+        {
+            "response_id": "int32",
+            "step": "int32",
+            "n_correct": "int32",
+            "n_rollouts": "int32",
+            "success_prob": "float32",
+        }
+    )
