@@ -6,8 +6,12 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN     = $(VENV)/bin
 OUT    ?= runs/demo
+# The declared transformers floor (pyproject's llm extra) and the cached venvs that test it.
+TRANSFORMERS_FLOOR ?= 4.48.2
+FLOOR_VENV ?= .venv-floor
+LLM_VENV   ?= .venv-llm
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-floor check-llm-extra lint format bench clean
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +25,30 @@ demo: $(BIN)/dprm
 test: $(BIN)/dprm
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
+# A fresh venv per case holding `pip install -e '.[llm]'` alone (no test tools) must load every
+# supported PRM's tokenizer from its real files; then the llm and live tests run on the floor.
+# Both venvs are cached (rebuilt when pyproject.toml changes).
+$(LLM_VENV)/.ready: pyproject.toml
+	rm -rf $(LLM_VENV) && $(PYTHON) -m venv $(LLM_VENV)
+	$(LLM_VENV)/bin/pip install -q "$(TORCH)"
+	$(LLM_VENV)/bin/pip install -q -e ".[llm]"
+	touch $@
+
+$(FLOOR_VENV)/.ready: pyproject.toml
+	rm -rf $(FLOOR_VENV) && $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install -q "$(TORCH)"
+	$(FLOOR_VENV)/bin/pip install -q -e ".[llm]" "transformers==$(TRANSFORMERS_FLOOR)"
+	$(FLOOR_VENV)/bin/python tests/fixtures/check_llm_extra.py
+	$(FLOOR_VENV)/bin/pip install -q "pytest>=8" "hypothesis>=6"
+	touch $@
+
+check-llm-extra: $(LLM_VENV)/.ready
+	$(LLM_VENV)/bin/python tests/fixtures/check_llm_extra.py
+
+test-floor: $(FLOOR_VENV)/.ready check-llm-extra
+	$(FLOOR_VENV)/bin/python tests/fixtures/check_llm_extra.py
+	$(FLOOR_VENV)/bin/python -m pytest -p no:xdist -q tests/llm tests/live
+
 lint: $(BIN)/dprm
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
@@ -33,4 +61,4 @@ bench: $(BIN)/dprm
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) runs .pytest_cache

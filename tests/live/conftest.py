@@ -8,6 +8,7 @@ question states (synthetic labels that depend on the state), so their budgets va
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import sys
@@ -20,7 +21,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("math_verify")
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_QUESTIONS = ROOT.parent / "shared" / "data" / "questions"
 #: four short MATH-500 problems whose gold answers (6, 6, 7, 8) the tiny LM can hit
 QUESTION_IDS = (
     "test/prealgebra/505.json",
@@ -53,17 +53,17 @@ def _one_torch_thread(one_thread):
 
 @pytest.fixture(scope="session")
 def math500() -> Path:
-    path = SHARED_QUESTIONS / "math500.jsonl"
-    if not path.exists():
-        pytest.skip(f"question file not found: {path}")
-    return path
+    """MATH-500 as packaged with dprm (``math500.jsonl.gz``)."""
+    from dprm.llm.questions import packaged_path
+
+    return packaged_path("math500")
 
 
 @pytest.fixture(scope="session")
 def questions_file(tmp_path_factory, math500) -> Path:
     """The chosen MATH-500 rows, verbatim (raw layout), as a question file."""
     rows = {}
-    for line in math500.read_text(encoding="utf-8").splitlines():
+    for line in gzip.decompress(math500.read_bytes()).decode("utf-8").splitlines():
         row = json.loads(line)
         if row["unique_id"] in QUESTION_IDS:
             rows[row["unique_id"]] = line

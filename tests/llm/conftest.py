@@ -18,15 +18,15 @@ def _one_torch_thread(one_thread):
 
 
 @pytest.fixture(scope="session")
-def shared_questions() -> Path:
-    path = tiny_models.SHARED.resolve()
-    if not (path / "math500.jsonl").exists():
-        pytest.skip(f"question files not found in {path}")
-    return path
+def question_sets() -> Path:
+    """The question sets packaged with dprm (``*.jsonl.gz``)."""
+    from dprm.llm.questions import packaged_path
+
+    return packaged_path("math500").parent
 
 
 @pytest.fixture(scope="session")
-def tokenizer_dirs(tmp_path_factory, shared_questions) -> dict[str, Path]:
+def tokenizer_dirs(tmp_path_factory) -> dict[str, Path]:
     return tiny_models.build_tokenizers(tmp_path_factory.mktemp("tokenizers"))
 
 

@@ -10,26 +10,9 @@ from dprm.data.contract import read_bon_set, read_calibration_set
 from dprm.io import DataError
 from dprm.llm.embed import EmbedConfig, build_chains, embed_label_part, run_embed
 from dprm.llm.prm import load_prm
-from dprm.llm.prompts import join_steps, split_steps
+from dprm.llm.prompts import split_steps
 
-
-def _labels(trajectories: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for t in trajectories.itertuples():
-        steps = split_steps(t.response)
-        for k in range(len(steps) + 1):
-            rows.append({"question_id": t.question_id, "response_id": t.response_id, "step": k,
-                         "question": t.question, "reasoning_prefix": join_steps(steps[:k]),
-                         "n_correct": k % 3, "n_rollouts": 4, "success_prob": (k % 3) / 4})  # fmt: skip
-    return pd.DataFrame(rows).astype(
-        {
-            "response_id": "int32",
-            "step": "int32",
-            "n_correct": "int32",
-            "n_rollouts": "int32",
-            "success_prob": "float32",
-        }
-    )
+from .tiny_models import label_rows as _labels
 
 
 def test_build_chains():
@@ -41,7 +24,7 @@ def test_build_chains():
 
 def test_rows_get_the_state_of_their_step(toy_trajectories, qwen_prm):
     labels = _labels(toy_trajectories)
-    records, hidden, stats = embed_label_part(labels, qwen_prm)
+    records, hidden, stats, _ = embed_label_part(labels, qwen_prm)
     assert len(records) == len(labels) == len(hidden) and stats["rows_truncated"] == 0
     pd.testing.assert_frame_equal(records.drop(columns="prm_score"), labels)
     # one forward per trajectory + one per question for the empty prefix
@@ -64,7 +47,7 @@ def test_rows_get_the_state_of_their_step(toy_trajectories, qwen_prm):
 def test_truncated_rows_are_counted_not_silent(toy_trajectories, qwen_prm_dir):
     labels = _labels(toy_trajectories)
     short = load_prm(str(qwen_prm_dir), device="cpu", dtype="float32", max_tokens=60)
-    records, hidden, stats = embed_label_part(labels, short)
+    records, hidden, stats, _ = embed_label_part(labels, short)
     assert stats["rows_truncated"] > 0 and stats["sequences_truncated"] > 0
     assert (
         len(records) + stats["rows_truncated"]
@@ -141,7 +124,7 @@ def test_park_json_chains_are_scored_in_one_pass_each(qwen_prm, tmp_path):
     path = tmp_path / "data.json"
     path.write_text(json.dumps(records))
     labels = park_to_labels(read_park_json(path), 8, source=path)
-    records_out, hidden, stats = embed_label_part(labels, qwen_prm)
+    records_out, hidden, stats, _ = embed_label_part(labels, qwen_prm)
     assert len(records_out) == 5 and stats["rows_truncated"] == 0
     assert stats["sequences"] == 1 + 2  # the question alone + two chains
     deep = records_out["step"] == 2

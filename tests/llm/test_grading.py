@@ -20,19 +20,19 @@ def _boxed(answer: str) -> str:
     return f"## Step 3: Finish.\n\nTherefore, the final answer is: $\\boxed{{{answer}}}$. I hope it is correct."
 
 
-def test_every_math500_gold_matches_itself(shared_questions, grading_pool):
-    golds = load_questions(shared_questions / "math500.jsonl")["answer"].tolist()[::10]
+def test_every_math500_gold_matches_itself(question_sets, grading_pool):
+    golds = load_questions(question_sets / "math500.jsonl.gz")["answer"].tolist()[::10]
     result = grading_pool.grade(golds, [_boxed(g) for g in golds])
     assert result.correct.all(), [g for g, ok in zip(golds, result.correct, strict=True) if not ok]
     assert result.n_timeouts == 0
 
 
-def test_equivalent_forms_accepted_wrong_answers_rejected(shared_questions, grading_pool):
-    math500 = load_questions(shared_questions / "math500.jsonl").set_index("question_id")["answer"]
+def test_equivalent_forms_accepted_wrong_answers_rejected(question_sets, grading_pool):
+    math500 = load_questions(question_sets / "math500.jsonl.gz").set_index("question_id")["answer"]
     polar = math500["test/precalculus/807.json"]  # \left( 3, \frac{\pi}{2} \right)
     fraction = next(a for a in math500 if a == "\\frac{14}{3}")
     dollars = next(a for a in math500 if a == "\\$18.90")
-    aime = load_questions(shared_questions / "aime25.jsonl")["answer"]
+    aime = load_questions(question_sets / "aime25.jsonl.gz")["answer"]
     cases = [
         (polar, _boxed("(3, \\pi/2)"), True),
         (polar, _boxed("(3, \\pi)"), False),
@@ -48,9 +48,9 @@ def test_equivalent_forms_accepted_wrong_answers_rejected(shared_questions, grad
     assert grading_pool.grade(list(golds), list(preds)).correct.tolist() == list(expected)
 
 
-def test_integer_golds_reject_off_by_one(shared_questions, grading_pool):
-    golds = load_questions(shared_questions / "aime24.jsonl")["answer"].tolist()
-    golds += load_questions(shared_questions / "aime25.jsonl")["answer"].tolist()
+def test_integer_golds_reject_off_by_one(question_sets, grading_pool):
+    golds = load_questions(question_sets / "aime24.jsonl.gz")["answer"].tolist()
+    golds += load_questions(question_sets / "aime25.jsonl.gz")["answer"].tolist()
     assert grade_many(golds, [_boxed(str(int(g) + 1)) for g in golds], pool=grading_pool) == [
         False
     ] * len(golds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import numpy as np
@@ -14,12 +15,12 @@ from dprm.llm.shard import read_output_meta
 FAST = ["--n", "2", "--grader-workers", "1", "--no-progress", "--device", "cpu"]
 
 
-def _run(root, shared_questions, lm, prm) -> None:
+def _run(root, question_sets, lm, prm) -> None:
     raw = [
         {"problem": "What is 3 + 4?", "solution": "We add: $3 + 4 = \\boxed{7}$.", "idx": 0},
         {"problem": "What is 2 + 5?", "solution": "Clearly $\\boxed{7}$.", "idx": 1},
     ]
-    with open(shared_questions / "math500.jsonl", encoding="utf-8") as handle:
+    with gzip.open(question_sets / "math500.jsonl.gz", "rt", encoding="utf-8") as handle:
         real = json.loads(handle.readline())
     raw.append({"problem": real["problem"], "answer": real["answer"], "idx": 2})
     (root / "raw.jsonl").write_text("".join(json.dumps(r) + "\n" for r in raw))
@@ -52,12 +53,12 @@ def BON(root, prm):  # noqa: N802 - a command line
     ]
 
 
-def test_end_to_end(tmp_path, shared_questions, lm_dir, qwen_prm_dir, capsys):
+def test_end_to_end(tmp_path, question_sets, lm_dir, qwen_prm_dir, capsys):
     """One test (not a module fixture) so that xdist never runs the pipeline twice."""
     import pandas as pd
 
     root = tmp_path
-    _run(root, shared_questions, str(lm_dir), str(qwen_prm_dir))
+    _run(root, question_sets, str(lm_dir), str(qwen_prm_dir))
 
     # questions: ids from the file stem, gold from \boxed{} in the solution
     rows = [json.loads(line) for line in (root / "questions.jsonl").read_text().splitlines()]

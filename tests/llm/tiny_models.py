@@ -15,7 +15,6 @@ Heavy imports stay inside functions: grading workers import this module for ``sl
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -26,7 +25,6 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
     "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "questions"
 
 
 def solution(a: int, b: int, said: int) -> str:
@@ -53,11 +51,9 @@ def build_tokenizers(root: Path) -> dict[str, Path]:
 
     from dprm.llm.prm import QWEN_PRM_SYSTEM, REASONEVAL_PROMPT
     from dprm.llm.prompts import SYSTEM_PROMPT
+    from dprm.llm.questions import packaged_path, read_records
 
-    lines = []
-    with open(SHARED / "math.jsonl", encoding="utf-8") as handle:
-        for _, line in zip(range(300), handle, strict=False):
-            lines.append(json.loads(line)["problem"])
+    lines = [row["problem"] for row in read_records(packaged_path("math"))[:300]]
     lines += [SYSTEM_PROMPT, QWEN_PRM_SYSTEM, REASONEVAL_PROMPT] * 3
     lines += [solution(a, b, a + b) for a in range(1, 10) for b in range(1, 10)]
     tok = Tokenizer(models.BPE())
@@ -211,3 +207,27 @@ def build_token_classifier(tokenizer_dir: Path, out: Path, seed: int = 0) -> Pat
     Qwen2ForTokenClassification(_qwen2_config(len(tok), num_labels=2)).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def label_rows(trajectories):
+    """Contract label rows for every prefix (k = 0..#steps) of each trajectory (fake counts)."""
+    import pandas as pd
+
+    from dprm.llm.prompts import join_steps, split_steps
+
+    rows = []
+    for t in trajectories.itertuples():
+        steps = split_steps(t.response)
+        for k in range(len(steps) + 1):
+            rows.append({"question_id": t.question_id, "response_id": t.response_id, "step": k,
+                         "question": t.question, "reasoning_prefix": join_steps(steps[:k]),
+                         "n_correct": k % 3, "n_rollouts": 4, "success_prob": (k % 3) / 4})  # fmt: skip
+    return pd.DataFrame(rows).astype(
+        {
+            "response_id": "int32",
+            "step": "int32",
+            "n_correct": "int32",
+            "n_rollouts": "int32",
+            "success_prob": "float32",
+        }
+    )

@@ -49,6 +49,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--batch-tokens", type=int, default=16384, help="padded tokens per forward batch"
     )
+    p.add_argument(
+        "--prm-prompt",
+        default="park",
+        choices=["park", "model-card"],
+        help="qwen-prm / token-classification system prompt: Park et al.'s 'in \\boxed{}' "
+        "(default; the paper's calibration data) or the model card's 'within \\boxed{}'",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail on the first response the PRM cannot score (default: leave it out, count it "
+        "in meta.json stats and list it under 'unscorable')",
+    )
     p.add_argument("--separator", default=None, help="token-classification: step separator token")
     p.add_argument(
         "--positive-label",
@@ -108,6 +121,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
             )
     quick = {**input_id(source), "stage": f"embed-{kind}", "prm": args.prm, "hidden_dtype": args.hidden_dtype,
              "questions_per_part": args.questions_per_part, "shard": str(shard)}  # fmt: skip
+    if args.prm_prompt != "park":  # the park default keeps fingerprints of earlier runs valid
+        quick["prm_system_prompt"] = args.prm_prompt
     found = read_output_meta(output_path(args.out, shard)).get("fingerprint") or {}
     if not args.overwrite and found and all(found.get(k) == v for k, v in quick.items()):
         return skip(output_path(args.out, shard), "embed")  # without loading the PRM
@@ -116,6 +131,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
         for k, v in (("separator", args.separator), ("positive_label", args.positive_label))
         if v is not None
     }
+    if args.prm_prompt != "park":
+        options["prompt"] = args.prm_prompt
     prm = load_prm(
         args.prm,
         args.kind,
@@ -125,7 +142,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
         batch_tokens=args.batch_tokens,
         **options,
     )
-    config = EmbedConfig(questions_per_part=args.questions_per_part, hidden_dtype=args.hidden_dtype)
+    config = EmbedConfig(
+        questions_per_part=args.questions_per_part,
+        hidden_dtype=args.hidden_dtype,
+        strict=args.strict,
+    )
     provenance = {
         **base_meta(),
         "source_file": str(source),
@@ -147,6 +168,18 @@ def cmd_embed(args: argparse.Namespace) -> int:
     if truncated:
         print(
             f"embed: {truncated} row(s) exceeded --max-tokens={prm.max_tokens} (see meta.json stats)",
+            file=sys.stderr,
+        )
+    unscorable = stats.get("rows_unscorable", stats.get("responses_unscorable", 0))
+    if unscorable:
+        reasons = {
+            k.removeprefix("unscorable_"): v
+            for k, v in stats.items()
+            if k.startswith("unscorable_")
+        }
+        print(
+            f"embed: left out {unscorable} row(s) the PRM cannot score {reasons} "
+            "(listed under 'unscorable' in meta.json; --strict makes this an error)",
             file=sys.stderr,
         )
     return 0

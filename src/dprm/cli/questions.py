@@ -16,12 +16,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "questions",
         help="normalise a question set to question_id, question, answer",
         description="Load MATH-500, the MATH test set (Park's every-10th subset: --every 10 or the name "
-        "math-park), AIME 2024 or AIME 2025 from a local JSONL/JSON/parquet file (or a hub name when "
-        "online) and write question_id, question, answer (gold from \\boxed{} in the solution when "
-        "there is no answer field). Instant, so it has no --shard: later stages shard by question.",
+        "math-park), AIME 2024 or AIME 2025 (packaged with dprm: no network), Park's calibration set "
+        "math500train (every 15th row of the MATH train split; from the hub), or a local "
+        "JSONL/JSON/parquet file, and write question_id, question, answer (gold from \\boxed{} in "
+        "the solution when there is no answer field). Instant, so it has no --shard: later stages "
+        "shard by question.",
     )
     p.add_argument(
-        "source", help="question file, or math500 | math | math-park | aime24 | aime25 (hub)"
+        "source",
+        help="question file, or math500 | math | math-park | aime24 | aime25 (packaged) | "
+        "math500train (hub)",
+    )
+    p.add_argument(
+        "--hub", action="store_true", help="load a packaged set from the hub instead (online)"
     )
     p.add_argument("--out", required=True, type=Path, help="output .jsonl or .parquet")
     p.add_argument(
@@ -44,6 +51,7 @@ def cmd_questions(args: argparse.Namespace) -> int:
         offset=args.offset,
         limit=args.limit,
         id_prefix=args.id_prefix,
+        hub=args.hub,
     )
     write_questions(args.out, frame)
     print(f"questions: wrote {len(frame)} questions to {args.out}")

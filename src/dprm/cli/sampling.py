@@ -30,6 +30,15 @@ def _add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help:
     group.add_argument("--n", type=int, default=n_default, help=n_help)
     group.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     group.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    group.add_argument(
+        "--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)"
+    )
+    group.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="1.0 = off; a checkpoint's generation_config.json is never used",
+    )
     group.add_argument("--max-new-tokens", type=int, default=2048, help="completion token limit")
     group.add_argument(
         "--seed", type=int, default=42, help="base seed; each prompt's seed derives from it"
@@ -88,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sample trajectories (responses) per question and grade them",
         description="First pass: n responses per question from Park et al.'s prompt (Qwen or Llama-3 chat "
         "format, '## Step k:' instruction), T=0.7, 2048 new tokens, graded with math-verify. Output columns: "
-        "question_id, response_id, question, answer, response, n_tokens, finish_reason, correct, grade_timeout. "
+        "question_id, response_id, question, answer, response, n_tokens, finish_reason, stop_reason, correct, grade_timeout. "
         "For a best-of-N pool use e.g. --n 64 and embed it with `dprm embed --bon`.",
     )
     p.add_argument(
@@ -141,6 +150,8 @@ def _sampling(args: argparse.Namespace):
         n=args.n,
         temperature=args.temperature,
         top_p=args.top_p,
+        top_k=args.top_k,
+        repetition_penalty=args.repetition_penalty,
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
         boxed_first=args.boxed_first,

@@ -13,6 +13,14 @@ beyond the cut have no state and are left out. Both counts (``rows_truncated``,
 dropped silently. For BoN responses the score is the last scored step's, and the response is
 flagged ``truncated``.
 
+**Unscorable responses.** A trajectory the PRM cannot score at all (no step tag found where
+the steps are, the question alone over ``max_tokens``, an empty BoN response; see
+:data:`dprm.llm.prm_interface.UNSCORABLE_REASONS`) is left out with its reason: each part records
+it in ``meta.json`` ``unscorable`` (question, response, reason), ``stats`` counts it
+(``rows_unscorable`` / ``responses_unscorable`` and ``unscorable_<reason>``), the CLI prints
+the counts, and every other row of the part is written. ``strict=True`` (``--strict``) stops
+at the first one instead, naming the response.
+
 **Resume.** Work is cut into parts of ``questions_per_part`` questions; each part is a small set
 directory written atomically; a rerun skips finished parts, and the shard output is joined
 from the parts at the end (duplicate keys are rejected).
@@ -30,7 +38,7 @@ import pandas as pd
 
 from dprm.data.contract import write_bon_set, write_calibration_set
 from dprm.io import DataError, read_json
-from dprm.llm.prm import PRM, Encoded
+from dprm.llm.prm import PRM, Encoded, UnscorableError
 from dprm.llm.prompts import split_steps
 from dprm.llm.shard import (
     PartStore,
@@ -49,6 +57,45 @@ class EmbedConfig:
 
     questions_per_part: int = 32
     hidden_dtype: str = "float16"  # "float16" | "float32"
+    strict: bool = False  # fail on the first unscorable response instead of counting it
+
+
+class _Unscorable:
+    """Collects the trajectories a part could not score (or raises at once when strict)."""
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.entries: list[dict] = []
+
+    def prepare(self, prm: PRM, question: str, steps: list[str], **where: Any) -> Encoded | None:
+        """``prm.prepare``, or None (recorded) when the trajectory cannot be scored."""
+        try:
+            return prm.prepare(question, steps)
+        except UnscorableError as err:
+            self.add(err.reason, str(err), **where)
+            return None
+
+    def add(self, reason: str, detail: str, **where: Any) -> None:
+        entry = {**{k: _plain(v) for k, v in where.items()}, "reason": reason, "detail": detail}
+        if self.strict:
+            named = ", ".join(f"{k}={v!r}" for k, v in entry.items() if k not in ("detail",))
+            raise DataError(None, f"cannot score {named}: {detail} (drop --strict to skip it)")
+        self.entries.append(entry)
+
+    def stats(self, unit: str, count: int) -> dict:
+        counts: dict[str, int] = {f"{unit}_unscorable": int(count)}
+        for entry in self.entries:
+            key = f"unscorable_{entry['reason']}"
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def build_chains(step_lists: list[tuple[str, ...]]) -> tuple[list[tuple[str, ...]], list[int]]:
@@ -97,42 +144,55 @@ def _row_steps(labels: pd.DataFrame, path: str) -> list[tuple[str, ...]]:
 
 
 def embed_label_part(
-    labels: pd.DataFrame, prm: PRM, source: str = "labels"
-) -> tuple[pd.DataFrame, np.ndarray, dict]:
+    labels: pd.DataFrame, prm: PRM, source: str = "labels", strict: bool = False
+) -> tuple[pd.DataFrame, np.ndarray, dict, list[dict]]:
     """PRM scores and hidden states for labelled prefixes (a few questions' rows).
 
     Args:
         labels: rows with the contract's label columns.
         prm: the PRM wrapper.
         source: name used in error messages.
+        strict: raise on the first trajectory that cannot be scored instead of recording it.
 
     Returns:
-        (records, hidden [rows, D] float32, stats); records are the input rows that got a state,
-        in input order, with ``prm_score`` added.
+        (records, hidden [rows, D] float32, stats, unscorable); records are the input rows that
+        got a state, in input order, with ``prm_score`` added; ``unscorable`` lists the
+        trajectories left out (question_id, response_ids, reason).
     """
     labels = labels.reset_index(drop=True)
     steps = _row_steps(labels, source)
     questions = list(dict.fromkeys(labels["question_id"]))
     text_of = dict(zip(labels["question_id"], labels["question"], strict=False))
     encoded: list[Encoded] = []
-    slot = np.full(len(labels), -1, dtype=np.int64)  # index into encoded
+    slot = np.full(len(labels), -1, dtype=np.int64)  # index into encoded (-1: unscorable)
     offset = np.zeros(len(labels), dtype=np.int64)  # step index within that output
+    bad = _Unscorable(strict)
+    response_ids = labels["response_id"].to_numpy()
+
+    def add(question: str, chain: list[str], rows: list[int], qid: str) -> None:
+        enc = bad.prepare(prm, question, chain, question_id=qid,
+                          response_ids=sorted({int(response_ids[r]) for r in rows}))  # fmt: skip
+        if enc is not None:
+            slot[rows] = len(encoded)
+            encoded.append(enc)
+
     for qid in questions:
         rows = np.flatnonzero((labels["question_id"] == qid).to_numpy())
         question = text_of[qid]
         shallow = [r for r in rows if not steps[r]]
         if shallow:  # the question-only state: one forward per question (empty prefix)
-            slot[shallow] = len(encoded)
-            encoded.append(prm.prepare(question, [""]))
+            add(question, [""], shallow, qid)
         deep = [r for r in rows if steps[r]]
         chains, owner = build_chains([steps[r] for r in deep])
-        base = len(encoded)
-        encoded.extend(prm.prepare(question, list(chain)) for chain in chains)
-        for r, c in zip(deep, owner, strict=True):
-            slot[r], offset[r] = base + c, len(steps[r]) - 1
+        for c, chain in enumerate(chains):
+            add(question, list(chain), [r for r, o in zip(deep, owner, strict=True) if o == c], qid)
+        for r in deep:
+            offset[r] = len(steps[r]) - 1
     outputs = prm.forward(encoded)
+    scorable = slot >= 0
     keep = np.array(
-        [offset[r] < len(outputs[slot[r]].scores) for r in range(len(labels))], dtype=bool
+        [scorable[r] and offset[r] < len(outputs[slot[r]].scores) for r in range(len(labels))],
+        dtype=bool,
     )
     rows = np.flatnonzero(keep)
     hidden = np.zeros((len(rows), prm.hidden_dim), dtype=np.float32)
@@ -144,55 +204,105 @@ def embed_label_part(
     records.insert(records.columns.get_loc("step") + 1, "prm_score", np.clip(scores, 0.0, 1.0))
     stats = {
         "rows": int(len(rows)),
-        "rows_truncated": int((~keep).sum()),
+        "rows_truncated": int((~keep & scorable).sum()),
         "sequences": len(encoded),
         "sequences_truncated": int(sum(o.truncated for o in outputs)),
         "questions": len(questions),
+        **bad.stats("rows", int((~scorable).sum())),
     }
-    return records, hidden, stats
+    return records, hidden, stats, bad.entries
 
 
 def embed_bon_part(
-    pool: pd.DataFrame, prm: PRM
-) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, dict]:
+    pool: pd.DataFrame, prm: PRM, strict: bool = False
+) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, dict, list[dict]]:
     """Question-only states and complete-response scores for a few questions of a BoN pool.
+
+    Args:
+        pool: rows question_id, response_id, question, response, correct.
+        prm: the PRM wrapper.
+        strict: raise on the first response that cannot be scored instead of recording it.
 
     Returns:
         (questions [Q] with prm_score, hidden [Q, D], responses with prm_score/correct/truncated,
-        stats). A response's score is its last scored step's (the reference's readout).
+        stats, unscorable). A response's score is its last scored step's (the reference's
+        readout). Unscorable responses (and every response of a question whose question-only
+        input cannot be scored) are left out and listed in ``unscorable``.
     """
     pool = pool.reset_index(drop=True)
+    bad = _Unscorable(strict)
     firsts = pool.drop_duplicates("question_id")
-    q_scores, q_hidden = prm.question_state(firsts["question"].tolist())
-    encoded = [
-        prm.prepare(q, split_steps(r))
-        for q, r in zip(pool["question"], pool["response"], strict=True)
-    ]
-    outputs = prm.forward(encoded)
-    empty = [i for i, o in enumerate(outputs) if len(o.scores) == 0]
-    if empty:
-        raise DataError(
-            None, f"response row {empty[0]}: the question alone exceeds max_tokens={prm.max_tokens}"
+    q_encoded = {
+        qid: bad.prepare(prm, q, [""], question_id=qid, response_id=None)
+        for qid, q in zip(firsts["question_id"], firsts["question"], strict=True)
+    }
+    good_q = [qid for qid, e in q_encoded.items() if e is not None]
+    q_outs = prm.forward([q_encoded[qid] for qid in good_q])
+    q_outputs = {}
+    for qid, out in zip(good_q, q_outs, strict=True):
+        if len(out.scores) == 0:
+            bad.add("over_long", f"question alone exceeds max_tokens={prm.max_tokens}",
+                    question_id=qid, response_id=None)  # fmt: skip
+        else:
+            q_outputs[qid] = out
+    encoded: list[Encoded] = []
+    kept_rows: list[int] = []
+    for row, (qid, rid, q, r) in enumerate(
+        zip(
+            pool["question_id"],
+            pool["response_id"],
+            pool["question"],
+            pool["response"],
+            strict=True,
         )
+    ):
+        if qid not in q_outputs:
+            continue
+        if not str(r).strip():
+            bad.add("empty", "the response is empty", question_id=qid, response_id=rid)
+            continue
+        enc = bad.prepare(prm, q, split_steps(r), question_id=qid, response_id=rid)
+        if enc is not None:
+            encoded.append(enc)
+            kept_rows.append(row)
+    outputs = prm.forward(encoded)
+    scored = []
+    for row, out in zip(kept_rows, outputs, strict=True):
+        if len(out.scores) == 0:
+            bad.add("over_long", f"no step readout within max_tokens={prm.max_tokens}",
+                    question_id=pool["question_id"][row], response_id=pool["response_id"][row])  # fmt: skip
+        else:
+            scored.append(row)
+    by_row = dict(zip(kept_rows, zip(encoded, outputs, strict=True), strict=True))
+    qids = [qid for qid in firsts["question_id"] if qid in q_outputs]
     questions = pd.DataFrame(
-        {"question_id": firsts["question_id"].to_numpy(), "prm_score": q_scores.astype(np.float32)}
+        {
+            "question_id": np.array(qids, dtype=object),
+            "prm_score": np.array([q_outputs[q].scores[0] for q in qids], dtype=np.float32),
+        }
     )
+    dim = prm.hidden_dim
+    q_hidden = np.stack([q_outputs[q].hidden[0] for q in qids]) if qids else np.zeros((0, dim))
+    kept = pool.iloc[scored]
     responses = pd.DataFrame(
         {
-            "question_id": pool["question_id"].astype(str),
-            "response_id": pool["response_id"].astype(np.int32),
-            "prm_score": np.array([o.scores[-1] for o in outputs], dtype=np.float32).clip(0, 1),
-            "correct": pool["correct"].astype(bool),
-            "truncated": np.array([o.truncated for o in outputs], dtype=bool),
-            "n_steps": np.array([e.n_steps for e in encoded], dtype=np.int32),
+            "question_id": kept["question_id"].astype(str).to_numpy(),
+            "response_id": kept["response_id"].astype(np.int32).to_numpy(),
+            "prm_score": np.array([by_row[r][1].scores[-1] for r in scored], dtype=np.float32).clip(
+                0, 1
+            ),
+            "correct": kept["correct"].astype(bool).to_numpy(),
+            "truncated": np.array([by_row[r][1].truncated for r in scored], dtype=bool),
+            "n_steps": np.array([by_row[r][0].n_steps for r in scored], dtype=np.int32),
         }
     )
     stats = {
         "questions": len(questions),
         "responses": len(responses),
         "responses_truncated": int(responses["truncated"].sum()),
+        **bad.stats("responses", len(pool) - len(responses)),
     }
-    return questions, q_hidden.astype(np.float32), responses, stats
+    return questions, q_hidden.astype(np.float32), responses, stats, bad.entries
 
 
 def run_embed(
@@ -258,23 +368,25 @@ def run_embed(
             continue
         rows = frame[qids.isin(set(part))]
         if kind == "calibration":
-            records, hidden, stats = embed_label_part(rows, prm)
-            write_calibration_set(
-                path, records, hidden, {"stats": stats}, dtype=config.hidden_dtype
-            )
+            records, hidden, stats, unscorable = embed_label_part(rows, prm, strict=config.strict)
+            part_meta = {"stats": stats, "unscorable": unscorable}
+            write_calibration_set(path, records, hidden, part_meta, dtype=config.hidden_dtype)
         else:
-            qframe, hidden, responses, stats = embed_bon_part(rows, prm)
-            write_bon_set(
-                path, qframe, hidden, responses, {"stats": stats}, dtype=config.hidden_dtype
+            qframe, hidden, responses, stats, unscorable = embed_bon_part(
+                rows, prm, strict=config.strict
             )
+            part_meta = {"stats": stats, "unscorable": unscorable}
+            write_bon_set(path, qframe, hidden, responses, part_meta, dtype=config.hidden_dtype)
         if on_part_done is not None:
             on_part_done(index)
     part_dirs = [store.path(i, "") for i in range(len(parts))]
-    stats = sum_stats(read_json(p / "meta.json").get("stats", {}) for p in part_dirs)
+    part_metas = [read_json(p / "meta.json") for p in part_dirs]
+    stats = sum_stats(m.get("stats", {}) for m in part_metas)
     meta: dict[str, Any] = {
         **(provenance or {}),
         **prm.provenance(),
         "stats": stats,
+        "unscorable": [entry for m in part_metas for entry in m.get("unscorable", [])],
         "fingerprint": fingerprint,
         "shard": str(shard),
     }

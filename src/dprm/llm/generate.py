@@ -2,11 +2,21 @@
 
 ``load_generator("transformers" | "vllm", model, **opts)`` returns a :class:`Generator`;
 ``generator.generate(prompts, n, ...)`` returns, for each prompt, ``n`` :class:`Completion` s.
-Both backends sample with temperature ``T`` and ``top_p`` (defaults 0.7 and 1.0, no top-k, as
-in the reference), stop at the model's end-of-turn tokens (``<|im_end|>``, ``<|endoftext|>``,
-``<|eot_id|>`` when present, plus EOS) and take one seed *per prompt*, so a prompt's samples do
-not depend on which other prompts share its batch or shard. That is what makes a resumed or
-sharded run reproduce an uninterrupted one.
+Both backends sample with exactly the parameters passed, nothing else: temperature and top-p
+(defaults 0.7 and 1.0), top-k off (0), repetition penalty 1.0, ``max_new_tokens``, stop
+strings, as in the reference. A checkpoint's ``generation_config.json`` (Qwen2.5-Instruct's
+sets ``repetition_penalty`` 1.05, top-k 20, ...) is ignored by both: vLLM's
+``SamplingParams`` does not read it, and the transformers backend replaces it with transformers'
+neutral defaults at load (what it held is kept in ``ignored_generation_config``). Both stop at
+the model's end-of-turn tokens (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>`` when present,
+plus EOS) and take one seed *per prompt*, so a prompt's samples do not depend on which other
+prompts share its batch or shard. That is what makes a resumed or sharded run reproduce an
+uninterrupted one.
+
+Decoded text follows vLLM's conventions on both: special tokens skipped, no clean-up of
+tokenization spaces, the text cut before the first stop string (not included), and
+``stop_reason`` = the stop string or the stop token id that ended the completion (None for EOS
+or the length limit).
 
 - **transformers** (CPU or GPU): one ``model.generate`` call per prompt with
   ``num_return_sequences=n`` (the prompt is encoded once and shared).
@@ -35,6 +45,7 @@ class Completion:
     text: str
     n_tokens: int
     finish_reason: str  # "stop" (end token or stop string) or "length"
+    stop_reason: str | int | None = None  # vLLM's: stop string or stop token id; None for EOS
 
 
 @runtime_checkable
@@ -54,6 +65,8 @@ class Generator(Protocol):
         max_new_tokens: int = 2048,
         seeds: list[int] | None = None,
         stop: list[str] | None = None,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt, in prompt order."""
         ...
@@ -82,6 +95,8 @@ class _Sampling:
     top_p: float
     max_new_tokens: int
     stop: list[str] | None
+    top_k: int = 0  # 0: off
+    repetition_penalty: float = 1.0
 
 
 class _Backend:
@@ -100,6 +115,8 @@ class _Backend:
         max_new_tokens: int = 2048,
         seeds: list[int] | None = None,
         stop: list[str] | None = None,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
     ) -> list[list[Completion]]:
         """``n`` completions for each prompt, in prompt order.
 
@@ -111,6 +128,8 @@ class _Backend:
             max_new_tokens: completion token limit.
             seeds: one seed per prompt (default: derived from the prompt text).
             stop: stop strings; the text is cut before the first one found.
+            top_k: keep the k most likely tokens (0: off).
+            repetition_penalty: 1.0 (off) unless asked; never taken from the checkpoint.
 
         Raises:
             ValueError: ``seeds`` and ``prompts`` differ in length.
@@ -118,7 +137,9 @@ class _Backend:
         seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        options = _Sampling(temperature, top_p, int(max_new_tokens), stop)
+        options = _Sampling(
+            temperature, top_p, int(max_new_tokens), stop, int(top_k), float(repetition_penalty)
+        )
         return self._sample(prompts, n, [int(s) for s in seeds], options)
 
     def _sample(
@@ -127,11 +148,13 @@ class _Backend:
         raise NotImplementedError
 
 
-def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, bool]:
-    if not stop:
-        return text, False
-    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return (text[: min(hits)], True) if hits else (text, False)
+def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, str | None]:
+    """``text`` cut before the first stop string found, and that string (None if none)."""
+    hits = [(i, s) for s in stop or [] if (i := text.find(s)) >= 0]
+    if not hits:
+        return text, None
+    at, string = min(hits, key=lambda h: h[0])
+    return text[:at], string
 
 
 def stop_token_ids(tokenizer: Any) -> list[int]:
@@ -143,6 +166,18 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
         if value is not None and value not in ids:
             ids.append(int(value))
     return ids
+
+
+def dtype_kwargs(dtype: Any) -> dict[str, Any]:
+    """The ``from_pretrained`` keyword for a torch dtype on the installed transformers.
+
+    transformers 4.56 renamed ``torch_dtype`` to ``dtype``; earlier releases (the declared floor
+    included) reject ``dtype=`` on model classes, later ones warn on ``torch_dtype=``.
+    """
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def default_device_dtype(device: str | None, dtype: Any) -> tuple[str, Any]:
@@ -186,13 +221,22 @@ class TransformersGenerator(_Backend):
 
         self.model_name = str(model)
         self.device, self.dtype = default_device_dtype(device, dtype)
+        from transformers import GenerationConfig
+
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.model = (
-            AutoModelForCausalLM.from_pretrained(model, dtype=self.dtype).to(self.device).eval()
+            AutoModelForCausalLM.from_pretrained(model, **dtype_kwargs(self.dtype))
+            .to(self.device)
+            .eval()
         )
+        # nothing inherited from the checkpoint's generation_config.json: every sampling
+        # parameter is passed explicitly (see the module docstring)
+        self.ignored_generation_config = _non_default(self.model.generation_config)
+        self.model.generation_config = GenerationConfig()
         limit = getattr(self.model.config, "max_position_embeddings", None)
         self.max_model_len = int(max_model_len or limit or 4096)
         self.stop_ids = stop_token_ids(self.tokenizer)
+        self.eos_id = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.stop_ids[0] if self.stop_ids else 0))
 
@@ -216,7 +260,8 @@ class TransformersGenerator(_Backend):
                     do_sample=options.temperature > 0,
                     temperature=options.temperature if options.temperature > 0 else None,
                     top_p=options.top_p,
-                    top_k=0,
+                    top_k=options.top_k,
+                    repetition_penalty=options.repetition_penalty,
                     num_return_sequences=n,
                     max_new_tokens=budget,
                     eos_token_id=self.stop_ids or None,
@@ -233,13 +278,20 @@ class TransformersGenerator(_Backend):
     def _completion(self, tokens: list[int], budget: int, stop: list[str] | None) -> Completion:
         stops = set(self.stop_ids)
         end = next((i for i, t in enumerate(tokens) if t in stops), None)
+        stop_reason: str | int | None = None
         if end is not None:
+            ended_by = tokens[end]
             used, reason, tokens = end + 1, "stop", tokens[:end]
+            stop_reason = None if ended_by == self.eos_id else int(ended_by)
         else:
             used, reason = len(tokens), ("length" if len(tokens) >= budget else "stop")
-        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        text, stopped = _cut_at_stop(text, stop)
-        return Completion(text, used, "stop" if stopped else reason)
+        text = self.tokenizer.decode(
+            tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        text, string = _cut_at_stop(text, stop)
+        if string is not None:
+            return Completion(text, used, "stop", string)
+        return Completion(text, used, reason, stop_reason)
 
 
 class VLLMGenerator(_Backend):
@@ -301,17 +353,31 @@ class VLLMGenerator(_Backend):
                 seed=seed,
                 stop=options.stop,
                 stop_token_ids=self.stop_ids,
+                top_k=options.top_k if options.top_k > 0 else -1,
+                repetition_penalty=options.repetition_penalty,
             )
             for seed in seeds
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [
             [
-                Completion(o.text, len(o.token_ids), str(o.finish_reason or "stop"))
+                Completion(o.text, len(o.token_ids), str(o.finish_reason or "stop"), o.stop_reason)
                 for o in request.outputs
             ]
             for request in outputs
         ]
+
+
+def _non_default(config: Any) -> dict:
+    """The entries of a ``GenerationConfig`` that differ from transformers' defaults."""
+    from transformers import GenerationConfig
+
+    default = GenerationConfig().to_dict()
+    return {
+        k: v
+        for k, v in config.to_dict().items()
+        if not k.startswith("_") and k != "transformers_version" and default.get(k) != v
+    }
 
 
 GENERATORS: dict[str, type] = {"transformers": TransformersGenerator, "vllm": VLLMGenerator}

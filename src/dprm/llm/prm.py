@@ -9,11 +9,13 @@ of the score head at the scoring position (the body's last hidden state, after i
 Registry (``kind``):
 
 - ``qwen-prm`` (Qwen2.5-Math-PRM-7B): chat template with system "Please reason step by step,
-  and put your final answer in \\boxed{}.", user = question, assistant = steps joined by
+  and put your final answer in \\boxed{}." (Park's wording; ``prompt="model-card"`` gives the
+  model card's "within \\boxed{}"), user = question, assistant = steps joined by
   ``<extra_0>`` plus a trailing ``<extra_0>``; score = softmax(2 logits)[1] at each
   ``<extra_0>``. Loaded without remote code (Qwen2 body + ``score`` Linear-ReLU-Linear head).
 - ``math-shepherd``: ``f"{question} {answer'}"`` with every ``"\\n\\n"`` -> ``" ки\\n\\n"`` and a
-  final ``" ки"``; score = softmax over the ``+``/``-`` logits at each ``ки``, taking ``+``.
+  final ``" ки"`` (built step by step so every step, an empty last one too, gets token
+  12902); score = softmax over the ``+``/``-`` logits at each ``ки``, taking ``+``.
 - ``reasoneval`` (ReasonEval-7B): ``"Question:\\n{q}\\nAnswer:\\nLet's think step by step.\\n"``
   + sep + steps joined by sep + sep, with sep = the pad token (``<s>``); separators are
   removed from the ids, BOS is prepended again, and the score (p_neutral + p_positive) is read
@@ -24,7 +26,7 @@ Registry (``kind``):
   one label).
 
 The one-pass machinery (:class:`PRM`, :class:`Encoded`, :class:`StepOutput`, truncation to
-``max_tokens``) is in :mod:`dprm.llm.prm_base`; the checkpoint classes loaded without remote
+``max_tokens``) is in :mod:`dprm.llm.prm_interface`; the checkpoint classes loaded without remote
 code are in :mod:`dprm.llm.prm_models`. Both are importable from here as before.
 """
 
@@ -35,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from dprm.io import DataError
-from dprm.llm.prm_base import DEFAULT_MAX_TOKENS, PRM, Encoded, StepOutput
+from dprm.llm.generate import dtype_kwargs
+from dprm.llm.prm_interface import (
+    DEFAULT_MAX_TOKENS,
+    PRM,
+    UNSCORABLE_REASONS,
+    Encoded,
+    StepOutput,
+    UnscorableError,
+)
 from dprm.llm.prm_models import qwen_prm_class, reasoneval_class
 
 __all__ = [
@@ -43,6 +53,9 @@ __all__ = [
     "PRM",
     "PRM_REGISTRY",
     "QWEN_PRM_SYSTEM",
+    "QWEN_PRM_SYSTEMS",
+    "UNSCORABLE_REASONS",
+    "UnscorableError",
     "REASONEVAL_PROMPT",
     "Encoded",
     "MathShepherdPRM",
@@ -56,7 +69,13 @@ __all__ = [
     "reasoneval_class",
 ]
 
-QWEN_PRM_SYSTEM = "Please reason step by step, and put your final answer in \\boxed{}."
+#: Qwen2.5-Math-PRM system prompts: Park et al.'s wording (default; it produced the paper's
+#: calibration data) and the model card's. Chosen with the ``prompt`` option (``--prm-prompt``).
+QWEN_PRM_SYSTEMS = {
+    "park": "Please reason step by step, and put your final answer in \\boxed{}.",
+    "model-card": "Please reason step by step, and put your final answer within \\boxed{}.",
+}
+QWEN_PRM_SYSTEM = QWEN_PRM_SYSTEMS["park"]
 REASONEVAL_PROMPT = "Question:\n{input}\nAnswer:\nLet's think step by step.\n"
 
 
@@ -67,9 +86,18 @@ def _tokenizer(path: str) -> Any:
 
 
 def _token_id(tokenizer: Any, token: str) -> int:
+    """The id of ``token``: a vocabulary entry (``<extra_0>``) or text that encodes to one token
+    (``"\n"``, which byte-level vocabularies store as ``"Ċ"``)."""
     token_id = tokenizer.convert_tokens_to_ids(token)
     if token_id is None or token_id == tokenizer.unk_token_id:
-        raise DataError(None, f"the PRM tokenizer has no token {token!r}")
+        ids = tokenizer.encode(token, add_special_tokens=False)
+        if len(ids) != 1:
+            raise DataError(
+                None,
+                f"the PRM tokenizer has no single token for separator {token!r} (it encodes to "
+                f"{len(ids)} tokens {ids})",
+            )
+        token_id = ids[0]
     return int(token_id)
 
 
@@ -77,19 +105,62 @@ def _positions(ids: list[int], token_id: int) -> list[int]:
     return [i for i, t in enumerate(ids) if t == token_id]
 
 
+def _tag_ids(tokenizer: Any, word: str, tag: str) -> tuple[list[int], list[int]]:
+    """(ids of ``word + tag``, the ids ``tag`` adds after ``word``): how a tag is tokenized
+    where the reference's text puts it, after a word (``" ки"`` -> [12902], ``'▁ки'``)."""
+    word_ids = tokenizer.encode(word, add_special_tokens=False)
+    anchor_ids = tokenizer.encode(word + tag, add_special_tokens=False)
+    if anchor_ids[: len(word_ids)] != word_ids or len(anchor_ids) == len(word_ids):
+        raise DataError(None, f"the tokenizer merges {tag!r} into {word!r}: {anchor_ids}")
+    return anchor_ids, anchor_ids[len(word_ids) :]
+
+
+def _segments_with_tags(
+    tokenizer: Any, first: list[int], segments: list[str], word: str, tag: str
+) -> Encoded:
+    """``first`` + each segment's ids followed by the tag's ids, read at the tag's last token.
+
+    Each segment after the first is encoded as ``word + tag + segment`` with the ids of
+    ``word + tag`` dropped, so it tokenizes as it does right after a tag inside one string,
+    while the tag itself is always the ids the model was trained on: text before a tag that
+    ends in a space (``"q  ки"``) can merge the space into the tag on some tokenizer versions
+    (``'▁▁', 'ки'``). Positions are found by searching the tag's last id, so a step that holds
+    the tag itself yields a count mismatch (reported by :meth:`PRM.prepare`).
+    """
+    anchor_ids, tag_ids = _tag_ids(tokenizer, word, tag)
+    ids = list(first)
+    for index, segment in enumerate(segments):
+        if index == 0:
+            ids += tokenizer.encode(segment, add_special_tokens=False) if segment else []
+        else:
+            piece = tokenizer.encode(word + tag + segment, add_special_tokens=False)
+            if piece[: len(anchor_ids)] != anchor_ids:
+                raise DataError(None, f"{word + tag!r} + {segment[:20]!r} splits differently")
+            ids += piece[len(anchor_ids) :]
+        ids += tag_ids
+    return Encoded(ids, _positions(ids, tag_ids[-1]), len(segments))
+
+
 class QwenPRM(PRM):
+    """Qwen2.5-Math-PRM (options: ``prompt`` = ``"park"`` | ``"model-card"``)."""
+
     kind = "qwen-prm"
     separator = "<extra_0>"
 
     def _load(self, path: str) -> tuple[Any, Any]:
-        return _tokenizer(path), qwen_prm_class().from_pretrained(path, dtype=self.dtype)
+        model = qwen_prm_class().from_pretrained(path, **dtype_kwargs(self.dtype))
+        return _tokenizer(path), model
 
     def _setup(self) -> None:
         self.separator_id = _token_id(self.tokenizer, self.separator)
+        self.system = _system_prompt(self.options.get("prompt", "park"))
+
+    def provenance(self) -> dict:
+        return {**super().provenance(), "prm_system_prompt": self.system}
 
     def encode(self, question: str, steps: list[str]) -> Encoded:
         messages = [
-            {"role": "system", "content": QWEN_PRM_SYSTEM},
+            {"role": "system", "content": self.system},
             {"role": "user", "content": question},
             {"role": "assistant", "content": self.separator.join(steps) + self.separator},
         ]
@@ -103,24 +174,44 @@ class QwenPRM(PRM):
         return self.model.score(hidden).float().softmax(-1)[:, 1]
 
 
+def _system_prompt(name: str) -> str:
+    if name not in QWEN_PRM_SYSTEMS:
+        raise DataError(
+            None, f"unknown PRM prompt {name!r}; expected one of {sorted(QWEN_PRM_SYSTEMS)}"
+        )
+    return QWEN_PRM_SYSTEMS[name]
+
+
 class MathShepherdPRM(PRM):
+    """Math-Shepherd: ``f"{question} {step_1} ки\n\n{step_2} ки ..."``, read at every ``ки``.
+
+    Every step gets its tag, including an empty last step (a response ending in ``"\n\n"``;
+    the reference's text rule gives it none) and steps ending in whitespace; the tag is always
+    token 12902 (``▁ки``) whatever the tokenizer version does with the space before it.
+    """
+
     kind = "math-shepherd"
+    tag = " ки"
 
     def _load(self, path: str) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM
 
-        return _tokenizer(path), AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype)
+        model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(self.dtype))
+        return _tokenizer(path), model
 
     def _setup(self) -> None:
-        plus_minus = self.tokenizer.encode("+ -", add_special_tokens=False)
-        self.candidate_ids = [int(plus_minus[0]), int(plus_minus[-1])]  # [+, -]
-        self.tag_id = int(self.tokenizer.encode("ки", add_special_tokens=False)[-1])
+        # the reference's encode("+ -")[1:]: "▁+", "▁-" (648, 387), read after a word so no
+        # tokenizer version can drop the "▁"
+        plus_minus = self.tokenizer.encode("a + -", add_special_tokens=False)
+        self.candidate_ids = [int(plus_minus[-2]), int(plus_minus[-1])]  # [+, -]
+        # the tag as it follows a word in the reference's text (" ки": token 12902, "▁ки")
+        self.tag_id = int(_tag_ids(self.tokenizer, "a", self.tag)[1][-1])
 
     def encode(self, question: str, steps: list[str]) -> Encoded:
-        answer = "\n\n".join(steps).replace("\n\n", " ки\n\n")
-        answer = answer if answer.endswith("\n\n") else answer + " ки"
-        ids = self.tokenizer.encode(f"{question} {answer}")
-        return Encoded(ids, _positions(ids, self.tag_id), len(steps))
+        bos = self.tokenizer.bos_token_id
+        first = [int(bos)] if bos is not None and self.tokenizer.encode("x")[0] == bos else []
+        segments = [f"{question} {steps[0]}"] + ["\n\n" + step for step in steps[1:]]
+        return _segments_with_tags(self.tokenizer, first, segments, "a", self.tag)
 
     def readout(self, hidden: Any) -> Any:
         logits = self.model.get_output_embeddings()(hidden)[:, self.candidate_ids]
@@ -128,10 +219,15 @@ class MathShepherdPRM(PRM):
 
 
 class ReasonEvalPRM(PRM):
+    """ReasonEval-7B: the reference's separator arithmetic; inputs are cut on the raw ids
+    (separators included) at ``max_tokens``, as the reference cuts them."""
+
     kind = "reasoneval"
 
     def _load(self, path: str) -> tuple[Any, Any]:
-        return _tokenizer(path), reasoneval_class().from_pretrained(path, dtype=self.dtype)
+        return _tokenizer(path), reasoneval_class().from_pretrained(
+            path, **dtype_kwargs(self.dtype)
+        )
 
     def _setup(self) -> None:
         self.separator = str(self.tokenizer.pad_token)
@@ -139,17 +235,33 @@ class ReasonEvalPRM(PRM):
         bos = self.tokenizer.bos_token_id
         self.bos_id = int(bos if bos is not None else 1)
 
-    def encode(self, question: str, steps: list[str]) -> Encoded:
+    def _raw_ids(self, question: str, steps: list[str]) -> list[int]:
         sep = self.separator
         text = REASONEVAL_PROMPT.replace("{input}", question) + sep + sep.join(steps) + sep
-        raw = self.tokenizer(text)["input_ids"]
+        return self.tokenizer(text)["input_ids"]
+
+    def _adjust(self, raw: list[int], n_steps: int) -> Encoded:
         kept, labelled = [], []
         for idx, token in enumerate(raw):  # the reference's index arithmetic, verbatim
             if token == self.separator_id:
                 labelled.append(idx - 1 - len(labelled))
             else:
                 kept.append(token)
-        return Encoded([self.bos_id, *kept], labelled[2:], len(steps))
+        return Encoded([self.bos_id, *kept], labelled[2:], n_steps)
+
+    def encode(self, question: str, steps: list[str]) -> Encoded:
+        return self._adjust(self._raw_ids(question, steps), len(steps))
+
+    def prepare(self, question: str, steps: list[str]) -> Encoded:
+        steps = list(steps) if len(steps) else [""]
+        raw = self._raw_ids(question, steps)
+        full = super().prepare(question, steps)  # checks the separator count
+        if len(raw) <= self.max_tokens:
+            return full
+        cut = self._adjust(raw[: self.max_tokens], len(steps))
+        kept = [p for p in cut.positions if p < len(cut.input_ids)]
+        end = (kept[-1] + 1) if kept else len(cut.input_ids)
+        return Encoded(cut.input_ids[:end], kept, len(steps), len(kept) < len(steps))
 
     def readout(self, hidden: Any) -> Any:
         probs = self.model.score_head(hidden).float().softmax(-1)
@@ -158,7 +270,13 @@ class ReasonEvalPRM(PRM):
 
 class TokenClassificationPRM(PRM):
     """Any token-classification model read at a separator token (options: ``separator``,
-    ``positive_label``)."""
+    ``positive_label``, ``prompt``).
+
+    Steps are encoded one by one, each followed by the separator's id, as TRL's PRM trainer
+    does; so a separator that would merge with its neighbours in one string (TRL's default
+    ``"\n"``) is still found. The prompt part is the Qwen chat layout when the tokenizer has a
+    chat template, else ``f"{question}\n\n"``.
+    """
 
     kind = "token-classification"
 
@@ -166,13 +284,14 @@ class TokenClassificationPRM(PRM):
         from transformers import AutoModelForTokenClassification
 
         return _tokenizer(path), AutoModelForTokenClassification.from_pretrained(
-            path, dtype=self.dtype
+            path, **dtype_kwargs(self.dtype)
         )
 
     def _setup(self) -> None:
         self.separator = str(self.options.get("separator", "<extra_0>"))
         self.separator_id = _token_id(self.tokenizer, self.separator)
         self.positive_label = int(self.options.get("positive_label", 1))
+        self.system = _system_prompt(self.options.get("prompt", "park"))
         head = next(
             (getattr(self.model, n) for n in ("score", "classifier") if hasattr(self.model, n)),
             None,
@@ -186,21 +305,28 @@ class TokenClassificationPRM(PRM):
     def body(self) -> Any:
         return getattr(self.model, self.model.base_model_prefix)
 
-    def encode(self, question: str, steps: list[str]) -> Encoded:
-        content = self.separator.join(steps) + self.separator
+    def _prompt_ids(self, question: str) -> list[int]:
         if getattr(self.tokenizer, "chat_template", None):
+            marker = "\x00STEPS\x00"
             messages = [
-                {"role": "system", "content": QWEN_PRM_SYSTEM},
+                {"role": "system", "content": self.system},
                 {"role": "user", "content": question},
-                {"role": "assistant", "content": content},
+                {"role": "assistant", "content": marker},
             ]
             text = self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=False
             )
-        else:
-            text = f"{question}\n\n{content}"
-        ids = self.tokenizer.encode(text)
-        return Encoded(ids, _positions(ids, self.separator_id), len(steps))
+            return self.tokenizer.encode(text.split(marker)[0])
+        return self.tokenizer.encode(f"{question}\n\n")
+
+    def encode(self, question: str, steps: list[str]) -> Encoded:
+        ids = self._prompt_ids(question)
+        positions = []
+        for step in steps:
+            ids += self.tokenizer.encode(step, add_special_tokens=False) if step else []
+            positions.append(len(ids))
+            ids.append(self.separator_id)
+        return Encoded(ids, positions, len(steps))
 
     def readout(self, hidden: Any) -> Any:
         logits = self.head(hidden).float()

@@ -24,7 +24,7 @@ class _HeadOnBody:
 
 @lru_cache(maxsize=1)
 def qwen_prm_class() -> type:
-    """``QwenProcessRewardModel``: a Qwen2 body with Qwen2.5-Math-PRM's ``score`` head.
+    """``Qwen2ForProcessRewardModel``: a Qwen2 body with Qwen2.5-Math-PRM's ``score`` head.
 
     Parameter names match the released checkpoint (``model.*``, ``score.0.*``, ``score.2.*``),
     so ``from_pretrained`` loads it without remote code.
@@ -33,7 +33,7 @@ def qwen_prm_class() -> type:
     from transformers import Qwen2Model
     from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
 
-    class QwenProcessRewardModel(_HeadOnBody, Qwen2PreTrainedModel):
+    class Qwen2ForProcessRewardModel(_HeadOnBody, Qwen2PreTrainedModel):
         head_name = "score"
 
         def __init__(self, config: Any) -> None:
@@ -43,7 +43,7 @@ def qwen_prm_class() -> type:
             self.score = nn.Sequential(nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 2))
             self.post_init()
 
-    return QwenProcessRewardModel
+    return Qwen2ForProcessRewardModel
 
 
 @lru_cache(maxsize=1)

@@ -19,15 +19,21 @@ Park et al.'s ``math500`` set is *not* MATH-500: it is every 10th row of the 500
 test split (``every=10``, rows 0, 10, 20, ...). Which rows that picks depends on the row order;
 ``math.jsonl`` is in the order of ``hendrycks/competition_math`` (``idx`` 0..4999).
 
-Hub ids (used only when a name, not a path, is given and ``datasets`` is importable and online):
-see :data:`HUB_SOURCES`.
+Named sets (:data:`NAMED_SETS`) are read from the copies packaged with dprm
+(``dprm/llm/question_sets/*.jsonl.gz``, provenance and licences in ``PROVENANCE.md`` there), so
+they need no network; ``hub=True`` (``--hub``) loads them from the Hugging Face hub instead
+(:data:`HUB_SOURCES`). ``math500train`` (Park et al.'s calibration set: every 15th row of the
+7,500-row MATH train split, 500 questions) is not packaged and always comes from the hub, with
+Park's fallback to the seven ``EleutherAI/hendrycks_math`` subjects in alphabetical order.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
+from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -36,40 +42,48 @@ from dprm.io import DataError, atomic_path
 
 QUESTION_COLUMNS = ("question_id", "question", "answer")
 PARK_MATH_STRIDE = 10
+PARK_TRAIN_STRIDE = 15
+PARK_TRAIN_ROWS = 7500
 
 # name -> list of (hub id, config, split); several entries are concatenated in order.
 HUB_SOURCES: dict[str, list[tuple[str, str | None, str]]] = {
     "math500": [("HuggingFaceH4/MATH-500", None, "test")],
     "math": [("hendrycks/competition_math", None, "test")],
+    "math-train": [("hendrycks/competition_math", None, "train")],
     "aime24": [("HuggingFaceH4/aime_2024", None, "train")],
     "aime25": [
         ("opencompass/AIME2025", "AIME2025-I", "test"),
         ("opencompass/AIME2025", "AIME2025-II", "test"),
     ],
 }
+MATH_SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)
 # Park's fallback when hendrycks/competition_math is gone: the 7 subjects, alphabetical.
-_MATH_FALLBACK = [
-    ("EleutherAI/hendrycks_math", subject, "test")
-    for subject in (
-        "algebra",
-        "counting_and_probability",
-        "geometry",
-        "intermediate_algebra",
-        "number_theory",
-        "prealgebra",
-        "precalculus",
-    )
-]
-# aliases -> (hub name, stride)
+HUB_FALLBACKS: dict[str, list[tuple[str, str | None, str]]] = {
+    name: [("EleutherAI/hendrycks_math", subject, split) for subject in MATH_SUBJECTS]
+    for name, split in (("math", "test"), ("math-train", "train"))
+}
+# aliases -> (set name, stride); a set name with a packaged copy is read offline
 NAMED_SETS = {
     "math500": ("math500", 1),
     "math": ("math", 1),
     "math-park": ("math", PARK_MATH_STRIDE),
+    "math500train": ("math-train", PARK_TRAIN_STRIDE),
     "aime24": ("aime24", 1),
     "aime2024": ("aime24", 1),
     "aime25": ("aime25", 1),
     "aime2025": ("aime25", 1),
 }
+PACKAGED_SETS = ("math500", "math", "aime24", "aime25")
+#: rows the hub copy must have (Park's assertion for the MATH train split)
+EXPECTED_ROWS = {"math-train": PARK_TRAIN_ROWS}
 
 
 def extract_boxed(text: str) -> str | None:
@@ -115,7 +129,10 @@ def read_records(path: str | os.PathLike) -> list[dict]:
         raise DataError(path, "file not found (expected questions as .jsonl, .json or .parquet)")
     if path.suffix == ".parquet":
         return pd.read_parquet(path).to_dict("records")
-    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".gz":
+        text = gzip.decompress(path.read_bytes()).decode("utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
     if path.suffix == ".json" or text.lstrip().startswith("["):
         try:
             data = json.loads(text)
@@ -200,8 +217,15 @@ def _question_id(row: dict, row_no: int, prefix: str) -> str:
 
 
 def _default_prefix(path: Path) -> str:
-    stem = path.stem.lower()
+    stem = path.name.lower().split(".")[0]
     return {"math": "math", "aime24": "aime24", "aime25": "aime25"}.get(stem, stem)
+
+
+def packaged_path(name: str) -> Path:
+    """The packaged copy of a named set (``math500``, ``math``, ``aime24``, ``aime25``)."""
+    if name not in PACKAGED_SETS:
+        raise DataError(name, f"no packaged copy; packaged sets are {list(PACKAGED_SETS)}")
+    return Path(str(resources.files("dprm.llm") / "question_sets" / f"{name}.jsonl.gz"))
 
 
 def load_questions(
@@ -211,18 +235,20 @@ def load_questions(
     offset: int = 0,
     limit: int | None = None,
     id_prefix: str | None = None,
+    hub: bool = False,
 ) -> pd.DataFrame:
     """Load and normalise a question set from a local file or a known name.
 
     Args:
-        source: a path (``.jsonl``/``.json``/``.parquet``) or one of :data:`NAMED_SETS`
-            (``math500``, ``math``, ``math-park``, ``aime24``, ``aime25``), which is read from the
-            hub with ``datasets`` (needs the package and network).
+        source: a path (``.jsonl``/``.jsonl.gz``/``.json``/``.parquet``) or one of
+            :data:`NAMED_SETS` (``math500``, ``math``, ``math-park``, ``aime24``, ``aime25``:
+            packaged, offline; ``math500train``: hub only).
         every: keep every ``every``-th row starting at ``offset`` (Park's MATH subset: 10).
             ``math-park`` implies ``every=10``.
         offset: first row kept.
         limit: keep at most this many questions (after striding).
         id_prefix: prefix for generated question ids.
+        hub: read a named set from the hub even when a packaged copy exists.
 
     Returns:
         DataFrame with ``question_id, question, answer`` (+ ``subject``/``type``/``level`` when
@@ -234,11 +260,15 @@ def load_questions(
     elif str(source) in NAMED_SETS:
         name, stride = NAMED_SETS[str(source)]
         every = every if every != 1 else stride
-        frame = normalise(load_hub_rows(name), str(source), id_prefix or name)
+        if name in PACKAGED_SETS and not hub:
+            rows = read_records(packaged_path(name))
+        else:
+            rows = load_hub_rows(name)
+        frame = normalise(rows, str(source), id_prefix or name)
     else:
         raise DataError(
             path,
-            f"not found; expected a question file or one of {sorted(NAMED_SETS)} (hub, online)",
+            f"not found; expected a question file or one of {sorted(NAMED_SETS)}",
         )
     if every < 1 or offset < 0:
         raise ValueError(f"every={every}, offset={offset}: expected every >= 1 and offset >= 0")
@@ -248,14 +278,27 @@ def load_questions(
     return frame.reset_index(drop=True)
 
 
+_OFFLINE_HELP = (
+    "without a hub: on a machine that has one, run `dprm questions {name} --out q.jsonl` (or "
+    "export the dataset to JSONL yourself) and pass that file here instead of the name"
+)
+
+
 def load_hub_rows(name: str) -> list[dict]:
-    """Raw rows of a named set from the Hugging Face hub (needs ``datasets`` and network)."""
+    """Raw rows of a named set from the Hugging Face hub (needs ``datasets`` and network).
+
+    Park's rules: the MATH splits fall back to the seven ``EleutherAI/hendrycks_math`` subjects
+    concatenated in alphabetical order when ``hendrycks/competition_math`` fails to load; the
+    train split must have 7,500 rows. Rows get ``idx`` = their position (the id Park's stride
+    selects by).
+    """
     try:
         import datasets
     except ImportError as err:
         raise DataError(
             name,
-            "loading by name needs the 'datasets' package and network; pass a local file instead",
+            f"loading from the hub needs the 'datasets' package (pip install 'dprm[llm]') and "
+            f"network; {_OFFLINE_HELP.format(name=name)}",
         ) from err
     specs = HUB_SOURCES[name]
     try:
@@ -263,13 +306,26 @@ def load_hub_rows(name: str) -> list[dict]:
             datasets.load_dataset(hub_id, config, split=split) for hub_id, config, split in specs
         ]
     except Exception as err:  # noqa: BLE001 - hub errors come in many types
-        if name != "math":
-            raise DataError(name, f"could not load {specs} from the hub ({err})") from err
-        parts = [datasets.load_dataset(h, c, split=s) for h, c, s in _MATH_FALLBACK]
+        if name not in HUB_FALLBACKS:
+            raise DataError(
+                name,
+                f"could not load {specs} from the hub ({err}); {_OFFLINE_HELP.format(name=name)}",
+            ) from err
+        try:
+            parts = [datasets.load_dataset(h, c, split=s) for h, c, s in HUB_FALLBACKS[name]]
+        except Exception as fallback_err:  # noqa: BLE001
+            raise DataError(
+                name,
+                f"could not load {specs} ({err}) nor the fallback EleutherAI/hendrycks_math "
+                f"({fallback_err}); {_OFFLINE_HELP.format(name=name)}",
+            ) from fallback_err
     rows: list[dict] = []
     for part in parts:
         rows.extend(dict(r) for r in part)
-    if name == "math":
+    expected = EXPECTED_ROWS.get(name)
+    if expected is not None and len(rows) != expected:
+        raise DataError(name, f"the hub returned {len(rows)} rows; expected {expected}")
+    if name in HUB_FALLBACKS:
         for i, row in enumerate(rows):
             row.setdefault("idx", i)
     return rows

@@ -2,7 +2,7 @@
 
 **Trajectories** (``generate_trajectories``): ``n`` responses per question from Park's prompt,
 graded against the gold answer. Columns: ``question_id, response_id, question, answer,
-response, n_tokens, finish_reason, correct, grade_timeout``.
+response, n_tokens, finish_reason, stop_reason, correct, grade_timeout``.
 
 **Labels** (``rollout_labels``): for each trajectory split into steps on ``"\\n\\n"``
 (n_steps pieces) and each k = 0..K (``max_steps``, default 20):
@@ -53,6 +53,8 @@ class SamplingConfig:
     top_p: float = 1.0
     max_new_tokens: int = 2048
     seed: int = 42
+    top_k: int = 0  # 0: off (the reference's)
+    repetition_penalty: float = 1.0  # never the checkpoint's generation_config.json
     boxed_first: bool = False  # Park: draw int(1.25 n), keep boxed ones first, then n
     template: str | None = None  # "qwen" | "llama3"; None: from the model name
 
@@ -90,6 +92,8 @@ def sample(
                 top_p=sampling.top_p,
                 max_new_tokens=sampling.max_new_tokens,
                 seeds=seeds[start : start + chunk],
+                top_k=sampling.top_k,
+                repetition_penalty=sampling.repetition_penalty,
             )
         )
     if sampling.boxed_first:
@@ -119,9 +123,11 @@ def generate_trajectories(
                     "response": c.text,
                     "n_tokens": c.n_tokens,
                     "finish_reason": c.finish_reason,
+                    "stop_reason": None if c.stop_reason is None else str(c.stop_reason),
                 }
             )
-    frame = pd.DataFrame(rows, columns=[*TRAJECTORY_COLUMNS, "n_tokens", "finish_reason"])
+    columns = [*TRAJECTORY_COLUMNS, "n_tokens", "finish_reason", "stop_reason"]
+    frame = pd.DataFrame(rows, columns=columns).astype({"stop_reason": "string"})
     graded = pool.grade(frame["answer"].tolist(), frame["response"].tolist())
     frame["correct"], frame["grade_timeout"] = graded.correct, graded.timed_out
     return frame.astype({"response_id": "int32", "n_tokens": "int32"})

@@ -1,4 +1,4 @@
-"""The PRM wrapper base: one forward pass gives every step's score and hidden state.
+"""The PRM wrapper interface: one forward pass gives every step's score and hidden state.
 
 A wrapper (see :mod:`dprm.llm.prm` for the kinds) formats (question, steps) exactly as the
 reference does; :class:`PRM` runs the PRM body once over the whole trajectory and reads the
@@ -10,6 +10,9 @@ position (the body's last hidden state, after its final norm).
 Inputs longer than ``max_tokens`` (default 4096, the reference's cap, and never more than the
 model's position limit) are cut there; steps whose readout falls beyond the cut get no score,
 ``StepOutput.truncated`` is True, and callers count it. Nothing is dropped silently.
+
+A trajectory that cannot be scored at all raises :class:`UnscorableError` with a ``reason``
+(:data:`UNSCORABLE_REASONS`); the embed stage records it and goes on with the rest of the part.
 """
 
 from __future__ import annotations
@@ -22,6 +25,25 @@ import numpy as np
 from dprm.io import DataError
 
 DEFAULT_MAX_TOKENS = 4096
+
+#: why a trajectory could not be scored (the keys of the embed stage's ``unscorable`` counts)
+UNSCORABLE_REASONS = {
+    "no_step_tag": "the step readout tokens found in the encoded text do not match the steps",
+    "over_long": "the input before the first readout exceeds max_tokens",
+    "empty": "the response is empty (no text to score)",
+}
+
+
+class UnscorableError(DataError):
+    """A trajectory the PRM cannot score; ``reason`` is a key of :data:`UNSCORABLE_REASONS`."""
+
+    def __init__(self, reason: str, message: str):
+        if reason not in UNSCORABLE_REASONS:
+            raise ValueError(
+                f"unknown reason {reason!r}; expected one of {sorted(UNSCORABLE_REASONS)}"
+            )
+        super().__init__(None, message)
+        self.reason = reason
 
 
 @dataclass
@@ -58,7 +80,7 @@ class PRM:
         batch_tokens: padded tokens per forward batch (length-sorted batches).
     """
 
-    kind = "base"
+    kind = "interface"
 
     def __init__(
         self,
@@ -124,8 +146,8 @@ class PRM:
         steps = list(steps) if len(steps) else [""]
         enc = self.encode(question, steps)
         if len(enc.positions) != len(steps):
-            raise DataError(
-                None,
+            raise UnscorableError(
+                "no_step_tag",
                 f"{self.kind}: found {len(enc.positions)} step positions for {len(steps)} steps "
                 f"(does a step contain the separator token?) in question {question[:60]!r}",
             )
@@ -188,7 +210,7 @@ class PRM:
             return np.zeros(0, np.float32), np.zeros((0, self.hidden_dim), np.float32)
         for q, out in zip(questions, outs, strict=True):
             if len(out.scores) == 0:
-                raise DataError(
-                    None, f"question alone exceeds max_tokens={self.max_tokens}: {q[:60]!r}"
+                raise UnscorableError(
+                    "over_long", f"question alone exceeds max_tokens={self.max_tokens}: {q[:60]!r}"
                 )
         return np.array([o.scores[0] for o in outs]), np.stack([o.hidden[0] for o in outs])
