@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 #: records of the ID calibration set kept per method for the flexibility figure
 FLEX_SAMPLE = 256
-COVERAGE_LEVELS = np.round(np.linspace(0.0, 1.0, 11), 10)
-FLEX_LEVELS = np.linspace(0.0, 1.0, 101)
 
 
 def _mc_seed(world: str, split: str) -> int:
@@ -144,22 +142,15 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
 def _figure_data(model, data, name: str, sample: np.ndarray | None) -> dict[str, Any]:
     """Coverage curve, reliability bins and (ID only) a sample of quantile curves."""
     from dprm import metrics as M
+    from dprm.models.interface import predict
 
     y = data.records["success_prob"].to_numpy(np.float64)
     score = data.records["prm_score"].to_numpy(np.float32)
-    hidden = data.hidden if model.uses_hidden else None
     out: dict[str, Any] = {}
-    if model.kind == "point":
-        p = model.point_estimate(hidden, score).astype(np.float64)
-    elif model.kind == "levels":
-        levels = np.asarray(model.fixed_levels, np.float64)
-        q = model.quantiles(hidden, levels, score).astype(np.float64)
-        p = q[:, int(np.argmin(np.abs(levels - 0.5)))]
-        out["coverage"] = {"levels": levels.tolist(), "values": M.coverage(q, y).tolist()}
-    else:
-        q = model.quantiles(hidden, COVERAGE_LEVELS, score).astype(np.float64)
-        p = M.trapezoid_mean(q)
-        out["coverage"] = {"levels": COVERAGE_LEVELS.tolist(), "values": M.coverage(q, y).tolist()}
+    pred = predict(model, data.hidden, score, M.LEVELS_11)
+    p = pred.p
+    if pred.q is not None:
+        out["coverage"] = {"levels": pred.levels.tolist(), "values": M.coverage(pred.q, y).tolist()}
     bins = M.ece_bins(np.clip(p, M.ECE_EDGES[0], M.ECE_EDGES[-1]))
     n_bins = len(M.ECE_EDGES) - 1
     count = np.bincount(bins, minlength=n_bins)
@@ -171,17 +162,12 @@ def _figure_data(model, data, name: str, sample: np.ndarray | None) -> dict[str,
     }
     if sample is not None and model.kind != "point":
         part = data.subset(sample)
-        levels = (
-            FLEX_LEVELS
-            if model.kind == "distribution"
-            else np.asarray(model.fixed_levels, np.float64)
-        )
-        s_hidden = part.hidden if model.uses_hidden else None
-        q = model.quantiles(s_hidden, levels, part.records["prm_score"].to_numpy(np.float32))
+        levels = M.LEVELS_101 if model.kind == "distribution" else M.LEVELS_11
+        flex = predict(model, part.hidden, part.records["prm_score"].to_numpy(np.float32), levels)
         out["flex"] = {
             "rows": sample.tolist(),
-            "levels": levels.tolist(),
-            "values": np.round(q, 6).tolist(),
+            "levels": flex.levels.tolist(),
+            "values": np.round(flex.q, 6).tolist(),
         }
     return out
 
@@ -221,13 +207,13 @@ def evaluate_one(
             rng = np.random.default_rng(0)
             sample = np.sort(rng.choice(len(data), min(FLEX_SAMPLE, len(data)), replace=False))
             if model is None and data.has_truth:  # the truth curve of the same records
-                from dprm.metrics import true_quantiles
+                from dprm.metrics import LEVELS_101, true_quantiles
 
                 rec = data.records.iloc[sample]
-                q = true_quantiles(rec["true_mu"], rec["true_sigma"], FLEX_LEVELS)
+                q = true_quantiles(rec["true_mu"], rec["true_sigma"], LEVELS_101)
                 result["truth_flex"] = {
                     "rows": sample.tolist(),
-                    "levels": FLEX_LEVELS.tolist(),
+                    "levels": LEVELS_101.tolist(),
                     "values": np.round(q, 6).tolist(),
                 }
         result["splits"][split] = {
