@@ -1,13 +1,30 @@
-"""``dprm ias``: instance-adaptive best-of-N sweeps on a BoN set (contract, DESIGN.md section 4)."""
+"""``dprm ias``: instance-adaptive best-of-N sweeps on a BoN set (contract, docs/design.md §4)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from dprm.cli._common import integer_at_least, unit_interval
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    check_out,
+    integer_at_least,
+    unit_interval,
+)
 
-ORDER = 60
+#: every file ``dprm ias`` writes into --out, and what it holds (the help lists them)
+OUTPUT_FILES = {
+    "ias.csv": "method, sweep, C, level, cost, accuracy, accuracy_mc (one row per point)",
+    "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), "
+    "n_questions",
+    "budgets.parquet": "per-question budget n (question_id, method, sweep, C, level, n); for the "
+    "beta sweep n is the cap N_i",
+    "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
+    "ias_meta.json": "settings, inputs, column meanings, version",
+}
 
 COLUMN_DOC = {
     "method": "calibrator display name (base = the raw PRM score; names as in dprm evaluate)",
@@ -21,14 +38,15 @@ COLUMN_DOC = {
 
 
 def _ias(args: argparse.Namespace) -> int:
+    out = check_out(args, directory=True)
+    apply_threads(args)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dprm import __version__
     from dprm.data import read_bon_set
     from dprm.evaluation import model_names
     from dprm.ias import BUDGET_COLUMNS, SUMMARY_COLUMNS, Pools, run_ias, uniform_curve
-    from dprm.io import atomic_path, write_json
+    from dprm.io import atomic_dir
     from dprm.models import load
 
     bon = read_bon_set(args.bon)
@@ -44,36 +62,17 @@ def _ias(args: argparse.Namespace) -> int:
         seed=args.seed,
         greedy=args.greedy,
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "ias.csv") as tmp:
-        summary[SUMMARY_COLUMNS].to_csv(tmp, index=False)
-    with atomic_path(out / "ias_full.csv") as tmp:
-        summary.to_csv(tmp, index=False)
-    with atomic_path(out / "budgets.parquet") as tmp:
-        pq.write_table(pa.Table.from_pandas(budgets[BUDGET_COLUMNS], preserve_index=False), tmp)
-    with atomic_path(out / "uniform.csv") as tmp:
-        uniform_curve(Pools.from_bon(bon), n_max=args.n_max).to_csv(tmp, index=False)
-    write_json(
-        out / "ias_meta.json",
-        {
-            "bon": str(bon.path),
-            "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
-            "beta": args.beta,
-            "n_max": args.n_max,
-            "mc_trials": args.mc_trials,
-            "seed": args.seed,
-            "greedy": args.greedy,
-            "n_questions": len(bon),
-            "columns": COLUMN_DOC,
-            "extra_files": {
-                "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), n_questions",
-                "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
-                "budgets.parquet": "per-question budget n; for the beta sweep n is the cap N_i",
-            },
-            "dprm_version": __version__,
-        },
-    )
+    with atomic_dir(out) as tmp:
+        summary[SUMMARY_COLUMNS].to_csv(tmp / "ias.csv", index=False)
+        summary.to_csv(tmp / "ias_full.csv", index=False)
+        pq.write_table(
+            pa.Table.from_pandas(budgets[BUDGET_COLUMNS], preserve_index=False),
+            tmp / "budgets.parquet",
+        )
+        uniform_curve(Pools.from_bon(bon), n_max=args.n_max).to_csv(
+            tmp / "uniform.csv", index=False
+        )
+        _write_meta(tmp / "ias_meta.json", args, bon, names)
     if not args.quiet:
         c_rows = summary[summary["sweep"] == "C"]
         for method, grp in c_rows.groupby("method", sort=False):
@@ -86,6 +85,31 @@ def _ias(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_meta(path: Path, args: argparse.Namespace, bon, names: list[str]) -> None:
+    from dprm import __version__
+    from dprm.io import write_json
+
+    write_json(
+        path,
+        {
+            "bon": str(bon.path),
+            "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
+            "beta": args.beta,
+            "n_max": args.n_max,
+            "mc_trials": args.mc_trials,
+            "seed": args.seed,
+            "greedy": args.greedy,
+            "n_questions": len(bon),
+            "columns": COLUMN_DOC,
+            "extra_files": {
+                name: OUTPUT_FILES[name]
+                for name in ("ias_full.csv", "uniform.csv", "budgets.parquet")
+            },
+            "dprm_version": __version__,
+        },
+    )
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "ias",
@@ -94,16 +118,16 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Allocate a per-question sample budget with Base (the raw PRM score), each --model "
             "(QR: point rule at Q(beta); full-distribution calibrators: the mixture rule over 100 "
             "mid-point levels) and pick the candidate with the highest uncalibrated PRM score. "
-            "Writes OUT/ias.csv (method, sweep, C, level, cost, accuracy, accuracy_mc), "
-            "OUT/budgets.parquet (question_id, method, sweep, C, level, n) and OUT/ias_meta.json. "
-            "'accuracy' is the exact expectation over draws; 'accuracy_mc' a seeded Monte Carlo."
+            "'accuracy' is the exact expectation over draws; 'accuracy_mc' a seeded Monte "
+            "Carlo.\n\nWrites the directory OUT (atomically, all files or none):\n"
+            + "\n".join(f"  {name:<16} {what}" for name, what in OUTPUT_FILES.items())
         ),
     )
     parser.add_argument("--bon", required=True, help="best-of-N set directory")
     parser.add_argument(
         "--model", action="append", default=[], help="calibrator directory (repeatable)"
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    add_output_flags(parser, "output directory", metavar="DIR")
     parser.add_argument(
         "--beta",
         type=unit_interval,
@@ -127,5 +151,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
         "see docs/calibrators.md)",
     )
-    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    add_threads_flag(parser)
+    add_progress_flags(parser)
     parser.set_defaults(func=_ias)
