@@ -170,38 +170,43 @@ FIELD_TYPES: dict[str, Callable[[str], Any]] = {
 }
 
 
-def add_dataclass_flags(
-    group: argparse._ActionsContainer,
-    config_class: type,
-    fields: list[str],
-    exclude_defaults: tuple[str, ...] = (),
-) -> None:
-    """One flag per dataclass field, its default, type and help taken from the field.
+#: named argparse types a field's metadata may ask for (metadata holds names, not functions)
+NAMED_TYPES: dict[str, Callable[[str], Any]] = {"unit_interval": unit_interval}
 
-    A field's ``metadata`` may hold ``help`` (the text), ``flag`` (a flag name other than
-    ``--field-name``), ``type`` (an argparse type such as :func:`unit_interval`),
-    ``choices``, ``metavar`` and ``required``. The flag's default is the field's default, so the dataclass
-    stays the one place a setting is written.
+
+def add_dataclass_flags(
+    parser: argparse.ArgumentParser, config_class: type
+) -> dict[str, argparse._ArgumentGroup]:
+    """One flag per dataclass field; default, type and help are taken from the field.
+
+    A field's ``metadata`` holds ``help`` and optionally ``flag`` (a name other than
+    ``--field-name``), ``type`` (a key of :data:`NAMED_TYPES`), ``choices``, ``metavar``,
+    ``required`` and ``group`` (a help section, created on first use). The flag's default is
+    the field's, so the dataclass stays the one place a setting is written.
+
+    Returns:
+        The help sections created, by name (for flags that are not settings).
     """
-    by_name = {f.name: f for f in dataclasses.fields(config_class)}
-    for name in fields:
-        f = by_name[name]
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in dataclasses.fields(config_class):
         meta = f.metadata
+        group = meta.get("group")
+        container = (
+            parser if group is None else groups.setdefault(group, parser.add_argument_group(group))
+        )
         annotation = f.type if isinstance(f.type, str) else f.type.__name__
         required = meta.get("required", False)
-        default = None if required or name in exclude_defaults else f.default
-        if default is dataclasses.MISSING:
-            default = None
-        group.add_argument(
-            meta.get("flag", "--" + name.replace("_", "-")),
-            dest=name,
-            type=meta.get("type", FIELD_TYPES[annotation]),
+        container.add_argument(
+            meta.get("flag", "--" + f.name.replace("_", "-")),
+            dest=f.name,
+            type=NAMED_TYPES[meta["type"]] if "type" in meta else FIELD_TYPES[annotation],
             choices=meta.get("choices"),
-            default=default,
+            default=None if f.default is dataclasses.MISSING else f.default,
             required=required,
             metavar=meta.get("metavar"),
-            help=meta.get("help", ""),
+            help=meta["help"],
         )
+    return groups
 
 
 def dataclass_from_args(config_class: type, args: argparse.Namespace, **fixed: Any) -> Any:
