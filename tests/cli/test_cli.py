@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import subprocess
 import sys
-import json
 from pathlib import Path
 
 import pytest
