@@ -56,7 +56,7 @@ def _publish_mode(path: Path, directory: bool) -> None:
     if not directory:
         os.chmod(path, 0o666 & ~mask)
         return
-    for root, dirs, files in os.walk(path):
+    for root, _dirs, files in os.walk(path):
         os.chmod(root, 0o777 & ~mask)
         for name in files:
             os.chmod(Path(root) / name, 0o666 & ~mask)
