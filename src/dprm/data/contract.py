@@ -1,6 +1,6 @@
 """Read, write and validate calibration sets, best-of-N sets and labelled prefixes.
 
-The formats are a contract (DESIGN.md section 2). Readers memory-map ``hidden_states.npy`` so
+The formats are a contract (docs/design.md §2). Readers memory-map ``hidden_states.npy`` so
 a 100k x 3584 set is never copied into RAM; writers fill a memory-mapped file chunk by chunk and
 swap the finished directory in atomically. Every validation failure raises
 :class:`dprm.io.DataError` naming the file, the column or row, and what was expected.
