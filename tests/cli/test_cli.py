@@ -124,3 +124,20 @@ def test_import_park_success(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as info:
         main(["import-park", "--json", str(src), "--out", str(out), "--n-rollouts", "0"])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize(("env", "cores", "expected"), [("3", 16, 3), ("", 2, 1), ("", 16, 4)])
+def test_default_threads_never_oversubscribes(monkeypatch, env, cores, expected) -> None:
+    from dprm.cli import _common
+
+    monkeypatch.setenv("OMP_NUM_THREADS", env)
+    monkeypatch.setattr(_common.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert _common.default_threads() == expected
+
+
+def test_help_defaults_survive_percent_signs() -> None:
+    from dprm.cli._common import HelpFormatter
+
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
+    parser.add_argument("--share", default="50%", help="a share")
+    assert "(default: 50%)" in parser.format_help()

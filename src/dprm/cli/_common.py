@@ -32,7 +32,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             or action.option_strings == []
         ):
             return text
-        return f"{text} (default: {default})"
+        shown = str(default).replace("%", "%%")  # the help string is %-formatted by argparse
+        return f"{text} (default: {shown})"
 
 
 def default_threads() -> int:
