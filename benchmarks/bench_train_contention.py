@@ -45,6 +45,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements each (default 3)")
     parser.add_argument("--size", default="demo", help="synthetic world size (default demo)")
+    parser.add_argument(
+        "--no-torch-default",
+        action="store_true",
+        help="measure only dprm's default --threads (the torch-default rows take minutes)",
+    )
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +62,8 @@ def main() -> None:
         data = root / "world" / "id" / "calib"
         print(f"{cores} usable cores, ot, {args.steps} steps, world size {args.size}")
         print(f"{'threads':<22} {'quiet s':>8} {'2 parallel s':>13} {'ratio':>6}")
-        for label, threads in (("default", None), (f"{cores} (torch default)", cores)):
+        settings = [("default", None), (f"{cores} (torch default)", cores)]
+        for label, threads in settings[:1] if args.no_torch_default else settings:
             quiet, loaded = [], []
             for r in range(args.repeats):  # interleaved, so slow drifts hit both alike
                 quiet += run_together([fit_command(data, root / f"q{r}", args.steps, threads)])
