@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -52,7 +51,7 @@ def test_evaluate_base_json_contract(world, tmp_path):
     assert list(result) == ["base"]
     base = result["base"]
     assert set(METRIC_KEYS) <= set(base) and {"quantile_error_true", "crps_true"} <= set(base)
-    assert math.isnan(base["wql"]) and math.isnan(base["calibration_area"])
+    assert base["wql"] is None and base["calibration_area"] is None  # strict JSON: NaN -> null
     assert base["brier"] == pytest.approx(base["pos_brier"] + base["neg_brier"])
     records = read_calibration_set(tmp_path / "w" / "id" / "calib").records
     assert base["n"] == len(records)

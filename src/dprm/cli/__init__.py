@@ -1,23 +1,125 @@
 """The ``dprm`` command-line program.
 
-Thin by design: each module in this package adds its subcommands through
-``register(subparsers)`` and turns flags into library calls. Modules are discovered
-automatically; ``ORDER`` (an int) sorts them in ``--help``.
+Thin by design: :data:`COMMANDS` is the table of subcommands (name -> module, one-line help,
+whether an interrupted run resumes). Only the module of the command being run is imported, so
+``dprm --help`` and ``dprm questions --help`` load neither torch nor a calibrator. Each module
+adds its subcommands through ``register(subparsers)`` and turns flags into library calls.
+
+Errors: bad input, bad settings and unwritable outputs end with one line on stderr and exit
+code 2; an interrupt with exit code 130; a traceback only with ``--debug`` or for an internal
+bug (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dprm import __version__
-from dprm.config import ConfigError
-from dprm.io import DataError
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A row of the command table."""
+
+    module: str
+    help: str
+    resumable: bool = False
+
+
+#: every subcommand, in ``dprm --help`` order (pipeline order)
+COMMANDS: dict[str, Command] = {
+    "synth": Command(
+        "dprm.cli.synth", "write a synthetic world (calibration + best-of-N sets with known truth)"
+    ),
+    "import-park": Command(
+        "dprm.cli.import_park",
+        "import Park et al.'s calibration JSON as labelled prefixes (labels.parquet)",
+    ),
+    "questions": Command(
+        "dprm.cli.questions", "normalise a question set to question_id, question, answer"
+    ),
+    "generate": Command(
+        "dprm.cli.sampling", "sample trajectories (responses) per question and grade them", True
+    ),
+    "rollout": Command(
+        "dprm.cli.sampling",
+        "Monte Carlo rollouts from every trajectory prefix -> labels with counts",
+        True,
+    ),
+    "embed": Command(
+        "dprm.cli.embed",
+        "PRM scores + hidden states: labels -> calibration set, --bon pool -> BoN set",
+        True,
+    ),
+    "merge": Command("dprm.cli.pipeline", "join the finished shards OUT.shards/ into OUT"),
+    "train": Command("dprm.cli.train", "fit a calibrator on a calibration set"),
+    "predict": Command(
+        "dprm.cli.predict",
+        "quantiles of a trained calibrator on a calibration or best-of-N set (.npy)",
+    ),
+    "evaluate": Command(
+        "dprm.cli.evaluate",
+        "Brier, PosBrier, ECE, WQL, calibration area, crossing rate (+ truth errors)",
+    ),
+    "ias": Command(
+        "dprm.cli.ias", "instance-adaptive best-of-N: C, tau and beta sweeps (exact + Monte Carlo)"
+    ),
+    "reproduce": Command(
+        "dprm.cli.reproduce",
+        "synth -> train -> evaluate -> ias -> tables, figures and report.md (resumable)",
+        True,
+    ),
+    "solve": Command(
+        "dprm.cli.solve",
+        "live adaptive best-of-N / beam search with a calibrated PRM (+ fixed baseline)",
+        True,
+    ),
+    "doctor": Command("dprm.cli.doctor", "check the installation and the optional extras"),
+}
+
+INTERRUPTED = {
+    True: "interrupted; finished work is kept, rerun the same command to resume",
+    False: "interrupted; nothing was written for the unfinished output (files that existed "
+    "before are unchanged); rerun to start again",
+}
+
+
+class _TableSubparsers:
+    """The subparsers action as modules see it: the one-line help comes from the table."""
+
+    def __init__(self, action: argparse._SubParsersAction):
+        self._action = action
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        kwargs["help"] = COMMANDS[name].help
+        kwargs["formatter_class"] = _formatter()  # one rule for defaults in every --help
+        return self._action.add_parser(name, **kwargs)
+
+    def __getattr__(self, attr: str):
+        return getattr(self._action, attr)
+
+
+def _formatter() -> type[argparse.HelpFormatter]:
+    from dprm.cli._common import HelpFormatter
+
+    return HelpFormatter
+
+
+def _module_available(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def build_parser(commands: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``dprm`` parser; only the modules of ``commands`` (None: all) are imported.
+
+    Commands not asked for get a placeholder parser carrying their one-line help.
+    """
     parser = argparse.ArgumentParser(
         prog="dprm",
         description=(
@@ -28,33 +130,50 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dprm {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of any error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(module, "register"):
-            modules.append(module)
-    for module in sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.__name__)):
-        module.register(sub)
+    table = _TableSubparsers(sub)
+    wanted = {COMMANDS[name].module for name in (COMMANDS if commands is None else commands)}
+    for name, command in COMMANDS.items():
+        if name in sub.choices:
+            continue  # registered with an earlier command of its module
+        if command.module in wanted and _module_available(command.module):
+            importlib.import_module(command.module).register(table)
+        if name not in sub.choices:
+            sub.add_parser(name, help=command.help)  # placeholder: help listing only
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (top-level flags take no values)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dprm``; returns the exit code (0 ok, 2 user error, 3 training failure, 130 ^C)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    name = _command_of(argv)
+    parser = build_parser([name] if name in COMMANDS else [])
     args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.error(f"{args.command}: not available in this installation")
     try:
         result = args.func(args)
-    except (DataError, ConfigError, FileNotFoundError) as err:
-        print(f"dprm {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        print(
-            f"dprm {args.command}: interrupted; finished work is kept, rerun to resume",
-            file=sys.stderr,
-        )
+        if args.debug:
+            raise
+        note = INTERRUPTED[COMMANDS[args.command].resumable]
+        print(f"dprm {args.command}: {note}", file=sys.stderr)
         return 130
+    except Exception as err:
+        from dprm.config import ConfigError
+        from dprm.io import DataError
+
+        if args.debug or not isinstance(err, DataError | ConfigError | OSError):
+            raise  # an internal bug: the traceback is the report
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"dprm {args.command}: error: {message}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

@@ -1,8 +1,108 @@
-"""Flag helpers shared by the subcommand modules."""
+"""Flag helpers shared by the subcommand modules (conventions: docs/cli.md).
+
+Light on purpose: building a parser imports nothing beyond the standard library, so
+``dprm --help`` stays fast. Every command that writes takes ``--out`` and ``--overwrite``; every
+compute command takes ``--threads``; progress bars are hidden with ``--no-progress`` and
+``--quiet`` prints nothing but errors.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions kept as written; a flag's default appended once, and only when it says
+    something (not for None / False, nor when the help text already states it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is False
+            or default == []
+            or default is argparse.SUPPRESS
+            or action.option_strings == []
+        ):
+            return text
+        shown = str(default).replace("%", "%%")  # the help string is %-formatted by argparse
+        return f"{text} (default: {shown})"
+
+
+def default_threads() -> int:
+    """Intra-op threads when ``--threads`` is not given: half the usable cores, at most 4.
+
+    A shared 2-core machine gets 1 thread per process, so two jobs side by side do not
+    oversubscribe it (torch's default, one thread per core, makes each of them several times
+    slower under contention). ``OMP_NUM_THREADS``, when set, wins.
+    """
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores // 2))
+
+
+def add_threads_flag(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: torch intra-op threads of a compute command."""
+    parser.add_argument(
+        "--threads",
+        type=integer_at_least(1),
+        default=None,
+        metavar="N",
+        help="CPU threads for torch (default: half the usable cores, at most 4, or "
+        "$OMP_NUM_THREADS; 1 on a 2-core machine)",
+    )
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """Set torch's intra-op threads from ``--threads`` (imports torch: call at run time)."""
+    import torch
+
+    torch.set_num_threads(args.threads or default_threads())
+
+
+def add_progress_flags(parser: argparse.ArgumentParser) -> None:
+    """``--no-progress`` (hide progress bars) and ``--quiet`` (print nothing but errors)."""
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--quiet", action="store_true", help="print nothing but errors (implies --no-progress)"
+    )
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """Whether progress bars are wanted (neither ``--no-progress`` nor ``--quiet``)."""
+    return not (args.no_progress or args.quiet)
+
+
+def add_output_flags(parser: argparse.ArgumentParser, help: str, metavar: str = "PATH") -> None:
+    """``--out PATH`` and ``--overwrite`` (replace an existing output; never implied)."""
+    parser.add_argument("--out", required=True, metavar=metavar, help=help)
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing output (without it an existing --out is an error and nothing "
+        "is touched)",
+    )
+
+
+def check_out(args: argparse.Namespace, *, directory: bool, resumable: bool = False) -> Path:
+    """Check ``--out`` before any work (see :func:`dprm.io.check_output`)."""
+    from dprm.io import check_output
+
+    return check_output(
+        args.out, overwrite=args.overwrite, directory=directory, resumable=resumable
+    )
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +144,7 @@ def unit_interval(text: str) -> float:
     return value
 
 
-def integer_at_least(minimum: int):
+def integer_at_least(minimum: int) -> Callable[[str], int]:
     """argparse type factory: an integer >= ``minimum``."""
 
     def parse(text: str) -> int:
@@ -57,3 +157,64 @@ def integer_at_least(minimum: int):
         return value
 
     return parse
+
+
+# ----------------------------------------------------------------------------- dataclass flags
+#: argparse type of a dataclass field's annotation (fields annotated as strings: PEP 563)
+FIELD_TYPES: dict[str, Callable[[str], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "str | None": str,
+    "int | None": int,
+    "float | None": float,
+}
+
+
+#: named argparse types a field's metadata may ask for (metadata holds names, not functions)
+NAMED_TYPES: dict[str, Callable[[str], Any]] = {"unit_interval": unit_interval}
+
+
+def add_dataclass_flags(
+    parser: argparse.ArgumentParser, config_class: type
+) -> dict[str, argparse._ArgumentGroup]:
+    """One flag per dataclass field; default, type and help are taken from the field.
+
+    A field's ``metadata`` holds ``help`` and optionally ``flag`` (a name other than
+    ``--field-name``), ``type`` (a key of :data:`NAMED_TYPES`), ``choices``, ``metavar``,
+    ``required`` and ``group`` (a help section, created on first use). The flag's default is
+    the field's, so the dataclass stays the one place a setting is written.
+
+    Returns:
+        The help sections created, by name (for flags that are not settings).
+    """
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in dataclasses.fields(config_class):
+        meta = f.metadata
+        group = meta.get("group")
+        container = (
+            parser if group is None else groups.setdefault(group, parser.add_argument_group(group))
+        )
+        annotation = f.type if isinstance(f.type, str) else f.type.__name__
+        required = meta.get("required", False)
+        container.add_argument(
+            meta.get("flag", "--" + f.name.replace("_", "-")),
+            dest=f.name,
+            type=NAMED_TYPES[meta["type"]] if "type" in meta else FIELD_TYPES[annotation],
+            choices=meta.get("choices"),
+            default=None if f.default is dataclasses.MISSING else f.default,
+            required=required,
+            metavar=meta.get("metavar"),
+            help=meta["help"],
+        )
+    return groups
+
+
+def dataclass_from_args(config_class: type, args: argparse.Namespace, **fixed: Any) -> Any:
+    """Build ``config_class`` from the parsed flags of its fields (``fixed`` wins)."""
+    values = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(config_class)
+        if hasattr(args, f.name)
+    }
+    return config_class(**(values | fixed))

@@ -5,24 +5,32 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-ORDER = 40
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    check_out,
+)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    out = check_out(args, directory=False)
+    apply_threads(args)
     import json
 
     from dprm.data import read_calibration_set
     from dprm.evaluation import evaluate, model_names
-    from dprm.io import write_json
+    from dprm.io import strict_jsonable, write_json
     from dprm.models import load
 
     data = read_calibration_set(args.data)
     loaded = [(Path(m).name, load(m)) for m in args.model]
     models = dict(zip(model_names(loaded), (m for _, m in loaded), strict=True))
     results = evaluate(data, models)
-    write_json(args.out, results)
+    write_json(out, results)
     if not args.quiet:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(strict_jsonable(results), indent=2))
     return 0
 
 
@@ -33,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Evaluate Base (the raw PRM score) and each --model on a calibration set. Writes a JSON "
             "object mapping method name -> {brier, pos_brier, neg_brier, ece, wql, calibration_area, "
-            "crossing_rate, n} (NaN where undefined), plus quantile_error_true and crps_true when "
+            "crossing_rate, n} (null where undefined: strict JSON), plus quantile_error_true and crps_true when "
             "the set carries synthetic truth."
         ),
     )
@@ -41,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model", action="append", default=[], help="calibrator directory (repeatable)"
     )
-    parser.add_argument("--out", required=True, help="output JSON file")
-    parser.add_argument("--quiet", action="store_true", help="do not print the results")
+    add_output_flags(parser, "output JSON file", metavar="FILE.json")
+    add_threads_flag(parser)
+    add_progress_flags(parser)
     parser.set_defaults(func=_evaluate)

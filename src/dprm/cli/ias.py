@@ -1,20 +1,29 @@
-"""``dprm ias``: instance-adaptive best-of-N sweeps on a BoN set (contract, DESIGN.md section 4)."""
+"""``dprm ias``: instance-adaptive best-of-N sweeps on a BoN set (contract, docs/design.md §4)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from dprm.cli._common import integer_at_least, unit_interval
-
-ORDER = 60
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    check_out,
+    integer_at_least,
+    unit_interval,
+)
 
 
 def _ias(args: argparse.Namespace) -> int:
+    out = check_out(args, directory=True)
+    apply_threads(args)
     from dprm.data import read_bon_set
     from dprm.evaluation import model_names
     from dprm.ias import Pools, run_ias, uniform_curve
     from dprm.ias.outputs import write_ias_outputs
+    from dprm.io import atomic_dir
     from dprm.models import load
 
     bon = read_bon_set(args.bon)
@@ -30,23 +39,23 @@ def _ias(args: argparse.Namespace) -> int:
         seed=args.seed,
         greedy=args.greedy,
     )
-    out = Path(args.out)
-    write_ias_outputs(
-        out,
-        summary,
-        budgets,
-        uniform=uniform_curve(Pools.from_bon(bon), n_max=args.n_max),
-        meta={
-            "bon": str(bon.path),
-            "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
-            "beta": args.beta,
-            "n_max": args.n_max,
-            "mc_trials": args.mc_trials,
-            "seed": args.seed,
-            "greedy": args.greedy,
-            "n_questions": len(bon),
-        },
-    )
+    with atomic_dir(out) as tmp:  # all files or none
+        write_ias_outputs(
+            tmp,
+            summary,
+            budgets,
+            uniform=uniform_curve(Pools.from_bon(bon), n_max=args.n_max),
+            meta={
+                "bon": str(bon.path),
+                "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
+                "beta": args.beta,
+                "n_max": args.n_max,
+                "mc_trials": args.mc_trials,
+                "seed": args.seed,
+                "greedy": args.greedy,
+                "n_questions": len(bon),
+            },
+        )
     if not args.quiet:
         c_rows = summary[summary["sweep"] == "C"]
         for method, grp in c_rows.groupby("method", sort=False):
@@ -60,6 +69,8 @@ def _ias(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from dprm.ias.outputs import FILE_DOC
+
     parser = sub.add_parser(
         "ias",
         help="instance-adaptive best-of-N: C, tau and beta sweeps (exact + Monte Carlo)",
@@ -67,16 +78,16 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Allocate a per-question sample budget with Base (the raw PRM score), each --model "
             "(QR: point rule at Q(beta); full-distribution calibrators: the mixture rule over 100 "
             "mid-point levels) and pick the candidate with the highest uncalibrated PRM score. "
-            "Writes OUT/ias.csv (method, sweep, C, level, cost, accuracy, accuracy_mc), "
-            "OUT/budgets.parquet (question_id, method, sweep, C, level, n) and OUT/ias_meta.json. "
-            "'accuracy' is the exact expectation over draws; 'accuracy_mc' a seeded Monte Carlo."
+            "'accuracy' is the exact expectation over draws; 'accuracy_mc' a seeded Monte "
+            "Carlo.\n\nWrites the directory OUT (atomically, all files or none):\n"
+            + "\n".join(f"  {name:<16} {what}" for name, what in FILE_DOC.items())
         ),
     )
     parser.add_argument("--bon", required=True, help="best-of-N set directory")
     parser.add_argument(
         "--model", action="append", default=[], help="calibrator directory (repeatable)"
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    add_output_flags(parser, "output directory", metavar="DIR")
     parser.add_argument(
         "--beta",
         type=unit_interval,
@@ -100,5 +111,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
         "see docs/calibrators.md)",
     )
-    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    add_threads_flag(parser)
+    add_progress_flags(parser)
     parser.set_defaults(func=_ias)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from dprm.cli._common import unit_interval
-
-ORDER = 80
+from dprm.cli._common import (
+    add_dataclass_flags,
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    dataclass_from_args,
+    show_progress,
+)
 
 DESCRIPTION = """\
 Answer questions with a live generator and a calibrated distributional PRM, spending samples
@@ -37,33 +42,8 @@ def _solve(args: argparse.Namespace) -> int:
     from dprm.live.run import load_run_questions
     from dprm.llm.generate import load_generator
 
-    config = SolveConfig(
-        mode=args.mode,
-        questions=args.questions,
-        generator=args.generator,
-        prm=args.prm,
-        calibrator=args.calibrator,
-        C=args.C,
-        n_max=args.n_max,
-        baseline_n=args.baseline_n,
-        beta=args.beta,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        seed=args.seed,
-        beam_width=args.beam_width,
-        freq=args.freq,
-        max_steps=args.max_steps,
-        max_beam_tokens=args.max_beam_tokens,
-        lower_level=args.lower_level,
-        rank_by=args.rank_by,
-        adaptive=args.adaptive,
-        batch_questions=args.batch_questions,
-        grade_timeout=args.grade_timeout,
-        grade_workers=args.grade_workers,
-        limit=args.limit,
-        shard=args.shard or "0/1",
-    )
+    apply_threads(args)
+    config = dataclass_from_args(SolveConfig, args)
     load_run_questions(config)  # fail fast on the question file before loading any model
     cprm = CalibratedPRM.from_dirs(
         args.prm,
@@ -88,7 +68,7 @@ def _solve(args: argparse.Namespace) -> int:
         args.backend, args.generator, **{k: v for k, v in options.items() if v is not None}
     )
     run = run_bon if args.mode == "bon" else run_beam
-    summary = run(config, cprm, generator, args.out, progress=not args.quiet)
+    summary = run(config, cprm, generator, args.out, progress=show_progress(args))
     if not args.quiet:
         print(json.dumps({k: v for k, v in summary.items() if k != "fixed_curve"}, indent=2))
     return 0
@@ -101,30 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--mode", choices=["bon", "beam"], required=True, help="adaptive best-of-N or beam search"
-    )
-    p.add_argument(
-        "--questions",
-        required=True,
-        metavar="FILE_OR_NAME",
-        help="question file (.jsonl/.json/.parquet with problem|question and answer) or a set name "
-        "(math500, math, math-park, aime24, aime25; names need the hub). No gold answer: not graded",
-    )
-    p.add_argument(
-        "--generator", required=True, metavar="MODEL", help="generator model directory or hub id"
-    )
-    p.add_argument(
-        "--prm",
-        required=True,
-        help="PRM directory or hub id (the one the calibrator was fitted on)",
-    )
-    p.add_argument(
-        "--calibrator",
-        required=True,
-        metavar="DIR",
-        help="calibrator directory (dprm train output)",
-    )
+    from dprm.live.run import SolveConfig
+
+    groups = add_dataclass_flags(p, SolveConfig)
     p.add_argument(
         "--out",
         required=True,
@@ -132,103 +91,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run directory (rerun the same command to resume)",
     )
     p.add_argument(
-        "--C",
-        type=float,
-        default=None,
-        help="target P(at least one correct); default 0.9 (bon), 0.99 (beam)",
-    )
-    p.add_argument(
-        "--n-max",
-        type=int,
-        default=64,
-        help="largest budget N_max; beam: samples per pruning step N (default 64)",
-    )
-    p.add_argument(
-        "--baseline-n",
-        type=int,
-        default=None,
-        help="fixed baseline: bon = best of this many samples, beam = full-width search with N = this; "
-        "default: --n-max; 0 = no baseline (only the adaptive run is paid for)",
-    )
-    p.add_argument(
         "--backend",
         choices=["transformers", "vllm"],
         default="transformers",
         help="generation backend",
     )
-    p.add_argument(
-        "--limit", type=int, default=None, metavar="K", help="only the first K questions"
-    )
-    p.add_argument(
-        "--shard",
-        default=None,
-        metavar="i/n",
-        help="run the i-th of n blocks of questions (0-based)",
-    )
-    p.add_argument(
-        "--beta",
-        type=unit_interval,
-        default=0.1,
-        help="QR calibrators: level of the point rule, as dprm ias (default 0.1)",
-    )
-    g = p.add_argument_group("sampling")
-    g.add_argument(
-        "--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)"
-    )
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default 1.0)")
-    g.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=2048,
-        help="token cap of one generation call: a response (bon) or a step (beam)",
-    )
-    g.add_argument(
-        "--seed", type=int, default=0, help="base seed; every prompt gets its own derived seed"
-    )
-    g.add_argument(
-        "--batch-questions",
-        type=int,
-        default=8,
-        help="questions generated together (one resumable part)",
-    )
-    b = p.add_argument_group("beam search")
-    b.add_argument(
-        "--beam-width",
-        type=int,
-        default=8,
-        help="M_MAX, samples per kept beam at full width (K_MAX = N / M_MAX)",
-    )
-    b.add_argument(
-        "--freq", type=int, default=5, help="prune and re-expand every this many steps (default 5)"
-    )
-    b.add_argument(
-        "--max-steps",
-        type=int,
-        default=100,
-        help="stop a search after this many steps (default 100)",
-    )
-    b.add_argument(
-        "--max-beam-tokens",
-        type=int,
-        default=3072,
-        help="a beam ends once its steps hold this many tokens",
-    )
-    b.add_argument(
-        "--lower-level",
-        type=unit_interval,
-        default=0.1,
-        help="quantile level that sets K and M (default 0.1)",
-    )
-    b.add_argument(
-        "--rank-by", choices=["median", "mean"], default="median", help="how beams are ranked"
-    )
-    b.add_argument(
-        "--adaptive",
-        choices=["km", "k", "m", "none"],
-        default="km",
-        help="which rules adapt: IAS-of-K, IAS-of-M, both",
-    )
-    d = p.add_argument_group("models and grading")
+    d = groups["models and grading"]
     d.add_argument(
         "--prm-kind",
         default=None,
@@ -257,9 +125,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="vLLM: GPU memory share (default 0.6, the PRM needs room)",
     )
-    d.add_argument(
-        "--grade-timeout", type=float, default=5.0, help="seconds per math-verify grading call"
-    )
-    d.add_argument("--grade-workers", type=int, default=2, help="grading worker processes")
-    p.add_argument("--quiet", action="store_true", help="no progress bar, no printed summary")
+    add_threads_flag(p)
+    add_progress_flags(p)
     p.set_defaults(func=_solve)

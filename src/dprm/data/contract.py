@@ -1,6 +1,6 @@
 """Read, write and validate calibration sets, best-of-N sets and labelled prefixes.
 
-The formats are a contract (DESIGN.md section 2). Readers memory-map ``hidden_states.npy`` so
+The formats are a contract (docs/design.md §2). Readers memory-map ``hidden_states.npy`` so
 a 100k x 3584 set is never copied into RAM; writers fill a memory-mapped file chunk by chunk and
 swap the finished directory in atomically. Every validation failure raises
 :class:`dprm.io.DataError` naming the file, the column or row, and what was expected.
@@ -341,6 +341,74 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     if check_hidden:
         check_hidden_finite(hidden, path / HIDDEN_FILE)
     return BonSet(questions, hidden, responses, meta, path)
+
+
+# Columns `predict` reads from an unlabelled calibration-set-like directory.
+FEATURE_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    key: CALIBRATION_COLUMNS[key] for key in ("question_id", "response_id", "step", "prm_score")
+}
+
+
+@dataclass
+class FeatureSet:
+    """What a calibrator reads at inference: rows [N] row-aligned with hidden states [N, D].
+
+    ``rows`` holds at least ``question_id`` and ``prm_score`` (plus ``response_id`` and ``step``
+    for a calibration-set-like directory); labels are never needed.
+    """
+
+    rows: pd.DataFrame
+    hidden: np.ndarray
+    kind: str
+    path: Path
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def hidden_dim(self) -> int:
+        return int(self.hidden.shape[1])
+
+
+def read_features(path: str | os.PathLike, *, check_hidden: bool = True) -> FeatureSet:
+    """Load the inputs of inference from a calibration set (labels optional) or a BoN set.
+
+    A directory whose meta.json says ``kind: calibration`` is read from records.parquet (columns
+    question_id, response_id, step, prm_score; success_prob / n_rollouts are not required); one
+    that says ``kind: bon`` is read from questions.parquet (question_id, prm_score: the
+    question-only state of each question).
+
+    Raises:
+        DataError: naming the file, column or row, as the other readers.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(
+            path,
+            "not a directory (expected a calibration set or a BoN set with meta.json, "
+            "hidden_states.npy and records.parquet or questions.parquet)",
+        )
+    meta_path = path / "meta.json"
+    raw = read_json(meta_path)
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    tables = {
+        "calibration": ("records.parquet", FEATURE_COLUMNS),
+        "bon": (
+            "questions.parquet",
+            BON_QUESTION_COLUMNS,
+        ),
+    }
+    if kind not in tables:
+        raise DataError(meta_path, f"key 'kind': expected 'calibration' or 'bon', found {kind!r}")
+    meta = _check_meta(raw, meta_path, kind)
+    name, columns = tables[kind]
+    rows_path = path / name
+    rows = _read_parquet(rows_path)
+    _check_columns(rows, rows_path, columns, CALIBRATION_OPTIONAL)
+    hidden = _open_hidden(path / HIDDEN_FILE, len(rows), meta["hidden_dim"], rows_path)
+    if check_hidden:
+        check_hidden_finite(hidden, path / HIDDEN_FILE)
+    return FeatureSet(rows, hidden, kind, path)
 
 
 def read_labels(path: str | os.PathLike) -> pd.DataFrame:

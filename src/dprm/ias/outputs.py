@@ -10,9 +10,10 @@ atomically.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from dprm.ias.constants import BUDGET_COLUMNS, SUMMARY_COLUMNS
 
@@ -25,10 +26,15 @@ COLUMN_DOC = {
     "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
     "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
 }
+#: every file of an IAS run directory and what it holds (``dprm ias --help`` lists them)
 FILE_DOC = {
-    "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), n_questions",
+    "ias.csv": "method, sweep, C, level, cost, accuracy, accuracy_mc (one row per point)",
+    "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), "
+    "n_questions",
+    "budgets.parquet": "per-question budget n (question_id, method, sweep, C, level, n); for the "
+    "beta sweep n is the cap N_i",
     "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
-    "budgets.parquet": "per-question budget n; for the beta sweep n is the cap N_i",
+    "ias_meta.json": "settings, inputs, column meanings, version",
 }
 
 
@@ -65,7 +71,11 @@ def write_ias_outputs(
             frame.to_csv(tmp, index=False)
     with atomic_path(out / "budgets.parquet") as tmp:
         pq.write_table(pa.Table.from_pandas(budgets[BUDGET_COLUMNS], preserve_index=False), tmp)
-    files = {k: v for k, v in FILE_DOC.items() if k != "uniform.csv" or uniform is not None}
+    files = {
+        k: v
+        for k, v in FILE_DOC.items()
+        if k not in ("ias.csv", "ias_meta.json") and (k != "uniform.csv" or uniform is not None)
+    }
     write_json(
         out / "ias_meta.json",
         {

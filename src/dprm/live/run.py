@@ -28,30 +28,24 @@ from dprm.io import DataError, atomic_path
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.runlog import check_run_config, shard_suffix
 
-#: settings that decide a run's content; resuming with any of them changed is refused
-FINGERPRINT_KEYS = (
-    "mode",
-    "questions",
-    "generator",
-    "prm",
-    "calibrator",
-    "C",
-    "n_max",
-    "baseline_n",
-    "beta",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "seed",
-    "beam_width",
-    "freq",
-    "max_steps",
-    "max_beam_tokens",
-    "lower_level",
-    "rank_by",
-    "adaptive",
-)
 DEFAULT_C = {"bon": 0.9, "beam": 0.99}
+
+
+def _setting(default: Any = dataclasses.MISSING, *, help: str, fingerprint: bool = True, **flag):
+    """A :class:`SolveConfig` field whose metadata describes its ``dprm solve`` flag.
+
+    Args:
+        default: the setting's default (also the flag's); MISSING for a required setting.
+        help: the flag's help text.
+        fingerprint: whether the setting decides a run's content (resuming with it changed is
+            refused); see :data:`FINGERPRINT_KEYS`.
+        **flag: ``flag`` (name, default ``--field-name``), ``choices``, ``metavar``,
+            ``required``, ``group`` (help section) and ``type`` (``"unit_interval"``: a number
+            in [0, 1]).
+    """
+    return dataclasses.field(
+        default=default, metadata={"help": help, "fingerprint": fingerprint, **flag}
+    )
 
 
 @dataclass(frozen=True)
@@ -77,31 +71,98 @@ class SolveConfig:
         batch_questions: questions generated together (one part of the log).
     """
 
-    mode: str
-    questions: str
-    generator: str
-    prm: str
-    calibrator: str
-    C: float | None = None
-    n_max: int = 64
-    baseline_n: int | None = None
-    beta: float = 0.1
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_new_tokens: int = 2048
-    seed: int = 0
-    beam_width: int = 8
-    freq: int = 5
-    max_steps: int = 100
-    max_beam_tokens: int = 3072
-    lower_level: float = 0.1
-    rank_by: str = "median"
-    adaptive: str = "km"
-    batch_questions: int = 8
-    grade_timeout: float = 5.0
-    grade_workers: int = 2
-    limit: int | None = None
-    shard: str = "0/1"
+    mode: str = _setting(
+        help="adaptive best-of-N or beam search", choices=["bon", "beam"], required=True
+    )
+    questions: str = _setting(
+        help="question file (.jsonl/.json/.parquet with problem|question and answer) or a set "
+        "name (math500, math, math-park, aime24, aime25; names need the hub). No gold answer: "
+        "not graded",
+        metavar="FILE_OR_NAME",
+        required=True,
+    )
+    generator: str = _setting(
+        help="generator model directory or hub id", metavar="MODEL", required=True
+    )
+    prm: str = _setting(
+        help="PRM directory or hub id (the one the calibrator was fitted on)", required=True
+    )
+    calibrator: str = _setting(
+        help="calibrator directory (dprm train output)", metavar="DIR", required=True
+    )
+    C: float | None = _setting(
+        None,
+        help="target P(at least one correct); default 0.9 (bon), 0.99 (beam)",
+        flag="--C",
+    )
+    n_max: int = _setting(64, help="largest budget N_max; beam: samples per pruning step N")
+    baseline_n: int | None = _setting(
+        None,
+        help="fixed baseline: bon = best of this many samples, beam = full-width search with "
+        "N = this; default: --n-max; 0 = no baseline (only the adaptive run is paid for)",
+    )
+    beta: float = _setting(
+        0.1, help="QR calibrators: level of the point rule, as dprm ias", type="unit_interval"
+    )
+    temperature: float = _setting(0.7, help="sampling temperature", group="sampling")
+    top_p: float = _setting(1.0, help="nucleus sampling", group="sampling")
+    max_new_tokens: int = _setting(
+        2048,
+        help="token cap of one generation call: a response (bon) or a step (beam)",
+        group="sampling",
+    )
+    seed: int = _setting(
+        0, help="base seed; every prompt gets its own derived seed", group="sampling"
+    )
+    beam_width: int = _setting(
+        8,
+        help="M_MAX, samples per kept beam at full width (K_MAX = N / M_MAX)",
+        group="beam search",
+    )
+    freq: int = _setting(5, help="prune and re-expand every this many steps", group="beam search")
+    max_steps: int = _setting(100, help="stop a search after this many steps", group="beam search")
+    max_beam_tokens: int = _setting(
+        3072, help="a beam ends once its steps hold this many tokens", group="beam search"
+    )
+    lower_level: float = _setting(
+        0.1,
+        help="quantile level that sets K and M",
+        group="beam search",
+        type="unit_interval",
+    )
+    rank_by: str = _setting(
+        "median", help="how beams are ranked", choices=["median", "mean"], group="beam search"
+    )
+    adaptive: str = _setting(
+        "km",
+        help="which rules adapt: IAS-of-K, IAS-of-M, both",
+        choices=["km", "k", "m", "none"],
+        group="beam search",
+    )
+    batch_questions: int = _setting(
+        8,
+        help="questions generated together (one resumable part)",
+        group="sampling",
+        fingerprint=False,
+    )
+    grade_timeout: float = _setting(
+        5.0,
+        help="seconds per math-verify grading call",
+        group="models and grading",
+        fingerprint=False,
+    )
+    grade_workers: int = _setting(
+        2, help="grading worker processes", group="models and grading", fingerprint=False
+    )
+    limit: int | None = _setting(
+        None, help="only the first K questions", metavar="K", fingerprint=False
+    )
+    shard: str = _setting(
+        "0/1",
+        help="run the i-th of n blocks of questions (0-based)",
+        metavar="i/n",
+        fingerprint=False,
+    )
 
     def __post_init__(self) -> None:
         def fail(what: str) -> None:
@@ -134,6 +195,12 @@ class SolveConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+#: settings that decide a run's content; resuming with any of them changed is refused
+FINGERPRINT_KEYS = tuple(
+    f.name for f in dataclasses.fields(SolveConfig) if f.metadata["fingerprint"]
+)
 
 
 def load_run_questions(config: SolveConfig) -> tuple[pd.DataFrame, str]:

@@ -4,30 +4,47 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-ORDER = 10
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    check_out,
+    integer_at_least,
+    show_progress,
+)
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from dprm.data.synth import write_world
+    from dprm.config import ConfigError
+    from dprm.data.synth import preset_names, write_world
+    from dprm.io import atomic_dir, check_output
 
     presets = [p for p in args.preset.split(",") if p]
-    for preset in presets:
-        out = Path(args.out) if len(presets) == 1 else Path(args.out) / preset
-        start = time.perf_counter()
-        written = write_world(
-            out,
-            preset,
-            size=args.size,
-            seed=args.seed,
-            hidden_dim=args.hidden_dim,
-            progress=not args.quiet,
+    known = preset_names()
+    unknown = [p for p in presets if p not in known]
+    if unknown or not presets:
+        raise ConfigError(
+            f"--preset {args.preset!r}: unknown preset(s) {unknown}; expected GENERATOR__PRM "
+            f"or demo, one of {', '.join(known)}"
         )
-        if not args.quiet:
-            print(
-                f"{preset}: wrote {', '.join(str(p) for p in written.values())} in {time.perf_counter() - start:.1f}s"
+    out = check_out(args, directory=True, resumable=len(presets) > 1)
+    targets = [out] if len(presets) == 1 else [out / preset for preset in presets]
+    for target in targets if len(presets) > 1 else []:
+        check_output(target, overwrite=args.overwrite, directory=True)
+    for preset, target in zip(presets, targets, strict=True):
+        start = time.perf_counter()
+        with atomic_dir(target) as tmp:  # a world appears whole or not at all
+            written = write_world(
+                tmp,
+                preset,
+                size=args.size,
+                seed=args.seed,
+                hidden_dim=args.hidden_dim,
+                progress=show_progress(args),
             )
+        if not args.quiet:
+            paths = ", ".join(str(target / p.relative_to(tmp)) for p in written.values())
+            print(f"{preset}: wrote {paths} in {time.perf_counter() - start:.1f}s")
     return 0
 
 
@@ -50,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="GENERATOR__PRM or 'demo' (comma-separate several; each then goes to OUT/PRESET). "
         f"Known: {', '.join(preset_names())}",
     )
-    parser.add_argument("--out", required=True, help="output directory")
+    add_output_flags(parser, "output directory", metavar="DIR")
     parser.add_argument(
         "--seed", type=int, default=None, help="world seed (default: derived from the preset)"
     )
@@ -62,9 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--hidden-dim",
-        type=int,
+        type=integer_at_least(1),
         default=None,
         help="override the hidden dimension (paper size: 3584)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_progress_flags(parser)
     parser.set_defaults(func=_synth)

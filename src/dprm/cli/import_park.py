@@ -5,25 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-ORDER = 20
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+from dprm.cli._common import add_output_flags, integer_at_least
 
 
 def _import_park(args: argparse.Namespace) -> int:
     from dprm.data.park import import_park
+    from dprm.io import check_output
 
-    labels = import_park(args.json, args.out, n_rollouts=args.n_rollouts)
     out = Path(args.out)
     out = out / "labels.parquet" if out.is_dir() else out
+    check_output(out, overwrite=args.overwrite, directory=False)
+    labels = import_park(args.json, out, n_rollouts=args.n_rollouts)
     n_responses = labels.groupby("question_id")["response_id"].nunique().sum()
     print(
         f"wrote {len(labels)} labelled prefixes ({labels['question_id'].nunique()} question(s), "
@@ -45,15 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument("--json", required=True, metavar="FILE", help="the JSON or JSONL file")
-    parser.add_argument(
-        "--out",
-        required=True,
+    add_output_flags(
+        parser,
+        "output parquet file, written atomically (a directory: DIR/labels.parquet)",
         metavar="labels.parquet",
-        help="output parquet file (written atomically)",
     )
     parser.add_argument(
         "--n-rollouts",
-        type=_positive_int,
+        type=integer_at_least(1),
         metavar="N",
         default=8,
         help="Monte Carlo rollouts behind each success_prob (default: 8)",

@@ -1,0 +1,83 @@
+"""``dprm predict``: quantiles of a trained calibrator on unlabelled data."""
+
+from __future__ import annotations
+
+import argparse
+
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    check_out,
+    integer_at_least,
+    parse_levels,
+)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    out = check_out(args, directory=False)
+    apply_threads(args)
+    import numpy as np
+
+    from dprm.data.contract import read_features
+    from dprm.io import DataError, atomic_path
+    from dprm.models import load
+
+    model = load(args.model)
+    data = read_features(args.data)
+    if data.hidden_dim != model.hidden_dim:
+        raise DataError(
+            args.data, f"hidden_dim {data.hidden_dim} does not match the model's {model.hidden_dim}"
+        )
+    levels = np.asarray(args.levels, dtype=np.float64)
+    fixed = model.fixed_levels
+    if fixed is not None:
+        missing = [t for t in levels if np.abs(fixed - t).min() > 1e-6]
+        if missing:
+            raise DataError(
+                args.model,
+                f"{model.method} has quantiles only at its trained levels {fixed.tolist()}; "
+                f"--levels asked for {missing}",
+            )
+    score = data.rows["prm_score"].to_numpy(np.float32)
+    hidden = data.hidden if model.uses_hidden else None
+    n, chunk = len(score), args.batch_size
+    with atomic_path(out) as tmp:
+        # Stream into a memory-mapped .npy: the [N, L] output never has to fit in RAM twice.
+        values = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, len(levels)))
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
+            part = None if hidden is None else hidden[start:stop]
+            values[start:stop] = model.quantiles(part, levels, score[start:stop], batch_size=chunk)
+        values.flush()
+        del values
+    if not args.quiet:
+        print(f"dprm predict: {n} x {len(levels)} quantiles -> {out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "predict",
+        help="quantiles of a trained calibrator on a calibration or best-of-N set (.npy)",
+        description=(
+            "Write float32 quantiles [N, L] at --levels to a .npy file, row-aligned with the "
+            "rows of --data: records.parquet of a calibration-set-like directory (question_id, "
+            "response_id, step, prm_score; labels not needed) or questions.parquet of a "
+            "best-of-N set (one row per question: its question-only state). Hidden states are "
+            "read in chunks."
+        ),
+    )
+    parser.add_argument("--model", required=True, help="calibrator directory")
+    parser.add_argument(
+        "--data", required=True, help="calibration set (labels optional) or best-of-N set"
+    )
+    parser.add_argument("--levels", required=True, type=parse_levels, help="e.g. 0,0.25,0.5")
+    add_output_flags(parser, "output .npy file", metavar="FILE.npy")
+    parser.add_argument(
+        "--batch-size", type=integer_at_least(1), default=8192, help="rows per chunk"
+    )
+    add_threads_flag(parser)
+    add_progress_flags(parser)
+    parser.set_defaults(func=_predict)
