@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 49
 KINDS = ("qwen-prm", "math-shepherd", "reasoneval")
 
 

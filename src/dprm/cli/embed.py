@@ -13,8 +13,6 @@ from pathlib import Path
 
 from dprm.cli.pipeline import add_run_flags, add_stage_parser, base_meta, input_id, skip
 
-ORDER = 52
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_stage_parser(

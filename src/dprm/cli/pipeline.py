@@ -7,8 +7,8 @@ atomically, and skips a finished shard; ``dprm merge OUT`` joins ``OUT.shards/``
 docs/pipeline.md. Heavy libraries (transformers, vLLM, math-verify) load only when a stage runs.
 
 The stages live in :mod:`dprm.cli.questions` (``questions``), :mod:`dprm.cli.sampling`
-(``generate``, ``rollout``) and :mod:`dprm.cli.embed` (``embed``); ``ORDER`` 50-53 keeps them
-in pipeline order in ``dprm --help``.
+(``generate``, ``rollout``) and :mod:`dprm.cli.embed` (``embed``); the command table in
+:mod:`dprm.cli` lists them in pipeline order.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-ORDER = 53  # after questions (50), generate / rollout (51) and embed (52)
 
 
 class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from dprm.cli.pipeline import add_stage_parser
 
-ORDER = 50
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_stage_parser(

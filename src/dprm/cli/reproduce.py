@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-ORDER = 70
-
 
 def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
     """``["ot.max_steps=5"]`` -> ``{"ot": {"max_steps": "5"}}`` (values typed by the config class)."""

@@ -14,8 +14,6 @@ from pathlib import Path
 
 from dprm.cli.pipeline import add_run_flags, add_stage_parser, base_meta, input_id, skip
 
-ORDER = 51
-
 
 def _add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: str) -> None:
     """Generator, sampling (Park et al.'s defaults) and grading flags."""

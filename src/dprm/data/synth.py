@@ -272,9 +272,7 @@ def write_world(
         "dprm_version": __version__,
     }
     n_sets = sum(1 + (split.n_bon_questions > 0) for split in world.splits)
-    bar = tqdm(
-        total=n_sets, desc=f"synth {preset}", disable=not progress, unit="set"
-    )
+    bar = tqdm(total=n_sets, desc=f"synth {preset}", disable=not progress, unit="set")
     for split_index, split in enumerate(world.splits):
         rng = np.random.default_rng([seed, split_index])
         # -- calibration set -----------------------------------------------------------------
