@@ -365,7 +365,7 @@ def test_help_shows_each_default_once_and_never_none():
 
 
 def test_ias_help_lists_every_file_it_writes(world, tmp_path):
-    from dprm.cli.ias import OUTPUT_FILES
+    from dprm.ias.outputs import FILE_DOC as OUTPUT_FILES
 
     help_text = build_parser(["ias"])._subparsers._group_actions[0].choices["ias"].format_help()
     assert (
