@@ -52,6 +52,7 @@ test-floor: $(FLOOR_VENV)/.ready check-llm-extra
 lint: $(BIN)/dprm
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
 
 format: $(BIN)/dprm
 	$(BIN)/ruff format src tests benchmarks

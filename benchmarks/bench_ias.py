@@ -1,6 +1,6 @@
 """Benchmark: the exact IAS C sweep against a plain-Python Monte Carlo loop.
 
-Workload (DESIGN.md section 4): 10 values of C x 3 methods (Base point rule, QR point rule at
+Workload (docs/design.md §4): 10 values of C x 3 methods (Base point rule, QR point rule at
 Q(0.1), OT mixture rule over 100 levels) x 500 questions x a pool of 64 candidates.
 
 * exact: budgets for every (method, C), the per-question table of expected best-of-n accuracy

@@ -1,9 +1,18 @@
 """dprm: distributional, calibrated process reward models and instance-adaptive compute.
 
+Implements R. Ma, D. Hadfield-Menell and K. Greenewald, *Distributional Process Reward Models:
+Calibrated Prediction of Future Rewards via Conditional Optimal Transport* (2025): a monotone
+conditional quantile function Q(tau | h) of a PRM's success probability, learned from its hidden
+state h by conditional optimal transport (CondOT, Bunne et al., NeurIPS 2022), and used for the
+instance-adaptive scaling of Park et al., *Know What You Don't Know: Uncertainty Calibration of
+Process Reward Models* (NeurIPS 2025, arXiv:2506.09338). Bibliography: docs/references.md.
+
 Python API (mirrors the CLI)::
 
     import dprm
-    model = dprm.fit("ot", dprm.data.read_calibration_set("set_dir"), seed=0)
+    from dprm.data import read_calibration_set
+
+    model = dprm.fit("ot", read_calibration_set("set_dir"), seed=0)
     model.save("run_dir")
     model = dprm.load("run_dir")
     q = model.quantiles(hidden, [0.1, 0.5, 0.9])  # [N, 3], hidden read in chunks
@@ -11,12 +20,7 @@ Python API (mirrors the CLI)::
 ``fit`` and ``load`` are imported on first use so that ``import dprm`` stays light (no torch).
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("dprm")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+local"
+from dprm.version import __version__
 
 __all__ = ["__version__", "fit", "load"]
 

@@ -1,4 +1,4 @@
-"""Tests for :mod:`dprm.metrics` (DESIGN.md section 3).
+"""Tests for :mod:`dprm.metrics` (docs/design.md §3).
 
 Where our conventions coincide with a reference library the metric is checked against it:
 
@@ -20,7 +20,7 @@ that the binnings coincide so the construction itself is checked. Predictions st
 [0, 1] (torchmetrics would apply a sigmoid otherwise). With ``validate_args=False``
 torchmetrics accepts soft targets and computes the same per-bin |mean p - mean y| average.
 Values exactly on edges, where the libraries disagree, are checked by hand against the rule of
-DESIGN.md (an edge value belongs to the upper bin; 1.001 to the last bin).
+docs/design.md §3 (an edge value belongs to the upper bin; 1.001 to the last bin).
 """
 
 from __future__ import annotations

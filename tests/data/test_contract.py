@@ -1,7 +1,7 @@
-"""Tests for the on-disk data contract (:mod:`dprm.data.contract`, DESIGN.md sections 2 and 6).
+"""Tests for the on-disk data contract (:mod:`dprm.data.contract`, docs/design.md §2 and §6).
 
 Sets written by dprm and sets written by hand in the contract format must both load; every bad
-input of DESIGN.md section 6 must fail with a :class:`DataError` whose message names the file,
+input of docs/design.md §6 must fail with a :class:`DataError` whose message names the file,
 the column or row, and what was expected; and a failed write must never damage what is already
 on disk nor leave temporary directories behind.
 """

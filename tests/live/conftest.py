@@ -157,7 +157,7 @@ def calibrator_dirs(tmp_path_factory, prm, math500) -> dict[str, Path]:
 
 
 def brute_force_budget(quantiles, C: float, n_max: int) -> int:
-    """DESIGN.md section 4, written out: min{n : mean_m 1 - (1 - clip(q_m))^n >= C}, else n_max.
+    """docs/design.md §4, written out: min{n : mean_m 1 - (1 - clip(q_m))^n >= C}, else n_max.
 
     A 1-element ``quantiles`` is the point rule.
     """

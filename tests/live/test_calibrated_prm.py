@@ -1,4 +1,4 @@
-"""CalibratedPRM: per-step quantiles, mean and budgets equal the calibrator's and DESIGN's rule."""
+"""CalibratedPRM: per-step quantiles, mean and budgets equal the calibrator's and the rule of docs/design.md §4."""
 
 from __future__ import annotations
 

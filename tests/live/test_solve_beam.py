@@ -65,7 +65,7 @@ def _records(path):
 
 
 def park_k(lower, C, m_max, k_max, rule):
-    """The reference's determine_K loop, with DESIGN's budget rule capped at N = K_MAX M_MAX."""
+    """The reference's determine_K loop, with the budget rule of docs/design.md §4 capped at N = K_MAX M_MAX."""
     k = 0
     for k, value in enumerate(sorted(lower, reverse=True), start=1):
         if k == k_max or k * m_max >= rule([value], C, k_max * m_max):

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dprm import __version__
+from dprm.version import __version__
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def input_id(path: Path) -> dict:
 
 def base_meta() -> dict:
     """Provenance every stage records: package and Python versions."""
-    from dprm import __version__
+    from dprm.version import __version__
 
     return {"dprm_version": __version__, "python": sys.version.split()[0]}
 

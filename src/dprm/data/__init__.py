@@ -1,4 +1,4 @@
-"""Data: the on-disk contract (DESIGN.md section 2), synthetic worlds, imports and splits."""
+"""Data: the on-disk contract (docs/design.md §2), synthetic worlds, imports and splits."""
 
 from dprm.data.contract import (
     BonSet,

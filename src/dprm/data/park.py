@@ -4,7 +4,7 @@ The dataset ``young-j-park/prm_calibration`` ships one file per (dataset, policy
 (or JSON lines) of records ``{"question", "reasoning_prefix", "success_prob"}`` where
 ``success_prob`` is a Monte Carlo estimate over ``n_rollouts`` (8) continuations, so a multiple
 of 1/8. There is no question id, response id or step index; this module recovers them and
-writes the rows in the contract's ``LABEL_COLUMNS`` (DESIGN.md section 2) with
+writes the rows in the contract's ``LABEL_COLUMNS`` (docs/design.md §2) with
 :func:`dprm.data.contract.write_labels`, ready for ``embed``.
 
 Derived columns:

@@ -58,8 +58,8 @@ def write_ias_outputs(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dprm import __version__
     from dprm.io import atomic_path, write_json
+    from dprm.version import __version__
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)

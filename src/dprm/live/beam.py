@@ -17,7 +17,7 @@ calibrator:
 * the search stops when every beam is done or after ``max_steps`` steps; the answer is the
   best-ranked beam.
 
-N(p, C) is :func:`dprm.ias.budget_point` (the DESIGN rule: direct search over n <= N, p clipped
+N(p, C) is :func:`dprm.ias.budget_point` (the rule of docs/design.md §4: direct search over n <= N, p clipped
 to [1e-4, 1 - 1e-4]) with N = K_MAX * M_MAX as the cap; the cap never changes K or M. With
 ``adaptive="none"`` (the fixed baseline) K = K_MAX and M = M_MAX always.
 

@@ -3,7 +3,7 @@
 For each question: the question-only PRM state gives the calibrated distribution of p, the
 IAS rule of ``dprm ias`` sets N_i, the generator samples candidates, the PRM scores each
 complete response (its last step, as in the reference) and the candidate with the highest
-uncalibrated score is the answer (DESIGN.md section 4). The fixed baseline (``baseline_n`` = B)
+uncalibrated score is the answer (docs/design.md §4). The fixed baseline (``baseline_n`` = B)
 uses the same pool: each question draws max(N_i, B) i.i.d. samples once; the adaptive pick
 looks at the first N_i, the baseline at the first B, and each method is charged only for the
 samples (and their tokens) it looks at. The summary adds the fixed-n curve (first n samples,

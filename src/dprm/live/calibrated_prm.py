@@ -31,7 +31,7 @@ class StepAssessment:
         prm_score: the uncalibrated PRM score r in [0, 1].
         levels: quantile levels [L].
         quantiles: Q(level | h) [L], float64.
-        mean: the calibrated point estimate p_hat (DESIGN.md section 3).
+        mean: the calibrated point estimate p_hat (docs/design.md §3).
         budget: the IAS budget N(C) by the calibrator's rule, or None when no C was given.
         truncated: the trajectory was cut at the PRM's token limit (later steps got no state).
     """

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dprm import __version__
 from dprm.config import ConfigError
 from dprm.io import DataError, atomic_path
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.runlog import check_run_config, shard_suffix
+from dprm.version import __version__
 
 DEFAULT_C = {"bon": 0.9, "beam": 0.99}
 

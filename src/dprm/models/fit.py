@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from dprm import __version__
 from dprm import metrics as M
 from dprm.config import ConfigError, load_config, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
 from dprm.models.interface import REGISTRY, Calibrator
+from dprm.version import __version__
 
 #: Split fixed by the paper (GroupShuffleSplit, 20 % of questions, seed 42).
 VAL_FRACTION, SPLIT_SEED = 0.2, 42

@@ -31,9 +31,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from dprm import __version__
 from dprm.io import DataError, atomic_dir, read_json
 from dprm.metrics import LEVELS_11
+from dprm.version import __version__
 
 #: name -> calibrator class; filled by the ``@register`` decorator of each method module.
 REGISTRY: dict[str, type[Calibrator]] = {}

@@ -19,6 +19,14 @@ dg/dtau = Q0, the marginal quantile function of the training targets, and f with
 and the min-max only has to learn how the distribution moves with h. The PICNN x-paths start
 small, and T is computed by forward-mode slope (one backward pass per update, through g
 alone for the g step: f's slope at T is a constant weight there).
+
+References:
+    R. Ma, D. Hadfield-Menell, K. Greenewald. Distributional Process Reward Models: Calibrated
+    Prediction of Future Rewards via Conditional Optimal Transport. 2025 ("the paper").
+    C. Bunne, A. Krause, M. Cuturi. Supervised Training of Conditional Monge Maps. NeurIPS 2022
+    (CondOT: the dual objective and the PICNN potentials).
+    B. Amos, L. Xu, J. Z. Kolter. Input Convex Neural Networks. ICML 2017 (the PICNN).
+    See docs/references.md.
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ def versions() -> dict[str, str]:
     import pandas
     import torch
 
-    from dprm import __version__
+    from dprm.version import __version__
 
     out = {
         "dprm": __version__,
