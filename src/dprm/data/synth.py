@@ -132,42 +132,42 @@ PRMS: dict[str, SynthPRM] = {
 # BEGIN SCORE_CELLS
 SCORE_CELLS_TABLE = """
 generator      prm         kind  score_bias  score_gain  score_noise
-llama-3.2-1b   qwen-prm    id        1.8617      0.1468       1.4664
-llama-3.2-1b   qwen-prm    ood       1.2628      0.1704       2.2764
-llama-3.2-1b   reasoneval  id        1.5788      0.0685       0.0000
-llama-3.2-1b   reasoneval  ood       1.1802      0.2268       1.6638
-llama-3.2-1b   shepherd    id        0.8992      0.2895       0.0024
-llama-3.2-1b   shepherd    ood       0.1005      0.4480       0.0964
-llama-3.1-8b   qwen-prm    id        2.7331      0.1753       2.0533
-llama-3.1-8b   qwen-prm    ood       2.8711      0.4873       2.7134
-llama-3.1-8b   reasoneval  id        2.1645      0.1257       1.6231
-llama-3.1-8b   reasoneval  ood       0.8571      0.0000       1.8720
-llama-3.1-8b   shepherd    id        1.3316      0.6549       0.0014
-llama-3.1-8b   shepherd    ood      -0.3219      0.0000       0.9417
-qwen-2.5-1.5b  qwen-prm    id        1.7553      0.1291       1.0488
-qwen-2.5-1.5b  qwen-prm    ood       3.2150      0.2995       3.7103
-qwen-2.5-1.5b  reasoneval  id        1.1734      0.0108       0.8029
-qwen-2.5-1.5b  reasoneval  ood       1.4339      0.0000       2.5058
-qwen-2.5-1.5b  shepherd    id        0.6696      0.0526       0.1947
-qwen-2.5-1.5b  shepherd    ood       0.4295      0.0000       1.3061
-qwen-2.5-7b    qwen-prm    id        1.6657      0.1853       0.4564
-qwen-2.5-7b    qwen-prm    ood       1.9230      0.0000       4.0000
-qwen-2.5-7b    reasoneval  id        1.3068      0.2021       0.9134
-qwen-2.5-7b    reasoneval  ood       1.7672      0.1579       1.5139
-qwen-2.5-7b    shepherd    id        0.8417      0.2904       0.0379
-qwen-2.5-7b    shepherd    ood       0.8131      0.3583       0.8106
-r1-llama-8b    qwen-prm    id        1.4266      0.0505       0.1820
-r1-llama-8b    qwen-prm    ood       4.6387      0.2165       3.4245
-r1-llama-8b    reasoneval  id        1.3338      0.0224       0.1480
-r1-llama-8b    reasoneval  ood       4.3739      0.0000       4.0000
-r1-llama-8b    shepherd    id       -0.0621      0.4484       0.9719
-r1-llama-8b    shepherd    ood      -3.1182      0.0000       4.0000
-r1-qwen-7b     qwen-prm    id        1.5007      0.0749       0.1692
-r1-qwen-7b     qwen-prm    ood       5.1228      0.0000       3.9999
-r1-qwen-7b     reasoneval  id        1.4630      0.0608       0.1489
-r1-qwen-7b     reasoneval  ood       5.1940      0.0000       4.0000
-r1-qwen-7b     shepherd    id       -0.0200      0.1347       0.0788
-r1-qwen-7b     shepherd    ood      -1.6061      0.3941       3.0302
+llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248
+llama-3.2-1b   qwen-prm    ood       1.8308      0.3112       2.5764
+llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032
+llama-3.2-1b   reasoneval  ood       1.5258      0.3111       1.6087
+llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102
+llama-3.2-1b   shepherd    ood      -0.2402      0.3101       0.7649
+llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433
+llama-3.1-8b   qwen-prm    ood       2.0191      0.2010       3.0024
+llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830
+llama-3.1-8b   reasoneval  ood       1.3480      0.1995       1.8395
+llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711
+llama-3.1-8b   shepherd    ood      -0.1411      0.1651       0.8395
+qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301
+qwen-2.5-1.5b  qwen-prm    ood       3.0224      0.1547       3.7618
+qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580
+qwen-2.5-1.5b  reasoneval  ood       2.1425      0.1818       2.5474
+qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211
+qwen-2.5-1.5b  shepherd    ood       0.4442      0.0341       1.2331
+qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145
+qwen-2.5-7b    qwen-prm    ood       3.8664      0.3561       6.1483
+qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831
+qwen-2.5-7b    reasoneval  ood       1.7883      0.2297       1.8079
+qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378
+qwen-2.5-7b    shepherd    ood       0.9131      0.4021       0.7204
+r1-llama-8b    qwen-prm    id        1.4225      0.0498       0.1647
+r1-llama-8b    qwen-prm    ood       5.7150      0.0184       5.3436
+r1-llama-8b    reasoneval  id        1.3262      0.0216       0.0334
+r1-llama-8b    reasoneval  ood       5.0532      0.0005       4.7371
+r1-llama-8b    shepherd    id       -0.0471      0.4718       0.9597
+r1-llama-8b    shepherd    ood      -5.0155      0.0002       6.1277
+r1-qwen-7b     qwen-prm    id        1.4932      0.0794       0.1644
+r1-qwen-7b     qwen-prm    ood       7.5755      0.5039       5.6659
+r1-qwen-7b     reasoneval  id        1.4612      0.0621       0.1296
+r1-qwen-7b     reasoneval  ood       6.6564      0.0610       5.7356
+r1-qwen-7b     shepherd    id       -0.0203      0.1347       0.0788
+r1-qwen-7b     shepherd    ood      -3.1007      0.0012       4.0801
 """
 # END SCORE_CELLS
 
@@ -410,10 +410,12 @@ def draw_prm(rng: np.random.Generator, draws: GeneratorDraws) -> PRMDraws:
     """Draw the PRM's reading noise and score quirk for the records of ``draws``."""
     n, n_q = len(draws.step), int(draws.question.max()) + 1
     later = draws.step > 0
+    # question-level parts are stratified like the difficulty: a 12- or 60-question split
+    # gets the distribution's profile, not a lucky draw of it
     return PRMDraws(
-        question_noise=rng.standard_normal(n_q)[draws.question],
+        question_noise=_stratified_normal(rng, n_q)[draws.question],
         step_noise=rng.standard_normal(n) * later,
-        quirk=(rng.standard_normal(n_q)[draws.question] + rng.standard_normal(n) * later)
+        quirk=(_stratified_normal(rng, n_q)[draws.question] + rng.standard_normal(n) * later)
         / np.sqrt(2),
     )
 
