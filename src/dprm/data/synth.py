@@ -115,8 +115,8 @@ GENERATORS: dict[str, SynthGenerator] = {
         SynthGenerator("llama-3.1-8b", -0.3, 3.4, -5.5, 2.5, walk=0.55, mean_steps=7),
         SynthGenerator("qwen-2.5-1.5b", 0.2, 3.4, -5.5, 2.5, walk=0.55, mean_steps=8),
         SynthGenerator("qwen-2.5-7b", 1.9, 3.6, -4.0, 2.8, walk=0.5, mean_steps=8),
-        SynthGenerator("r1-llama-8b", 1.0, 3.6, -4.9, 2.8, walk=0.45, mean_steps=18),
-        SynthGenerator("r1-qwen-7b", 1.4, 3.6, -4.6, 2.8, walk=0.45, mean_steps=18),
+        SynthGenerator("r1-llama-8b", 1.0, 3.6, -4.9, 2.8, walk=0.45, mean_steps=16),
+        SynthGenerator("r1-qwen-7b", 1.4, 3.6, -4.6, 2.8, walk=0.45, mean_steps=16),
     ]
 }
 PRMS: dict[str, SynthPRM] = {
@@ -156,18 +156,18 @@ qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831
 qwen-2.5-7b    reasoneval  ood       1.7883      0.2297       1.8079
 qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378
 qwen-2.5-7b    shepherd    ood       0.9131      0.4021       0.7204
-r1-llama-8b    qwen-prm    id        1.4225      0.0498       0.1647
-r1-llama-8b    qwen-prm    ood       5.7150      0.0184       5.3436
-r1-llama-8b    reasoneval  id        1.3262      0.0216       0.0334
-r1-llama-8b    reasoneval  ood       5.0532      0.0005       4.7371
-r1-llama-8b    shepherd    id       -0.0471      0.4718       0.9597
-r1-llama-8b    shepherd    ood      -5.0155      0.0002       6.1277
-r1-qwen-7b     qwen-prm    id        1.4932      0.0794       0.1644
-r1-qwen-7b     qwen-prm    ood       7.5755      0.5039       5.6659
-r1-qwen-7b     reasoneval  id        1.4612      0.0621       0.1296
-r1-qwen-7b     reasoneval  ood       6.6564      0.0610       5.7356
-r1-qwen-7b     shepherd    id       -0.0203      0.1347       0.0788
-r1-qwen-7b     shepherd    ood      -3.1007      0.0012       4.0801
+r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527
+r1-llama-8b    qwen-prm    ood       4.8410      0.1331       4.2615
+r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152
+r1-llama-8b    reasoneval  ood       5.2103      0.0005       4.8670
+r1-llama-8b    shepherd    id       -0.0353      0.4039       0.9265
+r1-llama-8b    shepherd    ood      -5.1410      0.0540       5.8544
+r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658
+r1-qwen-7b     qwen-prm    ood       7.5840      0.4635       5.4115
+r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337
+r1-qwen-7b     reasoneval  ood       6.4083      0.0665       5.4253
+r1-qwen-7b     shepherd    id       -0.0277      0.1374       0.0788
+r1-qwen-7b     shepherd    ood      -4.4892      0.0000       5.9718
 """
 # END SCORE_CELLS
 
