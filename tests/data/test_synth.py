@@ -179,3 +179,27 @@ def test_same_prm_shares_its_embedding(tmp_path):
     e3 = Embedding(PRMS["shepherd"], 16)
     u = np.random.default_rng(0).normal(size=(4, LATENT_DIM))
     assert np.array_equal(e1(u), e2(u)) and not np.allclose(e1(u), e3(u))
+
+
+@pytest.mark.parametrize("prm_name", ["qwen-prm", "shepherd"])
+@pytest.mark.parametrize("split_index", [0, 1])  # id, ood (the ood reading is offset)
+def test_truth_is_exact_given_h_in_and_out_of_distribution(prm_name, split_index):
+    """PIT of the realised logit under N(true_mu, true_sigma^2) is uniform, one record per
+    trajectory (records of one trajectory share its draws, so they are not independent)."""
+    from statistics import NormalDist
+
+    from dprm.data import synth as S
+
+    gen, prm, size = S.GENERATORS["r1-llama-8b"], S.PRMS[prm_name], S.SIZES["paper"]
+    split = size.splits[split_index]
+    rng, prm_rng = S.split_rngs(7, split_index, prm)
+    draws = S.draw_generator(rng, gen, split, size, 400)
+    rec = S.simulate(gen, prm, S.DEFAULT_CELL, split.kind, draws, S.draw_prm(prm_rng, draws), 20)
+    last = np.flatnonzero(np.diff(np.append(draws.step, 0)) <= 0)  # last prefix of each response
+    logit = np.log(rec.true_p[last] / (1 - rec.true_p[last]))
+    z = (logit - rec.true_mu[last]) / rec.true_sigma[last]
+    # questions share a_q across their 8 responses: take one response per question
+    first_response = draws.response[last] == 0
+    pit = np.sort([NormalDist().cdf(v) for v in z[first_response]])
+    ks = np.max(np.abs(pit - (np.arange(1, len(pit) + 1) - 0.5) / len(pit)))
+    assert len(pit) == 400 and ks < 1.63 / np.sqrt(len(pit))  # 1% level

@@ -10,14 +10,17 @@ record (question q, response r, step t):
   or almost never solves), a trajectory walk w (w_0 = 0, w_t = w_{t-1} + N(0, walk^2): a
   trajectory commits as it goes on) and a visible response style c. The true success
   probability is p = sigmoid(l); labels are k ~ Binomial(n_rollouts, p), success_prob = k / n.
-* **what the PRM sees**: noisy readings o_1 = a_q + e_q and o_2 = w + e_{q,r,t}, with noise
-  sized so that a share ``visibility`` (kappa) of each component's variance is visible, plus
-  the style, the step, the PRM's own score quirk and many nuisance features unrelated to
-  success. The hidden state is a fixed nonlinear embedding of these visible features,
-  h = (tanh(u A + b) B) * col_scale + col_shift, A [16, 128], B [128, D], fixed per PRM; most
-  of h's variance comes from the nuisance features.
+* **what the PRM sees**: noisy readings o_1 = a_q + delta + e_q and o_2 = w + e_{q,r,t},
+  with noise sized so that a share ``visibility`` (kappa) of each component's variance is
+  visible, plus the style, the step, the PRM's own score quirk and many nuisance features
+  unrelated to success. delta = 0 in distribution; out of it the reading misses a share
+  ``ood_blindness`` of the generator's drop in skill, delta = ood_blindness (skill_id -
+  skill_ood): AIME questions look easier than they are. The hidden state is a fixed nonlinear
+  embedding of the visible features, h = (tanh(u A + b) B) * col_scale + col_shift,
+  A [16, 128], B [128, D], fixed per PRM; most of h's variance comes from the nuisance
+  features.
 * **truth**: everything above is jointly Gaussian in logit space, so l | h is exactly
-  N(true_mu, true_sigma^2) with true_mu = skill + kappa (o_1 - skill) + kappa_t o_2 +
+  N(true_mu, true_sigma^2) with true_mu = skill + kappa (o_1 - delta - skill) + kappa_t o_2 +
   c_style sin(1.5 c), true_sigma^2 = (1 - kappa) spread^2 + (1 - kappa_t) V_t,
   V_t = t walk^2, kappa_t = V_t / (V_t + tau^2); Q(tau | h) = sigmoid(true_mu + true_sigma
   Phi^-1(tau)) in closed form.
@@ -94,6 +97,7 @@ class SynthPRM:
 
     name: str
     visibility: float  # kappa in (0, 1): share of the success logit's variance h carries
+    ood_blindness: float  # share of the ID -> OOD difficulty drop its reading o_1 misses
     signal_share: float  # share of h's pre-activation variance from success-related features
     difficulty_weight: float  # weight of question difficulty in its score (vs trajectory)
     bon_separation: float  # logit gap between correct and wrong complete responses
@@ -111,6 +115,7 @@ class ScoreCell:
 GENERATORS: dict[str, SynthGenerator] = {
     g.name: g
     for g in [
+        # name  skill  spread  ood_skill  ood_spread  (success logits; see docs/synth.md)
         SynthGenerator("llama-3.2-1b", -1.5, 3.2, -6.5, 2.5, walk=0.55, mean_steps=7),
         SynthGenerator("llama-3.1-8b", -0.3, 3.4, -5.5, 2.5, walk=0.55, mean_steps=7),
         SynthGenerator("qwen-2.5-1.5b", 0.2, 3.4, -5.5, 2.5, walk=0.55, mean_steps=8),
@@ -122,9 +127,10 @@ GENERATORS: dict[str, SynthGenerator] = {
 PRMS: dict[str, SynthPRM] = {
     p.name: p
     for p in [
-        SynthPRM("qwen-prm", 0.85, signal_share=0.3, difficulty_weight=0.5, bon_separation=1.6),
-        SynthPRM("reasoneval", 0.6, signal_share=0.2, difficulty_weight=0.4, bon_separation=0.9),
-        SynthPRM("shepherd", 0.35, signal_share=0.1, difficulty_weight=0.3, bon_separation=0.4),
+        # name  visibility  ood_blindness  signal_share  difficulty_weight  bon_separation
+        SynthPRM("qwen-prm", 0.85, 0.5, 0.3, 0.5, 1.6),
+        SynthPRM("reasoneval", 0.6, 0.5, 0.2, 0.4, 0.9),
+        SynthPRM("shepherd", 0.35, 0.5, 0.1, 0.3, 0.4),
     ]
 }
 
@@ -133,41 +139,41 @@ PRMS: dict[str, SynthPRM] = {
 SCORE_CELLS_TABLE = """
 generator      prm         kind  score_bias  score_gain  score_noise
 llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248
-llama-3.2-1b   qwen-prm    ood       1.8308      0.3112       2.5764
+llama-3.2-1b   qwen-prm    ood       1.4416      0.3111       2.5764
 llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032
-llama-3.2-1b   reasoneval  ood       1.5258      0.3111       1.6087
+llama-3.2-1b   reasoneval  ood       1.2148      0.3111       1.6087
 llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102
-llama-3.2-1b   shepherd    ood      -0.2402      0.3101       0.7649
+llama-3.2-1b   shepherd    ood      -0.4727      0.3101       0.7649
 llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433
-llama-3.1-8b   qwen-prm    ood       2.0191      0.2010       3.0024
+llama-3.1-8b   qwen-prm    ood       1.7576      0.2010       3.0023
 llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830
-llama-3.1-8b   reasoneval  ood       1.3480      0.1995       1.8395
+llama-3.1-8b   reasoneval  ood       1.1406      0.1996       1.8395
 llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711
-llama-3.1-8b   shepherd    ood      -0.1411      0.1651       0.8395
+llama-3.1-8b   shepherd    ood      -0.2699      0.1651       0.8395
 qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301
-qwen-2.5-1.5b  qwen-prm    ood       3.0224      0.1547       3.7618
+qwen-2.5-1.5b  qwen-prm    ood       2.8017      0.1546       3.7616
 qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580
-qwen-2.5-1.5b  reasoneval  ood       2.1425      0.1818       2.5474
+qwen-2.5-1.5b  reasoneval  ood       1.9353      0.1819       2.5474
 qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211
-qwen-2.5-1.5b  shepherd    ood       0.4442      0.0341       1.2331
+qwen-2.5-1.5b  shepherd    ood       0.4151      0.0339       1.2315
 qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145
-qwen-2.5-7b    qwen-prm    ood       3.8664      0.3561       6.1483
+qwen-2.5-7b    qwen-prm    ood       4.0830      1.1770       5.2416
 qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831
-qwen-2.5-7b    reasoneval  ood       1.7883      0.2297       1.8079
+qwen-2.5-7b    reasoneval  ood       1.5172      0.2297       1.8079
 qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378
-qwen-2.5-7b    shepherd    ood       0.9131      0.4021       0.7204
+qwen-2.5-7b    shepherd    ood       0.5572      0.4021       0.7204
 r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527
-r1-llama-8b    qwen-prm    ood       4.8410      0.1331       4.2615
+r1-llama-8b    qwen-prm    ood       5.7569      0.5574       4.9152
 r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152
-r1-llama-8b    reasoneval  ood       5.2103      0.0005       4.8670
+r1-llama-8b    reasoneval  ood       5.6626      0.0004       5.4323
 r1-llama-8b    shepherd    id       -0.0353      0.4039       0.9265
-r1-llama-8b    shepherd    ood      -5.1410      0.0540       5.8544
+r1-llama-8b    shepherd    ood      -5.1767      0.0000       5.7878
 r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658
-r1-qwen-7b     qwen-prm    ood       7.5840      0.4635       5.4115
+r1-qwen-7b     qwen-prm    ood       6.7454      0.3460       5.4301
 r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337
-r1-qwen-7b     reasoneval  ood       6.4083      0.0665       5.4253
+r1-qwen-7b     reasoneval  ood       6.5458      0.1697       5.5552
 r1-qwen-7b     shepherd    id       -0.0277      0.1374       0.0788
-r1-qwen-7b     shepherd    ood      -4.4892      0.0000       5.9718
+r1-qwen-7b     shepherd    ood      -4.4886      0.0001       5.9694
 """
 # END SCORE_CELLS
 
@@ -450,12 +456,15 @@ def simulate(
     style_term = STYLE_WEIGHT * np.sin(1.5 * draws.style)
     logit = question_logit + walk + style_term
     # the PRM's readings: a share kappa of each component's variance is visible
-    o1 = question_logit + spread * np.sqrt((1 - kappa) / kappa) * prm_draws.question_noise
+    # out of distribution the reading misses part of the difficulty drop: AIME questions look
+    # easier to a MATH-trained PRM than they are (a known offset, so the truth stays exact)
+    delta = prm.ood_blindness * (gen.skill - skill)
+    o1 = question_logit + delta + spread * np.sqrt((1 - kappa) / kappa) * prm_draws.question_noise
     tau2 = REFERENCE_STEP * gen.walk**2 * (1 - kappa) / kappa
     o2 = walk + np.sqrt(tau2) * prm_draws.step_noise
     var_walk = t * gen.walk**2
     kappa_t = var_walk / (var_walk + tau2)
-    true_mu = skill + kappa * (o1 - skill) + kappa_t * o2 + style_term
+    true_mu = skill + kappa * (o1 - delta - skill) + kappa_t * o2 + style_term
     true_sigma = np.sqrt((1 - kappa) * spread**2 + (1 - kappa_t) * var_walk)
     true_p = _sigmoid(logit)
     n_correct = (draws.label_uniform < true_p[:, None]).sum(axis=1)
