@@ -58,7 +58,7 @@ class SplitDraws:
 def cell_draws(gen: S.SynthGenerator, prm: S.SynthPRM, kind: str, size: str = "paper"):
     """The calibration draws of every split of ``kind`` exactly as ``write_world`` makes them."""
     world = S.SIZES[size]
-    seed = S.default_seed(f"{gen.name}__{prm.name}", size)
+    seed = S.default_seed(f"{gen.name}__{prm.name}")
     out = []
     for index, split in enumerate(world.splits):
         if split.kind != kind:

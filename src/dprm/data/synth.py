@@ -32,7 +32,7 @@ record (question q, response r, step t):
   fitted; calibrators never see these parameters.
 
 The three PRM worlds of one generator share the generator's draws (questions, trajectories,
-labels): by default the seed is derived from the generator and the size, as in the paper,
+labels): by default the seed is derived from the generator alone, as in the paper,
 where three PRMs score the same rollouts. The PRM's own draws come from a separate stream.
 
 Best-of-N pools: each question's true p_q = sigmoid(a_q) follows the question-only (step 0)
@@ -279,10 +279,15 @@ def _stable_seed(*parts: object) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
-def default_seed(preset: str, size: str) -> int:
-    """The world seed of a preset: derived from its generator, so the PRMs share rollouts."""
+def default_seed(preset: str) -> int:
+    """The world seed of a preset: derived from its generator only.
+
+    The PRMs of one generator share its rollouts, and every size shares the paper size's seed:
+    a split with the same shape at two sizes (the 60-question ``ood`` split of ``paper`` and
+    ``demo``) holds the same records, so the demo's AIME-like split is the fitted one.
+    """
     gen, _ = resolve_preset(preset)
-    return _stable_seed("twin", gen.name, size)
+    return _stable_seed("twin", gen.name, "paper")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -496,8 +501,8 @@ def write_world(
         preset: ``GENERATOR__PRM`` or ``demo``.
         size: ``paper`` (3584-dim, 500 + 60 + 500 questions), ``demo`` or ``tiny``; default
             ``paper`` (``demo`` for the demo preset).
-        seed: world seed; default derived from the generator and size (:func:`default_seed`),
-            so presets are reproducible and the PRMs of one generator share its rollouts.
+        seed: world seed; default derived from the generator (:func:`default_seed`), so
+            presets are reproducible and the PRMs of one generator share its rollouts.
         hidden_dim: override the size's hidden dimension.
 
     Returns:
@@ -511,7 +516,7 @@ def write_world(
     world = SIZES[size_name]
     if hidden_dim is not None:
         world = replace(world, hidden_dim=int(hidden_dim))
-    seed = default_seed(preset, size_name) if seed is None else int(seed)
+    seed = default_seed(preset) if seed is None else int(seed)
     embed = Embedding(prm, world.hidden_dim)
     out = Path(out)
     written: dict[str, Path] = {}
