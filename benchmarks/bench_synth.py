@@ -49,9 +49,9 @@ def main() -> int:
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="dprm-bench-synth-"))
     print(f"dprm synth benchmark: {len(presets)} presets at hidden_dim={dim}, one subprocess each")
     print(
-        f"{'preset':32s} {'rows':>7s} {'sec':>6s} {'peak MB':>8s} {'fp16 MB':>8s} {'peak-import / fp16':>18s}"
+        f"{'preset':32s} {'rows':>7s} {'sec':>6s} {'rows/s':>7s} {'peak MB':>8s} {'fp16 MB':>8s} {'peak-import / fp16':>18s}"
     )
-    total, worst = 0.0, 0.0
+    total, worst, total_rows = 0.0, 0.0, 0
     for preset in presets:
         out = root / preset
         res = subprocess.run(
@@ -67,15 +67,18 @@ def main() -> int:
         ratio = (peak_mb - import_mb) / fp16_mb
         worst = max(worst, ratio)
         total += stats["seconds"]
+        total_rows += rows
+        rate = rows / stats["seconds"]
         print(
-            f"{preset:32s} {rows:7d} {stats['seconds']:6.1f} {peak_mb:8.0f} {fp16_mb:8.0f} {ratio:18.2f}"
+            f"{preset:32s} {rows:7d} {stats['seconds']:6.1f} {rate:7.0f} {peak_mb:8.0f} {fp16_mb:8.0f} {ratio:18.2f}"
         )
         if not args.keep:
             shutil.rmtree(out, ignore_errors=True)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     print(
-        f"total synth time {total:.1f}s for {len(presets)} presets ({total / len(presets):.1f}s each)"
+        f"total synth time {total:.1f}s for {len(presets)} presets ({total / len(presets):.1f}s each, "
+        f"{total_rows / total:.0f} records/s; R1 worlds have ~2x the records of the others)"
     )
     print(
         f"worst (peak RSS - import RSS) / one float16 copy of the hidden states = {worst:.2f} (target: near 1)"

@@ -69,7 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_output_flags(parser, "output directory", metavar="DIR")
     parser.add_argument(
-        "--seed", type=int, default=None, help="world seed (default: derived from the preset)"
+        "--seed",
+        type=int,
+        default=None,
+        help="world seed (default: derived from the generator and the size, so the three PRM worlds of a generator share their rollouts)",
     )
     parser.add_argument(
         "--size",

@@ -1,24 +1,43 @@
-"""Synthetic worlds with a known truth: every calibrator can be scored against p itself.
+"""Synthetic worlds with a known truth, fitted to the paper's published Base statistics.
 
-Generative model (one world = one generator x one PRM x one split):
+A world is one generator x one PRM; every world has the splits ``train`` (MATH-train-like),
+``id`` (MATH500-like) and ``ood`` (AIME24-25-like). The generative model, its realism choices
+and what the fit does and does not promise are described in docs/synth.md. In short, for a
+record (question q, response r, step t):
 
-* latent state u [k=8] per record (question q, response r, step t):
-  u = (d_q, s_{q,r,t}, t / T_max, v_{q,r,1..5}) with question difficulty d_q, a trajectory
-  "progress" random walk s (s_0 = 0), and nuisance features v (style, length, ...);
-* hidden state h = fixed nonlinear embedding of u: h = (tanh(u A + b) B) * col_scale + col_shift,
-  A [k, 128], B [128, D], fixed per PRM (the PRM's "network"), so h determines u;
-* success probability: logit p = mu(u) + sigma(u) * xi, xi ~ N(0, 1) independent of h, with
-  mu(u) = skill - a_d d + a_s s + 0.6 sin(1.5 v_1) and sigma(u) = sigma_0 (0.6 + 0.8
-  sigmoid(v_2)) (1 - 0.5 t / T_max). The true conditional quantile function is therefore
-  Q(tau | h) = sigmoid(mu(u) + sigma(u) Phi^-1(tau)) in closed form;
-* labels: k ~ Binomial(n_rollouts, p), success_prob = k / n_rollouts;
-* PRM score: an over-confident readout of h that does not know the generator's skill and
-  under-weights difficulty: r = sigmoid(bias + gain (rho (-a_d d / 5 + a_s s) + (1 - rho) w(v))).
-  rho is the PRM's ranking quality (Qwen-PRM high, Shepherd low).
+* **success logit** l = a_q + w_{q,r,t} + c_style sin(1.5 c_{q,r}) [t >= 1], with question
+  difficulty a_q ~ N(skill, spread^2) (a wide spread: many questions a generator almost always
+  or almost never solves), a trajectory walk w (w_0 = 0, w_t = w_{t-1} + N(0, walk^2): a
+  trajectory commits as it goes on) and a visible response style c. The true success
+  probability is p = sigmoid(l); labels are k ~ Binomial(n_rollouts, p), success_prob = k / n.
+* **what the PRM sees**: noisy readings o_1 = a_q + delta + e_q and o_2 = w + e_{q,r,t},
+  with noise sized so that a share ``visibility`` (kappa) of each component's variance is
+  visible, plus the style, the step, the PRM's own score quirk and many nuisance features
+  unrelated to success. delta = 0 in distribution; out of it the reading misses a share
+  ``ood_blindness`` of the generator's drop in skill, delta = ood_blindness (skill_id -
+  skill_ood): AIME questions look easier than they are. The hidden state is a fixed nonlinear
+  embedding of the visible features, h = (tanh(u A + b) B) * col_scale + col_shift,
+  A [16, 128], B [128, D], fixed per PRM; most of h's variance comes from the nuisance
+  features.
+* **truth**: everything above is jointly Gaussian in logit space, so l | h is exactly
+  N(true_mu, true_sigma^2) with true_mu = skill + kappa (o_1 - delta - skill) + kappa_t o_2 +
+  c_style sin(1.5 c), true_sigma^2 = (1 - kappa) spread^2 + (1 - kappa_t) V_t,
+  V_t = t walk^2, kappa_t = V_t / (V_t + tau^2); Q(tau | h) = sigmoid(true_mu + true_sigma
+  Phi^-1(tau)) in closed form.
+* **PRM score** (the Base prediction), a readout of h that knows neither the generator's skill
+  nor its own uncertainty: logit r = score_bias + score_gain (difficulty_weight o_1 + o_2) +
+  score_noise n, n the PRM's quirk feature. (score_bias, score_gain, score_noise) are fitted
+  per (generator, PRM, split kind) cell so that the Base Brier, PosBrier and ECE match the
+  paper's tables (``benchmarks/fit_twin.py``; table ``SCORE_CELLS`` below). Nothing else is
+  fitted; calibrators never see these parameters.
 
-Best-of-N pools: each question's true p_q is drawn from its question-only distribution; 64
-candidates are correct ~ Bernoulli(p_q); candidate PRM scores separate correct from wrong ones
-with the PRM's ranking quality.
+The three PRM worlds of one generator share the generator's draws (questions, trajectories,
+labels): by default the seed is derived from the generator alone, as in the paper,
+where three PRMs score the same rollouts. The PRM's own draws come from a separate stream.
+
+Best-of-N pools: each question's true p_q = sigmoid(a_q) follows the question-only (step 0)
+distribution of the calibration set; 64 candidates are correct ~ Bernoulli(p_q) and their
+final PRM scores separate correct from wrong ones by the PRM's ``bon_separation``.
 
 Truth goes into ``true_mu``, ``true_sigma`` (logit-normal parameters) and ``true_p`` (the
 realised p). Nothing in dprm reads ``true_*`` except truth-based metrics.
@@ -29,64 +48,159 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from dprm import __version__
 from dprm.data.contract import SetWriter
+from dprm.version import __version__
 
-LATENT_DIM = 8
+#: visible features: o_1, o_2, step, style, score quirk, then N_NUISANCE nuisance features
+N_NUISANCE = 11
+LATENT_DIM = 5 + N_NUISANCE
 EMBED_WIDTH = 128
+#: weight of the visible response style in the success logit
+STYLE_WEIGHT = 0.5
+#: step at which the trajectory reading o_2 reaches the PRM's visibility kappa
+REFERENCE_STEP = 5
+#: trajectory length is log-normal around the generator's typical length with this spread
+LENGTH_SPREAD = 0.35
 
 
 @dataclass(frozen=True)
-class Generator:
-    """A synthetic generator: ``skill`` shifts the logit of p; weak < 0 < strong."""
+class SynthGenerator:
+    """A synthetic generator: its question difficulty per split and how its trajectories run.
+
+    ``skill`` is the mean success logit of a question, ``spread`` its standard deviation across
+    questions (MATH / AIME difficulty is strongly bimodal for one generator: a large spread);
+    the ``ood_`` pair describes the AIME-like split.
+    """
 
     name: str
     skill: float
-    sigma0: float  # aleatoric spread of logit p given h
-    progress: float  # a_s: how strongly the trajectory walk moves p
+    spread: float
+    ood_skill: float
+    ood_spread: float
+    walk: float  # sd of the per-step change of the success logit
+    mean_steps: float  # typical number of reasoning steps at paper size (R1: long)
+
+    def difficulty(self, kind: str) -> tuple[float, float]:
+        """(skill, spread) of split kind ``"id"`` (MATH; also ``train``) or ``"ood"``."""
+        return (self.skill, self.spread) if kind == "id" else (self.ood_skill, self.ood_spread)
 
 
 @dataclass(frozen=True)
-class PRM:
-    """A synthetic PRM: an over-confident readout of h."""
+class SynthPRM:
+    """A synthetic PRM: what its hidden state carries and how its final scores separate."""
 
     name: str
-    rank_quality: float  # rho in [0, 1]: weight on the true quality signal vs nuisance
-    gain: float  # > 1: over-confident
-    bias: float  # > 0: over-estimates
-    bon_separation: float  # how far correct and wrong complete responses are apart in score
+    visibility: float  # kappa in (0, 1): share of the success logit's variance h carries
+    ood_blindness: float  # share of the ID -> OOD difficulty drop its reading o_1 misses
+    signal_share: float  # share of h's pre-activation variance from success-related features
+    difficulty_weight: float  # weight of question difficulty in its score (vs trajectory)
+    bon_separation: float  # logit gap between correct and wrong complete responses
 
 
-GENERATORS: dict[str, Generator] = {
+@dataclass(frozen=True)
+class ScoreCell:
+    """The PRM score's readout for one (generator, PRM, split kind): fitted to Base metrics."""
+
+    score_bias: float
+    score_gain: float
+    score_noise: float
+
+
+GENERATORS: dict[str, SynthGenerator] = {
     g.name: g
     for g in [
-        Generator("llama-3.2-1b", skill=-2.2, sigma0=1.2, progress=0.6),
-        Generator("llama-3.1-8b", skill=-1.3, sigma0=1.3, progress=0.7),
-        Generator("qwen-2.5-1.5b", skill=-0.6, sigma0=1.3, progress=0.8),
-        Generator("qwen-2.5-7b", skill=0.0, sigma0=1.2, progress=0.8),
-        Generator("r1-llama-8b", skill=0.4, sigma0=1.4, progress=0.9),
-        Generator("r1-qwen-7b", skill=0.8, sigma0=1.4, progress=0.9),
+        # name  skill  spread  ood_skill  ood_spread  (success logits; see docs/synth.md)
+        SynthGenerator("llama-3.2-1b", -1.5, 3.2, -6.5, 2.5, walk=0.55, mean_steps=7),
+        SynthGenerator("llama-3.1-8b", -0.3, 3.4, -5.5, 2.5, walk=0.55, mean_steps=7),
+        SynthGenerator("qwen-2.5-1.5b", 0.2, 3.4, -5.5, 2.5, walk=0.55, mean_steps=8),
+        SynthGenerator("qwen-2.5-7b", 1.9, 3.6, -4.0, 2.8, walk=0.5, mean_steps=8),
+        SynthGenerator("r1-llama-8b", 1.0, 3.6, -4.9, 2.8, walk=0.45, mean_steps=16),
+        SynthGenerator("r1-qwen-7b", 1.4, 3.6, -4.6, 2.8, walk=0.45, mean_steps=16),
     ]
 }
-PRMS: dict[str, PRM] = {
+PRMS: dict[str, SynthPRM] = {
     p.name: p
     for p in [
-        PRM("qwen-prm", rank_quality=0.85, gain=1.8, bias=2.0, bon_separation=1.6),
-        PRM("reasoneval", rank_quality=0.6, gain=1.5, bias=1.6, bon_separation=0.9),
-        PRM("shepherd", rank_quality=0.3, gain=1.2, bias=1.3, bon_separation=0.35),
+        # name  visibility  ood_blindness  signal_share  difficulty_weight  bon_separation
+        SynthPRM("qwen-prm", 0.85, 0.5, 0.3, 0.5, 1.6),
+        SynthPRM("reasoneval", 0.6, 0.5, 0.2, 0.4, 0.9),
+        SynthPRM("shepherd", 0.35, 0.5, 0.1, 0.3, 0.4),
     ]
 }
+
+# --- fitted by benchmarks/fit_twin.py: do not edit by hand (rerun the fit) --------------------
+# BEGIN SCORE_CELLS
+SCORE_CELLS_TABLE = """
+generator      prm         kind  score_bias  score_gain  score_noise
+llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248
+llama-3.2-1b   qwen-prm    ood       1.4416      0.3111       2.5764
+llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032
+llama-3.2-1b   reasoneval  ood       1.2148      0.3111       1.6087
+llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102
+llama-3.2-1b   shepherd    ood      -0.4727      0.3101       0.7649
+llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433
+llama-3.1-8b   qwen-prm    ood       1.7576      0.2010       3.0023
+llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830
+llama-3.1-8b   reasoneval  ood       1.1406      0.1996       1.8395
+llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711
+llama-3.1-8b   shepherd    ood      -0.2699      0.1651       0.8395
+qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301
+qwen-2.5-1.5b  qwen-prm    ood       2.8017      0.1546       3.7616
+qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580
+qwen-2.5-1.5b  reasoneval  ood       1.9353      0.1819       2.5474
+qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211
+qwen-2.5-1.5b  shepherd    ood       0.4151      0.0339       1.2315
+qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145
+qwen-2.5-7b    qwen-prm    ood       4.0830      1.1770       5.2416
+qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831
+qwen-2.5-7b    reasoneval  ood       1.5172      0.2297       1.8079
+qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378
+qwen-2.5-7b    shepherd    ood       0.5572      0.4021       0.7204
+r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527
+r1-llama-8b    qwen-prm    ood       5.7569      0.5574       4.9152
+r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152
+r1-llama-8b    reasoneval  ood       5.6626      0.0004       5.4323
+r1-llama-8b    shepherd    id       -0.0353      0.4039       0.9265
+r1-llama-8b    shepherd    ood      -5.1767      0.0000       5.7878
+r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658
+r1-qwen-7b     qwen-prm    ood       6.7454      0.3460       5.4301
+r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337
+r1-qwen-7b     reasoneval  ood       6.5458      0.1697       5.5552
+r1-qwen-7b     shepherd    id       -0.0277      0.1374       0.0788
+r1-qwen-7b     shepherd    ood      -4.4886      0.0001       5.9694
+"""
+# END SCORE_CELLS
+
+
+def _parse_cells(table: str) -> dict[tuple[str, str, str], ScoreCell]:
+    lines = [line.split() for line in table.strip().splitlines()[1:] if line.strip()]
+    return {
+        (gen, prm, kind): ScoreCell(float(bias), float(gain), float(noise))
+        for gen, prm, kind, bias, gain, noise in lines
+    }
+
+
+SCORE_CELLS: dict[tuple[str, str, str], ScoreCell] = _parse_cells(SCORE_CELLS_TABLE)
+#: the unfitted fallback: an over-confident readout (used where the table has no row)
+DEFAULT_CELL = ScoreCell(score_bias=1.5, score_gain=0.5, score_noise=0.5)
+
+
+def score_cell(gen: SynthGenerator, prm: SynthPRM, kind: str) -> ScoreCell:
+    """The fitted score readout of a (generator, PRM, split kind) cell."""
+    return SCORE_CELLS.get((gen.name, prm.name, kind), DEFAULT_CELL)
 
 
 @dataclass(frozen=True)
 class Split:
     """Question distribution of one split.
 
+    ``kind`` is ``"id"`` (MATH-like: ``train`` and ``id``) or ``"ood"`` (AIME-like).
     ``n_bon_questions == 0`` marks a training split (calibration records only, no BoN pools).
     Splits are generated in tuple order from ``default_rng([seed, index])``, so a split appended
     at the end leaves the earlier splits' data unchanged.
@@ -95,7 +209,7 @@ class Split:
     name: str
     n_questions: int
     n_bon_questions: int
-    difficulty_mean: float
+    kind: str
     nuisance_shift: float
 
 
@@ -105,7 +219,7 @@ class WorldSize:
     splits: tuple[Split, ...]
     n_responses: int = 8
     max_steps: int = 20  # prefixes per response at most (steps 0..max_steps-1)
-    min_steps: int = 4
+    min_steps: int = 3
     n_rollouts: int = 8
     pool_size: int = 64
 
@@ -115,32 +229,31 @@ SIZES: dict[str, WorldSize] = {
     "paper": WorldSize(
         hidden_dim=3584,
         splits=(
-            Split("id", 500, 500, 0.0, 0.0),
-            Split("ood", 60, 60, 1.6, 1.0),
-            Split("train", 500, 0, 0.0, 0.0),
+            Split("id", 500, 500, "id", 0.0),
+            Split("ood", 60, 60, "ood", 1.0),
+            Split("train", 500, 0, "id", 0.0),
         ),
     ),
     "demo": WorldSize(
         hidden_dim=256,
         splits=(
-            Split("id", 200, 200, 0.0, 0.0),
-            Split("ood", 60, 60, 1.6, 1.0),
-            Split("train", 200, 0, 0.0, 0.0),
+            Split("id", 200, 200, "id", 0.0),
+            Split("ood", 60, 60, "ood", 1.0),
+            Split("train", 200, 0, "id", 0.0),
         ),
     ),
     "tiny": WorldSize(
         hidden_dim=32,
         splits=(
-            Split("id", 40, 40, 0.0, 0.0),
-            Split("ood", 12, 12, 1.6, 1.0),
-            Split("train", 40, 0, 0.0, 0.0),
+            Split("id", 40, 40, "id", 0.0),
+            Split("ood", 12, 12, "ood", 1.0),
+            Split("train", 40, 0, "id", 0.0),
         ),
         n_responses=4,
         max_steps=8,
         min_steps=3,
     ),
 }
-DIFFICULTY_WEIGHT = 1.0  # a_d
 
 
 def preset_names() -> list[str]:
@@ -148,8 +261,8 @@ def preset_names() -> list[str]:
     return ["demo"] + [f"{g}__{p}" for p in PRMS for g in GENERATORS]
 
 
-def resolve_preset(preset: str) -> tuple[Generator, PRM]:
-    """``"llama-3.2-1b__qwen-prm"`` -> (Generator, PRM); ``"demo"`` is r1-qwen-7b__qwen-prm."""
+def resolve_preset(preset: str) -> tuple[SynthGenerator, SynthPRM]:
+    """``"llama-3.2-1b__qwen-prm"`` -> (SynthGenerator, SynthPRM); ``"demo"`` is llama-3.2-1b__qwen-prm."""
     if preset == "demo":
         preset = "llama-3.2-1b__qwen-prm"
     gen_name, _, prm_name = preset.partition("__")
@@ -166,12 +279,50 @@ def _stable_seed(*parts: object) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
-class Embedding:
-    """The PRM's fixed map from latent u [n, 8] to hidden states h [n, D]."""
+def default_seed(preset: str) -> int:
+    """The world seed of a preset: derived from its generator only.
 
-    def __init__(self, prm: PRM, hidden_dim: int):
+    The PRMs of one generator share its rollouts, and every size shares the paper size's seed:
+    a split with the same shape at two sizes (the 60-question ``ood`` split of ``paper`` and
+    ``demo``) holds the same records, so the demo's AIME-like split is the fitted one.
+    """
+    gen, _ = resolve_preset(preset)
+    return _stable_seed("twin", gen.name, "paper")
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+_PHI_INV = np.vectorize(NormalDist().inv_cdf, otypes=[np.float64])
+
+
+def _stratified_normal(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n standard normals, one per stratum of equal probability, in random order [n].
+
+    Each value is marginally N(0, 1); together they cover the distribution evenly, so a 60-
+    question split has the difficulty profile of its distribution, not a lucky draw of it.
+    """
+    return _PHI_INV((rng.permutation(n) + rng.random(n)) / n)
+
+
+class Embedding:
+    """The PRM's fixed map from visible features u [n, 16] to hidden states h [n, D].
+
+    Rows of the first layer are scaled so that the success-related features (o_1, o_2, style)
+    carry a share ``prm.signal_share`` of the pre-activation variance; the rest comes from the
+    step, the score quirk and the nuisance features, as in a real 3584-dim state where most
+    directions have nothing to do with success.
+    """
+
+    def __init__(self, prm: SynthPRM, hidden_dim: int):
         rng = np.random.default_rng(_stable_seed("embedding", prm.name, hidden_dim))
-        self.first = rng.normal(0, 1 / np.sqrt(LATENT_DIM), (LATENT_DIM, EMBED_WIDTH)) * 1.5
+        signal = np.zeros(LATENT_DIM, bool)
+        signal[[0, 1, 3]] = True
+        row_var = np.where(
+            signal, prm.signal_share / signal.sum(), (1 - prm.signal_share) / (~signal).sum()
+        )
+        self.first = rng.normal(0, 1, (LATENT_DIM, EMBED_WIDTH)) * np.sqrt(row_var)[:, None] * 1.3
         self.first_bias = rng.normal(0, 0.3, EMBED_WIDTH)
         self.second = rng.normal(0, 1 / np.sqrt(EMBED_WIDTH), (EMBED_WIDTH, hidden_dim))
         # Real hidden states have very different scales and offsets per dimension.
@@ -187,44 +338,150 @@ class Embedding:
         return out
 
 
-def truth(latent: np.ndarray, gen: Generator, max_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Logit-normal parameters (mu [n], sigma [n]) of p given the latent state."""
-    d, s, t, v1, v2 = latent[:, 0], latent[:, 1], latent[:, 2], latent[:, 3], latent[:, 4]
-    mu = gen.skill - DIFFICULTY_WEIGHT * d + gen.progress * s + 0.6 * np.sin(1.5 * v1)
-    sigma = gen.sigma0 * (0.6 + 0.8 / (1 + np.exp(-v2))) * (1 - 0.5 * t)
-    return mu, sigma
+@dataclass
+class GeneratorDraws:
+    """The generator's random numbers for one split's records (shared by the three PRMs).
+
+    All arrays are [n] per record (``nuisance`` [n, N_NUISANCE], ``label_uniform``
+    [n, n_rollouts]); step-0 records of a question carry identical inputs (the empty prefix).
+    """
+
+    question: np.ndarray
+    response: np.ndarray
+    step: np.ndarray
+    difficulty: np.ndarray  # standard normal of the record's question
+    walk: np.ndarray  # unit-variance-step random walk, 0 at step 0
+    style: np.ndarray  # response style, 0 at step 0
+    nuisance: np.ndarray
+    label_uniform: np.ndarray
 
 
-def prm_readout(latent: np.ndarray, gen: Generator, prm: PRM) -> np.ndarray:
-    """The PRM's score: over-confident, skill-blind, difficulty under-weighted."""
-    d, s, v3, v4 = latent[:, 0], latent[:, 1], latent[:, 5], latent[:, 6]
-    quality = -0.2 * DIFFICULTY_WEIGHT * d + gen.progress * s
-    nuisance = (v3 + v4) / np.sqrt(2)
-    logit = prm.bias + prm.gain * (prm.rank_quality * quality + (1 - prm.rank_quality) * nuisance)
-    return 1 / (1 + np.exp(-logit))
+@dataclass
+class PRMDraws:
+    """The PRM's own random numbers for the same records: reading noise and its score quirk."""
+
+    question_noise: np.ndarray  # e_q / its sd, shared by a question's records
+    step_noise: np.ndarray  # e_{q,r,t} / its sd, 0 at step 0
+    quirk: np.ndarray  # the PRM's score quirk n (visible), question + record parts
 
 
-def _latents(rng, split: Split, size: WorldSize, n_questions: int, question_only: bool):
-    """Latent states, ids and step indices for a split's calibration records."""
-    difficulty = rng.normal(split.difficulty_mean, 1.0, n_questions)
-    rows_q, rows_r, rows_t, lat = [], [], [], []
+def _segments(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Owner index and position within the owner for concatenated segments of ``lengths``."""
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return owner, np.arange(int(lengths.sum())) - starts
+
+
+def draw_generator(
+    rng: np.random.Generator,
+    gen: SynthGenerator,
+    split: Split,
+    size: WorldSize,
+    n_questions: int,
+    question_only: bool = False,
+) -> GeneratorDraws:
+    """Draw one split's question/trajectory/label randomness (calibration or question-only)."""
     n_resp = 1 if question_only else size.n_responses
-    for q in range(n_questions):
-        for r in range(n_resp):
-            n_prefix = 1 if question_only else int(rng.integers(size.min_steps, size.max_steps + 1))
-            walk = np.concatenate([[0.0], np.cumsum(rng.normal(0.0, 0.55, n_prefix - 1))])
-            nuisance = rng.normal(split.nuisance_shift, 1.0, (1, 5)) + rng.normal(
-                0, 0.3, (n_prefix, 5)
-            )
-            steps = np.arange(n_prefix)
-            u = np.column_stack(
-                [np.full(n_prefix, difficulty[q]), walk, steps / size.max_steps, nuisance]
-            )
-            lat.append(u)
-            rows_q += [q] * n_prefix
-            rows_r += [r] * n_prefix
-            rows_t += list(steps)
-    return np.concatenate(lat), np.array(rows_q), np.array(rows_r), np.array(rows_t)
+    difficulty = _stratified_normal(rng, n_questions)
+    n_traj = n_questions * n_resp
+    typical = gen.mean_steps * size.max_steps / SIZES["paper"].max_steps
+    lengths = np.clip(
+        np.round(typical * np.exp(LENGTH_SPREAD * rng.standard_normal(n_traj))),
+        size.min_steps,
+        size.max_steps,
+    ).astype(np.int64)
+    if question_only:
+        lengths[:] = 1
+    traj, step = _segments(lengths)
+    n = len(traj)
+    increments = rng.standard_normal(n)
+    increments[step == 0] = 0.0
+    cumulative = np.cumsum(increments)
+    walk = cumulative - (cumulative - increments)[np.flatnonzero(step == 0)][traj]
+    style = rng.standard_normal(n_traj)[traj] * (step > 0)
+    question = traj // n_resp
+    nuisance = (
+        rng.normal(split.nuisance_shift, 1.0, (n_questions, N_NUISANCE))[question]
+        + rng.normal(0, 0.7, (n_traj, N_NUISANCE))[traj] * (step > 0)[:, None]
+        + rng.normal(0, 0.3, (n, N_NUISANCE)) * (step > 0)[:, None]
+    )
+    return GeneratorDraws(
+        question=question,
+        response=traj % n_resp,
+        step=step,
+        difficulty=difficulty[question],
+        walk=walk,
+        style=style,
+        nuisance=nuisance,
+        label_uniform=rng.random((n, size.n_rollouts)),
+    )
+
+
+def draw_prm(rng: np.random.Generator, draws: GeneratorDraws) -> PRMDraws:
+    """Draw the PRM's reading noise and score quirk for the records of ``draws``."""
+    n, n_q = len(draws.step), int(draws.question.max()) + 1
+    later = draws.step > 0
+    # question-level parts are stratified like the difficulty: a 12- or 60-question split
+    # gets the distribution's profile, not a lucky draw of it
+    return PRMDraws(
+        question_noise=_stratified_normal(rng, n_q)[draws.question],
+        step_noise=rng.standard_normal(n) * later,
+        quirk=(_stratified_normal(rng, n_q)[draws.question] + rng.standard_normal(n) * later)
+        / np.sqrt(2),
+    )
+
+
+@dataclass
+class Records:
+    """Everything about one split's records except the hidden states (all [n])."""
+
+    true_mu: np.ndarray
+    true_sigma: np.ndarray
+    true_p: np.ndarray
+    n_correct: np.ndarray
+    prm_score: np.ndarray
+    visible: np.ndarray  # [n, LATENT_DIM]: the embedding's input
+
+
+def simulate(
+    gen: SynthGenerator,
+    prm: SynthPRM,
+    cell: ScoreCell,
+    kind: str,
+    draws: GeneratorDraws,
+    prm_draws: PRMDraws,
+    max_steps: int,
+) -> Records:
+    """Truth, labels, PRM score and visible features of a split's records (no hidden states)."""
+    skill, spread = gen.difficulty(kind)
+    kappa = prm.visibility
+    t = draws.step.astype(np.float64)
+    question_logit = skill + spread * draws.difficulty
+    walk = gen.walk * draws.walk
+    style_term = STYLE_WEIGHT * np.sin(1.5 * draws.style)
+    logit = question_logit + walk + style_term
+    # the PRM's readings: a share kappa of each component's variance is visible
+    # out of distribution the reading misses part of the difficulty drop: AIME questions look
+    # easier to a MATH-trained PRM than they are (a known offset, so the truth stays exact)
+    delta = prm.ood_blindness * (gen.skill - skill)
+    o1 = question_logit + delta + spread * np.sqrt((1 - kappa) / kappa) * prm_draws.question_noise
+    tau2 = REFERENCE_STEP * gen.walk**2 * (1 - kappa) / kappa
+    o2 = walk + np.sqrt(tau2) * prm_draws.step_noise
+    var_walk = t * gen.walk**2
+    kappa_t = var_walk / (var_walk + tau2)
+    true_mu = skill + kappa * (o1 - delta - skill) + kappa_t * o2 + style_term
+    true_sigma = np.sqrt((1 - kappa) * spread**2 + (1 - kappa_t) * var_walk)
+    true_p = _sigmoid(logit)
+    n_correct = (draws.label_uniform < true_p[:, None]).sum(axis=1)
+    score_logit = (
+        cell.score_bias
+        + cell.score_gain * (prm.difficulty_weight * o1 + o2)
+        + cell.score_noise * prm_draws.quirk
+    )
+    visible = np.column_stack(
+        [o1 / 4, o2 / 2, 2 * t / max_steps - 1, draws.style, prm_draws.quirk, draws.nuisance]
+    )
+    return Records(true_mu, true_sigma, true_p, n_correct, _sigmoid(score_logit), visible)
 
 
 def write_world(
@@ -242,9 +499,10 @@ def write_world(
     Args:
         out: output directory.
         preset: ``GENERATOR__PRM`` or ``demo``.
-        size: ``paper`` (3584-dim, 500 + 60 questions), ``demo`` or ``tiny``; default ``paper``
-            (``demo`` for the demo preset).
-        seed: world seed; default derived from the preset name so presets are reproducible.
+        size: ``paper`` (3584-dim, 500 + 60 + 500 questions), ``demo`` or ``tiny``; default
+            ``paper`` (``demo`` for the demo preset).
+        seed: world seed; default derived from the generator (:func:`default_seed`), so
+            presets are reproducible and the PRMs of one generator share its rollouts.
         hidden_dim: override the size's hidden dimension.
 
     Returns:
@@ -258,7 +516,7 @@ def write_world(
     world = SIZES[size_name]
     if hidden_dim is not None:
         world = replace(world, hidden_dim=int(hidden_dim))
-    seed = _stable_seed(preset, size_name) if seed is None else int(seed)
+    seed = default_seed(preset) if seed is None else int(seed)
     embed = Embedding(prm, world.hidden_dim)
     out = Path(out)
     written: dict[str, Path] = {}
@@ -273,56 +531,60 @@ def write_world(
     }
     n_sets = sum(1 + (split.n_bon_questions > 0) for split in world.splits)
     bar = tqdm(total=n_sets, desc=f"synth {preset}", disable=not progress, unit="set")
+
+    def fill_hidden(writer: SetWriter, visible: np.ndarray) -> None:
+        for start in range(0, len(visible), chunk_rows):
+            writer.hidden[start : start + chunk_rows] = embed(visible[start : start + chunk_rows])
+
     for split_index, split in enumerate(world.splits):
-        rng = np.random.default_rng([seed, split_index])
+        rng, prm_rng = split_rngs(seed, split_index, prm)
+        cell = score_cell(gen, prm, split.kind)
         # -- calibration set -----------------------------------------------------------------
-        latent, qs, rs, ts = _latents(rng, split, world, split.n_questions, question_only=False)
-        mu, sigma = truth(latent, gen, world.max_steps)
-        true_p = 1 / (1 + np.exp(-(mu + sigma * rng.standard_normal(len(mu)))))
-        n_correct = rng.binomial(world.n_rollouts, true_p)
+        draws = draw_generator(rng, gen, split, world, split.n_questions)
+        rec = simulate(gen, prm, cell, split.kind, draws, draw_prm(prm_rng, draws), world.max_steps)
         records = pd.DataFrame(
             {
-                "question_id": [f"{split.name}-q{q:04d}" for q in qs],
-                "response_id": rs.astype(np.int32),
-                "step": ts.astype(np.int32),
-                "prm_score": prm_readout(latent, gen, prm).astype(np.float32),
-                "success_prob": (n_correct / world.n_rollouts).astype(np.float32),
-                "n_rollouts": np.full(len(qs), world.n_rollouts, np.int32),
-                "true_mu": mu.astype(np.float32),
-                "true_sigma": sigma.astype(np.float32),
-                "true_p": true_p.astype(np.float32),
+                "question_id": [f"{split.name}-q{q:04d}" for q in draws.question],
+                "response_id": draws.response.astype(np.int32),
+                "step": draws.step.astype(np.int32),
+                "prm_score": rec.prm_score.astype(np.float32),
+                "success_prob": (rec.n_correct / world.n_rollouts).astype(np.float32),
+                "n_rollouts": np.full(len(draws.step), world.n_rollouts, np.int32),
+                "true_mu": rec.true_mu.astype(np.float32),
+                "true_sigma": rec.true_sigma.astype(np.float32),
+                "true_p": rec.true_p.astype(np.float32),
             }
         )
         path = out / split.name / "calib"
         with SetWriter(path, "calibration", len(records), world.hidden_dim) as writer:
-            for start in range(0, len(latent), chunk_rows):
-                writer.hidden[start : start + chunk_rows] = embed(
-                    latent[start : start + chunk_rows]
-                )
+            fill_hidden(writer, rec.visible)
             writer.records = records
             writer.meta.update(provenance, split=split.name)
         written[f"{split.name}/calib"] = path
         bar.update()
         if split.n_bon_questions == 0:  # a training split: calibration records only
             continue
-        # -- best-of-N set: fresh questions from the same distribution ------------------------
-        latent_q, qs_b, _, _ = _latents(
-            rng, split, world, split.n_bon_questions, question_only=True
+        # -- best-of-N set: fresh questions from the same distribution (question-only) -------
+        q_draws = draw_generator(rng, gen, split, world, split.n_bon_questions, question_only=True)
+        q_rec = simulate(
+            gen, prm, cell, split.kind, q_draws, draw_prm(prm_rng, q_draws), world.max_steps
         )
-        mu_q, sigma_q = truth(latent_q, gen, world.max_steps)
-        p_q = 1 / (1 + np.exp(-(mu_q + sigma_q * rng.standard_normal(len(mu_q)))))
+        p_q = q_rec.true_p
         correct = rng.random((len(p_q), world.pool_size)) < p_q[:, None]
-        quality = np.log(p_q / (1 - p_q))[:, None] * 0.3
-        cand_logit = prm.bias + prm.gain * (
-            quality + prm.bon_separation * (2 * correct - 1) + rng.normal(0, 1.0, correct.shape)
+        question_reading = q_rec.visible[:, 0] * 4  # o_1
+        cand_logit = (
+            cell.score_bias
+            + cell.score_gain * prm.difficulty_weight * question_reading[:, None]
+            + prm.bon_separation * (2 * correct - 1)
+            + np.sqrt(1 + cell.score_noise**2) * prm_rng.standard_normal(correct.shape)
         )
-        ids = [f"{split.name}-b{q:04d}" for q in qs_b]
+        ids = [f"{split.name}-b{q:04d}" for q in q_draws.question]
         questions = pd.DataFrame(
             {
                 "question_id": ids,
-                "prm_score": prm_readout(latent_q, gen, prm).astype(np.float32),
-                "true_mu": mu_q.astype(np.float32),
-                "true_sigma": sigma_q.astype(np.float32),
+                "prm_score": q_rec.prm_score.astype(np.float32),
+                "true_mu": q_rec.true_mu.astype(np.float32),
+                "true_sigma": q_rec.true_sigma.astype(np.float32),
                 "true_p": p_q.astype(np.float32),
             }
         )
@@ -330,16 +592,13 @@ def write_world(
             {
                 "question_id": np.repeat(ids, world.pool_size),
                 "response_id": np.tile(np.arange(world.pool_size, dtype=np.int32), len(ids)),
-                "prm_score": (1 / (1 + np.exp(-cand_logit))).astype(np.float32).ravel(),
+                "prm_score": _sigmoid(cand_logit).astype(np.float32).ravel(),
                 "correct": correct.ravel(),
             }
         )
         path = out / split.name / "bon"
         with SetWriter(path, "bon", len(questions), world.hidden_dim) as writer:
-            for start in range(0, len(latent_q), chunk_rows):
-                writer.hidden[start : start + chunk_rows] = embed(
-                    latent_q[start : start + chunk_rows]
-                )
+            fill_hidden(writer, q_rec.visible)
             writer.records = questions
             writer.responses = responses
             writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
@@ -347,3 +606,13 @@ def write_world(
         bar.update()
     bar.close()
     return written
+
+
+def split_rngs(
+    seed: int, split_index: int, prm: SynthPRM
+) -> tuple[np.random.Generator, np.random.Generator]:
+    """The generator's stream (shared by all PRMs) and the PRM's own stream of one split."""
+    return (
+        np.random.default_rng([seed, split_index]),
+        np.random.default_rng([seed, split_index, _stable_seed("prm", prm.name)]),
+    )
