@@ -11,7 +11,13 @@ import dprm
 from dprm.config import ConfigError
 from dprm.data import read_calibration_set
 from dprm.models import REGISTRY
-from dprm.models.fit import POINT_MASS_SHARE, CollapseError, check_collapse, fit
+from dprm.models.fit import (
+    POINT_MASS_CONTRADICTION,
+    POINT_MASS_SHARE,
+    CollapseError,
+    check_collapse,
+    fit,
+)
 from dprm.models.interface import Calibrator, PointMass
 from dprm.models.mono import MonoCalibrator
 from dprm.models.qr import QRCalibrator, QRConfig
@@ -185,16 +191,46 @@ class MostlyPointMass(Calibrator):
 
 def test_check_collapse_flags_a_point_mass_at_0_or_1_for_most_h(world):
     _, val = halves(world)
-    y = val.records["success_prob"].to_numpy()
-    assert np.mean((y == 0) | (y == 1)) <= POINT_MASS_SHARE  # the labels are not degenerate
     cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.7))
     report = check_collapse(MostlyPointMass(world.hidden_dim, cut), val)
     # The old rule alone passes it: flat in tau but not in h.
     assert report["h_spread"] > report["threshold"]
     assert report["collapsed"] and report["point_mass_share"] == pytest.approx(0.7, abs=0.02)
+    assert report["point_mass_contradiction"] > POINT_MASS_CONTRADICTION
     # A point mass on fewer than half of the rows is a legitimate, confident map.
     cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.3))
     assert not check_collapse(MostlyPointMass(world.hidden_dim, cut), val)["collapsed"]
+
+
+class Oracle(Calibrator):
+    """A point mass at each row's own label: confident everywhere and never contradicted."""
+
+    kind = "distribution"
+
+    def __init__(self, hidden_dim: int, labels: np.ndarray):
+        super().__init__(hidden_dim)
+        self.labels = torch.as_tensor(labels, dtype=torch.float32)
+        self.row = 0
+
+    def forward(self, hidden, prm_score=None):
+        out = self.labels[self.row : self.row + len(hidden)]
+        self.row += len(hidden)
+        return PointMass(out)
+
+    @classmethod
+    def fit_model(cls, train, val, config, seed, progress):
+        raise NotImplementedError("a fixed test double")
+
+
+def test_check_collapse_passes_a_confident_map_the_labels_agree_with(world):
+    """Mostly 0/1 labels (as in real data) and a map that is a point mass at them: not a collapse."""
+    _, val = halves(world)
+    y = val.records["success_prob"].to_numpy()
+    labels = np.where(np.arange(len(y)) % 10 < 7, 0.0, y)  # 70 % of the labels at 0
+    val.records["success_prob"] = labels.astype(np.float32)
+    report = check_collapse(Oracle(world.hidden_dim, labels), val, max_rows=len(y))
+    assert report["point_mass_share"] > POINT_MASS_SHARE
+    assert report["point_mass_contradiction"] == 0.0 and not report["collapsed"]
 
 
 def test_fit_raises_on_collapse(world, monkeypatch):
