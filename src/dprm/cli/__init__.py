@@ -43,10 +43,10 @@ COMMANDS: dict[str, Command] = {
         "dprm.cli.questions", "normalise a question set to question_id, question, answer"
     ),
     "generate": Command(
-        "dprm.cli.sampling", "sample trajectories (responses) per question and grade them", True
+        "dprm.cli.generate", "sample trajectories (responses) per question and grade them", True
     ),
     "rollout": Command(
-        "dprm.cli.sampling",
+        "dprm.cli.rollout",
         "Monte Carlo rollouts from every trajectory prefix -> labels with counts",
         True,
     ),
@@ -55,7 +55,7 @@ COMMANDS: dict[str, Command] = {
         "PRM scores + hidden states: labels -> calibration set, --bon pool -> BoN set",
         True,
     ),
-    "merge": Command("dprm.cli.pipeline", "join the finished shards OUT.shards/ into OUT"),
+    "merge": Command("dprm.cli.merge", "join the finished shards OUT.shards/ into OUT"),
     "train": Command("dprm.cli.train", "fit a calibrator on a calibration set"),
     "predict": Command(
         "dprm.cli.predict",

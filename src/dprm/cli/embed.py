@@ -2,7 +2,7 @@
 
 Labels become a calibration set and a best-of-N pool (``--bon``) a BoN set; one forward pass
 per trajectory gives every step's score and state (:mod:`dprm.llm.embed`). See
-:mod:`dprm.cli.pipeline`.
+:mod:`dprm.cli._stage`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dprm.cli.pipeline import add_run_flags, add_stage_parser, base_meta, input_id, skip
+from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, input_id, skip
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dprm.cli.pipeline import add_stage_parser
+from dprm.cli._stage import add_stage_parser
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,9 +1,9 @@
-"""``dprm generate | rollout``: the pipeline stages that sample from a generator and grade.
+"""What ``dprm generate`` and ``dprm rollout`` share: the stages that sample from a generator and grade.
 
 ``generate`` samples and grades n responses per question (trajectories); ``rollout`` continues
 every trajectory prefix n times and grades the continuations (labels with counts). Both share
 the sampling and grading flags, the fingerprint that lets a finished shard be skipped before
-the generator loads, and the run with a grading pool. See :mod:`dprm.cli.pipeline`.
+the generator loads, and the run with a grading pool. See :mod:`dprm.cli._stage`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from dprm.cli.pipeline import add_run_flags, add_stage_parser, base_meta, input_id, skip
+from dprm.cli._stage import input_id, skip
 
 
-def _add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: str) -> None:
+def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: str) -> None:
     """Generator, sampling (Park et al.'s defaults) and grading flags."""
     group = parser.add_argument_group("sampling (Park et al.'s defaults)")
     group.add_argument("--model", required=True, help="generator: local directory or hub id")
@@ -88,60 +88,7 @@ def _add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help:
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_stage_parser(
-        subparsers,
-        "generate",
-        help="sample trajectories (responses) per question and grade them",
-        description="First pass: n responses per question from Park et al.'s prompt (Qwen or Llama-3 chat "
-        "format, '## Step k:' instruction), T=0.7, 2048 new tokens, graded with math-verify. Output columns: "
-        "question_id, response_id, question, answer, response, n_tokens, finish_reason, stop_reason, correct, grade_timeout. "
-        "For a best-of-N pool use e.g. --n 64 and embed it with `dprm embed --bon`.",
-    )
-    p.add_argument(
-        "--questions",
-        required=True,
-        type=Path,
-        help="questions file (from `dprm questions`, or raw)",
-    )
-    p.add_argument("--limit", type=int, default=None, help="use only the first N questions")
-    _add_sampling_flags(p, 8, "responses per question")
-    add_run_flags(p, "trajectories .parquet")
-    p.set_defaults(func=cmd_generate)
-
-    p = add_stage_parser(
-        subparsers,
-        "rollout",
-        help="Monte Carlo rollouts from every trajectory prefix -> labels with counts",
-        description="For each trajectory split on blank lines and each k = 0..K (--max-steps): n rollouts "
-        "continue from the first k steps; the continuation is graded; n_correct, n_rollouts and "
-        "success_prob = n_correct/n_rollouts are stored. k = #steps is the complete trajectory (label = its "
-        "own correctness, n_rollouts = 1); a prefix that already holds \\boxed{} gets no rollouts "
-        "(--boxed-prefix grade: label = the committed answer's correctness; drop: no row). Park's MC "
-        "script used k = 0..19 (--max-steps 19).",
-    )
-    p.add_argument(
-        "--trajectories",
-        required=True,
-        type=Path,
-        help="trajectories .parquet from `dprm generate`",
-    )
-    p.add_argument("--max-steps", type=int, default=20, help="largest prefix length k")
-    p.add_argument(
-        "--boxed-prefix",
-        default="grade",
-        choices=["grade", "drop"],
-        help="what to do with prefixes that already hold a boxed answer",
-    )
-    p.add_argument(
-        "--responses", type=int, default=None, help="use only the first N responses per question"
-    )
-    _add_sampling_flags(p, 8, "rollouts per prefix")
-    add_run_flags(p, "labels .parquet")
-    p.set_defaults(func=cmd_rollout)
-
-
-def _sampling(args: argparse.Namespace):
+def sampling_config(args: argparse.Namespace):
     from dprm.llm.rollout import SamplingConfig
 
     return SamplingConfig(
@@ -157,7 +104,7 @@ def _sampling(args: argparse.Namespace):
     )
 
 
-def _generator(args: argparse.Namespace):
+def load_generator_for(args: argparse.Namespace):
     from dprm.llm.generate import load_generator
 
     if args.backend == "vllm":
@@ -174,7 +121,7 @@ def _generator(args: argparse.Namespace):
     return load_generator(args.backend, args.model, **opts)
 
 
-def _sampling_meta(args: argparse.Namespace, sampling) -> dict:
+def sampling_meta(args: argparse.Namespace, sampling) -> dict:
     from dataclasses import asdict
 
     from dprm.llm.grading import grader_info
@@ -191,7 +138,7 @@ def _sampling_meta(args: argparse.Namespace, sampling) -> dict:
     }
 
 
-def _run_stage(
+def run_stage(
     args: argparse.Namespace,
     stage: str,
     source: Path,
@@ -228,7 +175,7 @@ def _run_stage(
         final, {**full_fingerprint(fingerprint), "shard": str(shard)}, args.overwrite
     ):
         return skip(final, stage)
-    generator = _generator(args)
+    generator = load_generator_for(args)
     with GradingPool(args.grader_workers, args.grader_timeout) as pool:
         path, _ = run(
             generator, pool, shard=shard, fingerprint=fingerprint, meta=meta,
@@ -236,52 +183,3 @@ def _run_stage(
         )  # fmt: skip
     print(f"{stage}: wrote {path}")
     return 0
-
-
-def cmd_generate(args: argparse.Namespace) -> int:
-    from dprm.llm.questions import read_questions
-    from dprm.llm.rollout import generation_fingerprint, run_generation_stage
-
-    sampling = _sampling(args)
-    questions = read_questions(args.questions)
-    if args.limit is not None:
-        questions = questions.iloc[: args.limit]
-    meta = {**base_meta(), **_sampling_meta(args, sampling), "questions_file": str(args.questions)}
-    return _run_stage(
-        args, "generate", args.questions, {"limit": args.limit}, meta,
-        lambda fingerprint: generation_fingerprint(fingerprint, sampling),
-        lambda generator, pool, **options: run_generation_stage(
-            questions, generator, pool, args.out, sampling, **options
-        ),
-    )  # fmt: skip
-
-
-def cmd_rollout(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from dprm.llm.rollout import (
-        RolloutConfig,
-        check_trajectories,
-        config_dict,
-        rollout_fingerprint,
-        run_rollout_stage,
-    )
-    from dprm.llm.shard import read_output_meta
-
-    sampling = _sampling(args)
-    config = RolloutConfig(max_steps=args.max_steps, boxed_prefix=args.boxed_prefix)
-    if not args.trajectories.exists():
-        raise FileNotFoundError(f"{args.trajectories}: trajectories file not found")
-    trajectories = pd.read_parquet(args.trajectories)
-    check_trajectories(trajectories, args.trajectories)
-    if args.responses is not None:
-        trajectories = trajectories[trajectories["response_id"] < args.responses]
-    meta = {**base_meta(), **_sampling_meta(args, sampling), **config_dict(config),
-            "trajectories_file": str(args.trajectories), "trajectories_meta": read_output_meta(args.trajectories)}  # fmt: skip
-    return _run_stage(
-        args, "rollout", args.trajectories, {"responses": args.responses}, meta,
-        lambda fingerprint: rollout_fingerprint(fingerprint, config, sampling),
-        lambda generator, pool, **options: run_rollout_stage(
-            trajectories, generator, pool, args.out, config, sampling, **options
-        ),
-    )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The real-data pipeline on the command line: what its stages share, and ``dprm merge``.
+"""What the real-data pipeline commands share: stage parsers, run flags, provenance, skipping.
 
 questions.jsonl -> generate -> trajectories.parquet -> rollout -> labels.parquet -> embed ->
 calibration set (or, with ``--bon``, trajectories -> BoN set). Every compute stage takes
@@ -6,8 +6,8 @@ calibration set (or, with ``--bon``, trajectories -> BoN set). Every compute sta
 atomically, and skips a finished shard; ``dprm merge OUT`` joins ``OUT.shards/``. See
 docs/pipeline.md. Heavy libraries (transformers, vLLM, math-verify) load only when a stage runs.
 
-The stages live in :mod:`dprm.cli.questions` (``questions``), :mod:`dprm.cli.sampling`
-(``generate``, ``rollout``) and :mod:`dprm.cli.embed` (``embed``); the command table in
+The stages live in :mod:`dprm.cli.questions` (``questions``), :mod:`dprm.cli.generate`,
+:mod:`dprm.cli.rollout`, :mod:`dprm.cli.embed` and :mod:`dprm.cli.merge`; the command table in
 :mod:`dprm.cli` lists them in pipeline order.
 """
 
@@ -78,27 +78,4 @@ def skip(path: Path, what: str) -> int:
     print(
         f"{what}: {path} is already finished with these settings; skipped (use --overwrite to redo)"
     )
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    p = add_stage_parser(
-        subparsers,
-        "merge",
-        help="join the finished shards OUT.shards/ into OUT",
-        description="Checks that all n shards are finished and were made with the same settings, then "
-        "writes OUT atomically (parquet tables concatenated; sets joined with their hidden states). "
-        "Duplicate keys across shards are an error.",
-    )
-    p.add_argument("out", type=Path, help="the --out path the sharded runs were given")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
-    p.set_defaults(func=cmd_merge)
-
-
-def cmd_merge(args: argparse.Namespace) -> int:
-    from dprm.llm.shard import find_shards, merge_shards
-
-    n = len(find_shards(args.out))
-    path = merge_shards(args.out, overwrite=args.overwrite)
-    print(f"merge: joined {n} shards into {path}")
     return 0
