@@ -23,7 +23,6 @@ import pytest
 import torch
 
 from dprm.cli import COMMANDS, build_parser, main
-from dprm.data.synth import write_world
 from dprm.io import write_json
 from dprm.models import REGISTRY
 
@@ -33,10 +32,8 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return write_world(
-        tmp_path_factory.mktemp("w"), "r1-qwen-7b__qwen-prm", size="tiny", progress=False
-    )
+def world(tiny_world):
+    return tiny_world("r1-qwen-7b__qwen-prm")
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,14 @@ import pytest
 import torch
 
 from dprm.cli import main
-from dprm.data.synth import write_world
 from dprm.ias import BUDGET_COLUMNS, SUMMARY_COLUMNS
 from dprm.models import REGISTRY
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, tiny_world):
     root = tmp_path_factory.mktemp("ias")
-    world = write_world(root / "world", "r1-qwen-7b__qwen-prm", size="tiny", progress=False)
+    world = tiny_world("r1-qwen-7b__qwen-prm")
     dim = 32
     torch.manual_seed(0)
     dirs = {}

@@ -11,7 +11,6 @@ import torch
 import dprm
 from dprm.cli import build_parser, main
 from dprm.data import read_calibration_set
-from dprm.data.synth import write_world
 from dprm.models import REGISTRY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -21,10 +20,8 @@ FAST = ["--set", "max_steps=40", "--set", "eval_every=20", "--set", "warmup_step
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return write_world(
-        tmp_path_factory.mktemp("w"), "r1-qwen-7b__qwen-prm", size="tiny", progress=False
-    )
+def world(tiny_world):
+    return tiny_world("r1-qwen-7b__qwen-prm")
 
 
 def train(world, out, method, *extra):

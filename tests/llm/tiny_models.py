@@ -150,7 +150,7 @@ def build_qwen_prm(tokenizer_dir: Path, out: Path, seed: int = 0, max_positions:
     """Random Qwen2 body + Linear-ReLU-Linear(2) head (Qwen2.5-Math-PRM layout)."""
     import torch
 
-    from dprm.llm.prm import qwen_prm_class
+    from dprm.llm.prm_models import qwen_prm_class
 
     tok = _tokenizer(tokenizer_dir)
     torch.manual_seed(seed)
@@ -187,7 +187,7 @@ def build_reasoneval(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
     """Random Mistral body + score_head Linear(h, 3) (ReasonEval-7B layout), pad = BOS = <s>."""
     import torch
 
-    from dprm.llm.prm import reasoneval_class
+    from dprm.llm.prm_models import reasoneval_class
 
     tok = _tokenizer(tokenizer_dir)
     torch.manual_seed(seed)

@@ -242,14 +242,13 @@ def test_train_fit_conformal_platt_and_nested_binomial(tmp_path):
     assert float(loaded.correction) == float(nested.correction)
 
 
-def test_cli_train_evaluate_ias_new_methods(tmp_path):
+def test_cli_train_evaluate_ias_new_methods(tmp_path, tiny_world):
     """``dprm train --method`` for the new methods, then ``dprm evaluate`` and ``dprm ias``."""
     import json
 
     from dprm.cli import main
-    from dprm.data.synth import write_world
 
-    paths = write_world(tmp_path / "w", "r1-qwen-7b__qwen-prm", size="tiny", progress=False)
+    paths = tiny_world("r1-qwen-7b__qwen-prm")
     fast = ["--set", "max_steps=6", "--set", "eval_every=3"]
     commands = {
         "isotonic": [],

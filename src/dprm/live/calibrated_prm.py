@@ -78,7 +78,7 @@ class _StateTable:
 
 
 class CalibratedPRM:
-    """A PRM wrapper (:class:`dprm.llm.prm.PRM`) plus a calibrator (:mod:`dprm.models`).
+    """A PRM wrapper (:class:`dprm.llm.prm_interface.PRM`) plus a calibrator (:mod:`dprm.models`).
 
     Args:
         prm: a loaded PRM wrapper (``score_steps``, ``question_state``, ``hidden_dim``).

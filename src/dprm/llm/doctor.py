@@ -91,7 +91,7 @@ def _qwen_scores(prm: Any) -> list[np.ndarray]:
 
 def _shepherd_scores(prm: Any) -> list[np.ndarray]:
     """The card's exact text (steps joined by ``" ки\\n"``), read at every tag."""
-    from dprm.llm.prm import Encoded
+    from dprm.llm.prm_interface import Encoded
 
     out = []
     for answer in ("18", "17"):

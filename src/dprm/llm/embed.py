@@ -38,7 +38,7 @@ import pandas as pd
 
 from dprm.data.contract import write_bon_set, write_calibration_set
 from dprm.io import DataError, read_json
-from dprm.llm.prm import PRM, Encoded, UnscorableError
+from dprm.llm.prm_interface import PRM, Encoded, UnscorableError
 from dprm.llm.prompts import split_steps
 from dprm.llm.shard import (
     PartStore,

@@ -31,7 +31,6 @@ did; Park's Llama-3 template already starts with ``<|begin_of_text|>``.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -403,8 +402,3 @@ def load_generator(backend: str, model: str, **opts: Any) -> Generator:
             f"backend {backend!r} does not take option(s) {unknown}; it takes {sorted(accepted)}"
         )
     return cls(model, **{k: v for k, v in opts.items() if k in accepted})
-
-
-def model_label(model: str) -> str:
-    """A short, file-safe label of a model id or path (for provenance and file names)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(model).rstrip("/"))

@@ -121,10 +121,6 @@ class GradeResult:
     def n_timeouts(self) -> int:
         return int(self.timed_out.sum())
 
-    @property
-    def n_errors(self) -> int:
-        return int(self.error.sum())
-
 
 @dataclass
 class _Worker:

@@ -27,7 +27,7 @@ Registry (``kind``):
 
 The one-pass machinery (:class:`PRM`, :class:`Encoded`, :class:`StepOutput`, truncation to
 ``max_tokens``) is in :mod:`dprm.llm.prm_interface`; the checkpoint classes loaded without remote
-code are in :mod:`dprm.llm.prm_models`. Both are importable from here as before.
+code are in :mod:`dprm.llm.prm_models`.
 """
 
 from __future__ import annotations
@@ -39,35 +39,10 @@ from typing import Any
 from dprm.io import DataError
 from dprm.llm.generate import dtype_kwargs
 from dprm.llm.prm_interface import (
-    DEFAULT_MAX_TOKENS,
     PRM,
-    UNSCORABLE_REASONS,
     Encoded,
-    StepOutput,
-    UnscorableError,
 )
 from dprm.llm.prm_models import qwen_prm_class, reasoneval_class
-
-__all__ = [
-    "DEFAULT_MAX_TOKENS",
-    "PRM",
-    "PRM_REGISTRY",
-    "QWEN_PRM_SYSTEM",
-    "QWEN_PRM_SYSTEMS",
-    "UNSCORABLE_REASONS",
-    "UnscorableError",
-    "REASONEVAL_PROMPT",
-    "Encoded",
-    "MathShepherdPRM",
-    "QwenPRM",
-    "ReasonEvalPRM",
-    "StepOutput",
-    "TokenClassificationPRM",
-    "infer_kind",
-    "load_prm",
-    "qwen_prm_class",
-    "reasoneval_class",
-]
 
 #: Qwen2.5-Math-PRM system prompts: Park et al.'s wording (default; it produced the paper's
 #: calibration data) and the model card's. Chosen with the ``prompt`` option (``--prm-prompt``).
