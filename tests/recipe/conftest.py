@@ -78,6 +78,18 @@ def question_files(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
+@pytest.fixture(scope="session")
+def local_run(tmp_path_factory, tiny_dirs, question_files) -> tuple[Path, Path, Path]:
+    """The tiny recipe run once with the local executor: (root, recipe file, run directory)."""
+    from dprm.cli import main
+
+    root = tmp_path_factory.mktemp("recipe-local")
+    recipe = write_recipe(root / "tiny.toml", tiny_recipe(tiny_dirs, question_files))
+    out = root / "out"
+    assert main(["run", str(recipe), "--executor", "local", "--out", str(out), "--quiet"]) == 0
+    return root, recipe, out
+
+
 def tiny_recipe(tiny_dirs: dict[str, Path], questions: dict[str, Path], **tables: Any) -> dict:
     """``examples/park.toml`` with tiny models, a handful of questions and small budgets.
 

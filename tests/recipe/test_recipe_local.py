@@ -23,15 +23,6 @@ def _stage_units(out: Path, key: str = "last_stage_timing") -> dict[str, int]:
     return {stage: int(t["units"]) for stage, t in timing.items()}
 
 
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory, tiny_dirs, question_files):
-    root = tmp_path_factory.mktemp("recipe-local")
-    recipe = write_recipe(root / "tiny.toml", tiny_recipe(tiny_dirs, question_files))
-    out = root / "out"
-    assert main(["run", str(recipe), "--executor", "local", "--out", str(out), "--quiet"]) == 0
-    return root, recipe, out
-
-
 # ----------------------------------------------------------------------------- the recipe file
 @pytest.mark.parametrize("name", ["park.toml", "paper-table1.toml"])
 def test_examples_load(name):

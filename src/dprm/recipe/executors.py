@@ -76,10 +76,18 @@ def _pin(queue) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = queue.get()
 
 
+class UnitError(RuntimeError):
+    """A unit failed in a worker: its error type and message, in a form any engine can ship back
+    (some library errors take several arguments and cannot be rebuilt on the other side)."""
+
+
 def call(run) -> Any:
     """Run one unit's work in a worker (process, actor, job) and time it."""
     t0 = time.perf_counter()
-    info = run() or {}
+    try:
+        info = run() or {}
+    except Exception as err:
+        raise UnitError(f"{type(err).__name__}: {err}") from None
     return info | {"wall_seconds": round(time.perf_counter() - t0, 3)}
 
 

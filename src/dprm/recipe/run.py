@@ -22,7 +22,7 @@ from dprm.recipe.spec import Recipe
 from dprm.recipe.stages import RecipeStages, world_data
 from dprm.report.grid import REAL_DATA, RunConfig, config_dict
 from dprm.report.reproduce import Outcome, finish_run, run_world_stages
-from dprm.report.runner import Pipeline
+from dprm.report.runner import Executor, Pipeline
 from dprm.report.stages import MODEL_STAGES
 
 
@@ -47,7 +47,7 @@ def run_recipe(
     recipe: Recipe,
     out: str | Path | None = None,
     *,
-    executor: str = "local",
+    executor: str | Executor = "local",
     progress: bool = True,
     log: Callable[[str], None] = print,
     executor_options: dict | None = None,
@@ -57,7 +57,7 @@ def run_recipe(
     Args:
         recipe: the loaded recipe (:func:`dprm.recipe.spec.load_recipe`).
         out: run directory (default: the recipe's ``[run] out``).
-        executor: ``local``, ``ray`` or ``slurm``.
+        executor: ``local``, ``ray`` or ``slurm``, or an executor object (tests, benchmarks).
         progress: progress bars.
         log: warnings and the summary.
         executor_options: extra keyword arguments of the executor (e.g. Ray ``address``).
@@ -70,7 +70,11 @@ def run_recipe(
     out = Path(out if out is not None else recipe.run.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    runner = make_executor(executor, recipe, out, **(executor_options or {}))
+    runner = (
+        make_executor(executor, recipe, out, **(executor_options or {}))
+        if isinstance(executor, str)
+        else executor
+    )
     config = run_config(recipe)
     worlds = recipe.worlds
     write_json(
