@@ -19,7 +19,7 @@ from .conftest import tiny_recipe, write_recipe
 DATASETS = {"train": ["mathtrain"], "id": ["math500"], "ood": ["aime24", "aime25"]}
 
 
-def _fake_park(root, policy: str) -> None:
+def fake_park(root, policy: str) -> None:
     """Two responses of 3 steps per question, every prefix with success_prob k/8."""
     for split, datasets in DATASETS.items():
         for d, dataset in enumerate(datasets):
@@ -37,15 +37,20 @@ def _fake_park(root, policy: str) -> None:
             path.write_text(json.dumps(records))
 
 
-def test_park_labels_run_only_the_embedding_pass(tmp_path, tiny_dirs, question_files):
-    park = tmp_path / "prm_calibration"
-    _fake_park(park, "Tiny-LM-Instruct")
+def park_recipe(root, tiny_dirs, question_files) -> dict:
+    """The tiny recipe on a fake copy of Park's released labels (no generator model, no IAS)."""
+    park = root / "prm_calibration"
+    fake_park(park, "Tiny-LM-Instruct")
     recipe = tiny_recipe(tiny_dirs, question_files)
     recipe["data"] = {"source": "park", "park": str(park), "park_train": DATASETS["train"],
                       "park_id": DATASETS["id"], "park_ood": DATASETS["ood"]}  # fmt: skip
     recipe["bon"] = {"n": 0}
     recipe["generators"] = [{"name": "tiny-lm", "park_name": "Tiny-LM-Instruct"}]  # no model
-    path = write_recipe(tmp_path / "table1.toml", recipe)
+    return recipe
+
+
+def test_park_labels_run_only_the_embedding_pass(tmp_path, tiny_dirs, question_files):
+    path = write_recipe(tmp_path / "table1.toml", park_recipe(tmp_path, tiny_dirs, question_files))
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
 

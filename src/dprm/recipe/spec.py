@@ -19,7 +19,7 @@ Layout of a recipe (every table but ``[[generators]]`` and ``[[prms]]`` is optio
     [calibrators]    methods, seeds, [calibrators.overrides.METHOD] key = value
     [ias]            beta, mc_trials
     [executor.ray]   address, cpus_per_task, max_retries
-    [executor.slurm] partition, time_min, cpus_per_task, gpus_per_task, mem_gb, ...
+    [executor.slurm] partition, account, time_min, cpus_per_task, mem_gb, ...
 """
 
 from __future__ import annotations
@@ -207,13 +207,13 @@ class RaySection:
 
 @dataclass(frozen=True)
 class SlurmSection:
-    """SLURM executor (submitit): resources of one array task, per stage kind."""
+    """SLURM executor (submitit): resources of one array task (a GPU-stage task also gets the
+    ``gpus`` of its generator or PRM, rounded up)."""
 
     partition: str = ""
     account: str = ""
     time_min: int = in_range(240, ge=1)
     cpus_per_task: int = in_range(8, ge=1)
-    gpus_per_task: int = in_range(1, ge=0)
     mem_gb: int = in_range(64, ge=1)
     array_parallelism: int = in_range(64, ge=1)
     #: submitit's job folder (logs, pickled tasks), relative to the run directory
