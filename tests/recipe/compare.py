@@ -17,7 +17,9 @@ def assert_same_outputs(a: Path, b: Path) -> None:
     from dprm.data.contract import read_bon_set, read_calibration_set
 
     for split in ("train", "id", "ood"):
-        names = ["trajectories.parquet", "labels.parquet"] + (["pool.parquet"] if split != "train" else [])
+        names = ["trajectories.parquet", "labels.parquet"] + (
+            ["pool.parquet"] if split != "train" else []
+        )
         for name in names:
             left = pd.read_parquet(a / "data" / "tiny-lm" / split / name)
             right = pd.read_parquet(b / "data" / "tiny-lm" / split / name)

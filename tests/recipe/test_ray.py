@@ -98,5 +98,6 @@ def test_ray_matches_local_row_for_row_despite_killed_workers(
     assert read_json(out / "recipe.json")["executor"] == "ray"
     assert (out / "report.md").exists()
     assert read_json(out / "state.json")["done"].keys() >= {
-        "train/tiny-lm__tiny-prm/isotonic/seed0", "rollout/tiny-lm/train/merge"
+        "train/tiny-lm__tiny-prm/isotonic/seed0",
+        "rollout/tiny-lm/train/merge",
     }

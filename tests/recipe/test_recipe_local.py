@@ -57,7 +57,9 @@ def test_unknown_keys_are_rejected_with_their_path(tmp_path):
 
 def test_unknown_key_exits_2(tmp_path, capsys):
     path = tmp_path / "r.toml"
-    path.write_text('[[generators]]\nname = "g"\nmodel = "m"\nbatch = 3\n[[prms]]\nname="p"\nmodel="x"\n')
+    path.write_text(
+        '[[generators]]\nname = "g"\nmodel = "m"\nbatch = 3\n[[prms]]\nname="p"\nmodel="x"\n'
+    )
     assert main(["run", str(path), "--out", str(tmp_path / "o")]) == 2
     assert "[generators][0]" in capsys.readouterr().err
 
@@ -108,7 +110,9 @@ def test_rerun_does_no_work(local_run):
     assert units and all(n == 0 for n in units.values()), units
 
 
-def test_changed_calibrator_setting_reruns_only_that_calibrator(local_run, tiny_dirs, question_files):
+def test_changed_calibrator_setting_reruns_only_that_calibrator(
+    local_run, tiny_dirs, question_files
+):
     root, _, out = local_run
     recipe = tiny_recipe(tiny_dirs, question_files)
     recipe["calibrators"]["overrides"]["qr"]["max_steps"] = 40

@@ -8,8 +8,8 @@ import pytest
 
 from dprm.io import read_json
 
-from .test_park_source import park_recipe
 from .conftest import write_recipe
+from .test_park_source import park_recipe
 
 pytest.importorskip("submitit")
 
@@ -22,7 +22,9 @@ def test_slurm_executor_through_submitit_local(tmp_path, tiny_dirs, question_fil
     from dprm.recipe import load_recipe, run_recipe
     from dprm.recipe.slurm_executor import SlurmExecutor
 
-    recipe = load_recipe(write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files)))
+    recipe = load_recipe(
+        write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    )
     local, slurm = tmp_path / "local", tmp_path / "slurm"
     assert run_recipe(recipe, local, progress=False, log=lambda s: None).ok
     executor = SlurmExecutor(recipe, slurm, cluster="local", poll_s=0.2)

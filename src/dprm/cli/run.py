@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where units run: this machine, a Ray cluster ([ray] extra) or SLURM job arrays "
         "([slurm] extra)",
     )
-    parser.add_argument("--out", default=None, help="run directory (default: the recipe's [run] out)")
+    parser.add_argument(
+        "--out", default=None, help="run directory (default: the recipe's [run] out)"
+    )
     parser.add_argument(
         "--address",
         default=None,

@@ -101,7 +101,9 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ run
     def run(self, stage: str, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
-        gpu_units = sorted((u for u in units if is_gpu_unit(u)), key=lambda u: u.resources["engine"])
+        gpu_units = sorted(
+            (u for u in units if is_gpu_unit(u)), key=lambda u: u.resources["engine"]
+        )
         cpu_units = [u for u in units if not is_gpu_unit(u)]
         by_gpus: dict[float, list[Unit]] = {}
         for unit in gpu_units:

@@ -339,7 +339,9 @@ def recipe_from_dict(data: dict[str, Any], source: str = "recipe") -> Recipe:
 
 def _overrides(values: Any, source: str) -> dict[str, dict[str, Any]]:
     if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
-        raise ConfigError(f"{source}: expected [calibrators.overrides.METHOD] tables of key = value")
+        raise ConfigError(
+            f"{source}: expected [calibrators.overrides.METHOD] tables of key = value"
+        )
     return {method: dict(v) for method, v in values.items()}
 
 

@@ -158,7 +158,9 @@ def make_questions(sets: list[str], limit: int, every: int, out: str) -> dict:
     frame = pd.concat(frames, ignore_index=True)
     dup = frame["question_id"].duplicated()
     if dup.any():
-        raise DataError(out, f"question id {frame['question_id'][dup].iloc[0]!r} in two sets {sets}")
+        raise DataError(
+            out, f"question id {frame['question_id'][dup].iloc[0]!r} in two sets {sets}"
+        )
     write_questions(out, frame)
     return {"questions": len(frame)}
 
@@ -185,16 +187,29 @@ def generate_shard(
     frame = read_questions(questions)
     engine = engines.generator(generator | {"seed": config.seed})
     template = config.template or template_for(generator["model"])
-    identity = {"input": questions, "generator": generator["model"], "backend": generator["backend"],
-                "template": template}  # fmt: skip
+    identity = {
+        "input": questions,
+        "generator": generator["model"],
+        "backend": generator["backend"],
+        "template": template,
+    }
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     with GradingPool(grading["workers"], grading["timeout"]) as pool:
         meta |= grader_info() | {"grader_timeout_s": grading["timeout"]}
         path, _ = _finished_or_redo(
             lambda overwrite: run_generation_stage(
-                frame, engine, pool, out, config, shard=Shard(index, count), fingerprint=identity,
-                meta=meta, per_part=per_part, overwrite=overwrite, progress=False,
-            )  # fmt: skip
+                frame,
+                engine,
+                pool,
+                out,
+                config,
+                shard=Shard(index, count),
+                fingerprint=identity,
+                meta=meta,
+                per_part=per_part,
+                overwrite=overwrite,
+                progress=False,
+            )
         )
     return {"output": str(path)}
 
@@ -234,18 +249,31 @@ def rollout_shard(
     check_trajectories(frame, trajectories)
     source = read_output_meta(trajectories)
     engine = engines.generator(generator | {"seed": config.seed})
-    identity = {"input": trajectories, "generator": generator["model"],
-                "backend": generator["backend"], "template": source.get("template")}  # fmt: skip
+    identity = {
+        "input": trajectories,
+        "generator": generator["model"],
+        "backend": generator["backend"],
+        "template": source.get("template"),
+    }
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     meta |= config_dict(settings) | {"trajectories_meta": source}
     with GradingPool(grading["workers"], grading["timeout"]) as pool:
         meta |= grader_info() | {"grader_timeout_s": grading["timeout"]}
         path, _ = _finished_or_redo(
             lambda overwrite: run_rollout_stage(
-                frame, engine, pool, out, settings, config, shard=Shard(index, count),
-                fingerprint=identity, meta=meta, per_part=per_part, overwrite=overwrite,
+                frame,
+                engine,
+                pool,
+                out,
+                settings,
+                config,
+                shard=Shard(index, count),
+                fingerprint=identity,
+                meta=meta,
+                per_part=per_part,
+                overwrite=overwrite,
                 progress=False,
-            )  # fmt: skip
+            )
         )
     return {"output": str(path)}
 
@@ -256,13 +284,13 @@ def park_file(source: str, dataset: str, policy: str) -> Path:
     if local.is_dir():
         path = local / dataset / policy / "data.json"
         if not path.exists():
-            raise DataError(path, f"not found (Park's layout {{dataset}}/{{generator}}/data.json under {local})")
+            raise DataError(
+                path, f"not found (Park's layout {{dataset}}/{{generator}}/data.json under {local})"
+            )
         return path
     from huggingface_hub import hf_hub_download
 
-    return Path(
-        hf_hub_download(source, f"{dataset}/{policy}/data.json", repo_type="dataset")
-    )
+    return Path(hf_hub_download(source, f"{dataset}/{policy}/data.json", repo_type="dataset"))
 
 
 def park_labels(source: str, datasets: list[str], policy: str, rollouts: int, out: str) -> dict:
@@ -279,10 +307,20 @@ def park_labels(source: str, datasets: list[str], policy: str, rollouts: int, ou
     frame = pd.concat(frames, ignore_index=True)
     dup = frame.duplicated(["question_id", "response_id", "step"])
     if dup.any():
-        raise DataError(out, f"a question appears in two of {datasets} (id {frame['question_id'][dup].iloc[0]})")
+        raise DataError(
+            out, f"a question appears in two of {datasets} (id {frame['question_id'][dup].iloc[0]})"
+        )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    write_json(sidecar_path(out), _meta() | {"source": "park", "files": [str(f) for f in files],
-                                             "generator": policy, "n_rollouts": rollouts})  # fmt: skip
+    write_json(
+        sidecar_path(out),
+        _meta()
+        | {
+            "source": "park",
+            "files": [str(f) for f in files],
+            "generator": policy,
+            "n_rollouts": rollouts,
+        },
+    )
     write_labels(out, frame)
     return {"rows": len(frame), "questions": int(frame["question_id"].nunique())}
 
@@ -301,16 +339,26 @@ def embed_shard(
     frame = read_labels(source) if kind == "calibration" else pd.read_parquet(source)
     source_meta = read_output_meta(source)
     provenance = _meta() | {"source_file": source, "source_meta": source_meta}
-    provenance |= {k: source_meta[k] for k in ("generator", "grader", "grader_version", "seed")
-                   if k in source_meta}  # fmt: skip
+    provenance |= {
+        k: source_meta[k]
+        for k in ("generator", "grader", "grader_version", "seed")
+        if k in source_meta
+    }
     config = EmbedConfig(questions_per_part=per_part, hidden_dtype=prm["hidden_dtype"])
     engine = engines.prm(prm)
     path, _ = _finished_or_redo(
         lambda overwrite: run_embed(
-            frame, engine, out, kind=kind, shard=Shard(index, count), config=config,
-            fingerprint={"input": source}, provenance=provenance, overwrite=overwrite,
+            frame,
+            engine,
+            out,
+            kind=kind,
+            shard=Shard(index, count),
+            config=config,
+            fingerprint={"input": source},
+            provenance=provenance,
+            overwrite=overwrite,
             progress=False,
-        )  # fmt: skip
+        )
     )
     return {"output": str(path)}
 
@@ -412,8 +460,13 @@ class RecipeStages:
             Unit(
                 key=f"questions/{split}",
                 outputs=[questions_path(pipe.out, split)],
-                run=functools.partial(make_questions, list(getattr(q, split)), q.limit, q.every,
-                                      str(questions_path(pipe.out, split))),  # fmt: skip
+                run=functools.partial(
+                    make_questions,
+                    list(getattr(q, split)),
+                    q.limit,
+                    q.every,
+                    str(questions_path(pipe.out, split)),
+                ),
                 inputs=questions_fp(self.recipe, split),
                 needs_world=False,
             )
@@ -432,8 +485,15 @@ class RecipeStages:
             final = (pool_path if pool else trajectories_path)(pipe.out, gen_name, split)
             questions = questions_path(pipe.out, split)
             sampling = _sampling(r, r.bon.n if pool else r.sampling.n)
-            body = functools.partial(_generate_body, spec, sampling, grading, str(questions),
-                                     str(final), r.run.questions_per_part)  # fmt: skip
+            body = functools.partial(
+                _generate_body,
+                spec,
+                sampling,
+                grading,
+                str(questions),
+                str(final),
+                r.run.questions_per_part,
+            )
             jobs.append(
                 sharded(
                     f"generate/{gen_name}/{split}/{'pool' if pool else 'trajectories'}",
@@ -463,8 +523,14 @@ class RecipeStages:
                 unit = Unit(
                     key=f"labels/{gen_name}/{split}",
                     outputs=[final],
-                    run=functools.partial(park_labels, r.data.park, list(r.data.park_datasets(split)),
-                                          gen.park_name or gen.name, r.data.park_rollouts, str(final)),  # fmt: skip
+                    run=functools.partial(
+                        park_labels,
+                        r.data.park,
+                        list(r.data.park_datasets(split)),
+                        gen.park_name or gen.name,
+                        r.data.park_rollouts,
+                        str(final),
+                    ),
                     inputs=labels_fp(r, gen_name, split),
                     needs_world=False,
                     parallel=True,
@@ -473,13 +539,25 @@ class RecipeStages:
                 continue
             source = trajectories_path(pipe.out, gen_name, split)
             body = functools.partial(
-                _rollout_body, dataclasses.asdict(gen), _sampling(r, r.sampling.n),
-                dataclasses.asdict(r.rollout), dataclasses.asdict(r.grading), str(source),
-                str(final), r.run.questions_per_part,
-            )  # fmt: skip
+                _rollout_body,
+                dataclasses.asdict(gen),
+                _sampling(r, r.sampling.n),
+                dataclasses.asdict(r.rollout),
+                dataclasses.asdict(r.grading),
+                str(source),
+                str(final),
+                r.run.questions_per_part,
+            )
             jobs.append(
-                sharded(f"rollout/{gen_name}/{split}", final, _count_questions(source),
-                        self.shards, body, labels_fp(r, gen_name, split), self._gpu(gen))  # fmt: skip
+                sharded(
+                    f"rollout/{gen_name}/{split}",
+                    final,
+                    _count_questions(source),
+                    self.shards,
+                    body,
+                    labels_fp(r, gen_name, split),
+                    self._gpu(gen),
+                )
             )
         return jobs
 
@@ -499,12 +577,22 @@ class RecipeStages:
         for split, kind in plans:
             sub = "calib" if kind == "calibration" else "bon"
             final = pipe.world_dir(world) / split / sub
-            source = (labels_path if kind == "calibration" else pool_path)(pipe.out, gen_name, split)
-            body = functools.partial(_embed_body, spec, str(source), kind, str(final),
-                                     r.run.questions_per_part)  # fmt: skip
+            source = (labels_path if kind == "calibration" else pool_path)(
+                pipe.out, gen_name, split
+            )
+            body = functools.partial(
+                _embed_body, spec, str(source), kind, str(final), r.run.questions_per_part
+            )
             jobs.append(
-                sharded(f"embed/{world}/{split}/{sub}", final, _count_questions(source),
-                        self.shards, body, data[f"{split}/{sub}"], self._gpu(prm))  # fmt: skip
+                sharded(
+                    f"embed/{world}/{split}/{sub}",
+                    final,
+                    _count_questions(source),
+                    self.shards,
+                    body,
+                    data[f"{split}/{sub}"],
+                    self._gpu(prm),
+                )
             )
         return jobs
 
@@ -537,13 +625,15 @@ class RecipeStages:
 
 # partial-friendly bodies: (fixed arguments ..., index, count) -> the unit's run()
 def _generate_body(spec, sampling, grading, questions, final, per_part, index, count):
-    return functools.partial(generate_shard, spec, sampling, grading, questions, final, index,
-                             count, per_part)  # fmt: skip
+    return functools.partial(
+        generate_shard, spec, sampling, grading, questions, final, index, count, per_part
+    )
 
 
 def _rollout_body(spec, sampling, rollout, grading, source, final, per_part, index, count):
-    return functools.partial(rollout_shard, spec, sampling, rollout, grading, source, final,
-                             index, count, per_part)  # fmt: skip
+    return functools.partial(
+        rollout_shard, spec, sampling, rollout, grading, source, final, index, count, per_part
+    )
 
 
 def _embed_body(spec, source, kind, final, per_part, index, count):

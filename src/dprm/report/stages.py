@@ -339,7 +339,9 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                         split,
                         method,
                         seed,
-                        None if method == REFERENCE else str(pipe.layout.model_dir(world, method, seed)),
+                        None
+                        if method == REFERENCE
+                        else str(pipe.layout.model_dir(world, method, seed)),
                         pipe.config.beta,
                         pipe.config.mc_trials,
                     ),
