@@ -41,8 +41,8 @@ def test_slurm_executor_through_submitit_local(tmp_path, tiny_dirs, question_fil
 
     arrays = read_json(slurm / "slurm" / "jobs.json")["arrays"]
     stages = [a["stage"] for a in arrays]
-    assert stages == ["labels", "embed", "embed-merge", "train", "evaluate"]
-    assert [a["after"] for a in arrays] == [None, "labels", "embed", "embed-merge", "train"]
+    assert stages == ["labels", "embed", "train", "evaluate"]  # merges run in the driver
+    assert [a["after"] for a in arrays] == [None, "labels", "embed", "train"]
     embed = arrays[1]
     assert embed["tasks"] == 6 and len(set(embed["job_ids"])) == 6  # 3 splits x 2 shards
     assert embed["resources"]["name"] == "dprm-embed" and embed["resources"]["gpus_per_node"] == 0

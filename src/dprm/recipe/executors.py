@@ -71,6 +71,16 @@ def is_gpu_unit(unit: Unit) -> bool:
     return "engine" in unit.resources
 
 
+def is_driver_unit(unit: Unit) -> bool:
+    """A unit that runs in the driver process whatever the executor (see stages.DRIVER)."""
+    return bool(unit.resources.get("driver"))
+
+
+def run_in_driver(units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
+    """Run cheap units here, one after the other (merges, question files)."""
+    LocalExecutor(1).run("driver", units, record, fail, bar)
+
+
 def _pin(queue) -> None:
     """Worker initializer: take one GPU id for the life of the process."""
     os.environ["CUDA_VISIBLE_DEVICES"] = queue.get()
@@ -107,10 +117,10 @@ class LocalRecipeExecutor:
         if len(self.gpus) > 1 and len(gpu_units) > 1:
             self._run_on_gpus(gpu_units, record, fail, bar)
             units = [u for u in units if not is_gpu_unit(u)]
-        if not gpu_units:
+        if not gpu_units and not all(is_driver_unit(u) for u in units):
             from dprm.recipe import engines
 
-            engines.release()  # a CPU stage: no engine is needed any more here
+            engines.release()  # a CPU stage (not merges): no engine is needed any more here
         self.cpu.run(stage, units, record, fail, bar)
 
     def _run_on_gpus(self, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:

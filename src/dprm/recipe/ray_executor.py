@@ -5,8 +5,9 @@
   GPUs for a vLLM replica). An actor keeps the engine it loaded (:mod:`dprm.recipe.engines`), so
   shards of the same model reuse it. Shards are handed out one at a time to whichever actor is
   free: the work balances itself across the cluster.
-- **CPU stages** (merges, Park labels, train, evaluate, IAS): Ray tasks of
-  ``cpus_per_task`` CPUs.
+- **CPU stages** (Park labels, train, evaluate, IAS): Ray tasks of ``cpus_per_task`` CPUs;
+  the engine actors are released first. Merges of shards and question files run in the driver
+  (cheap, and the engine actors stay up from generation to rollouts).
 - **Faults**: actors restart (``max_restarts=-1``) and a call lost with its actor is retried
   (``max_task_retries``); tasks are retried (``max_retries``). A retried unit resumes from its
   finished parts, and parts and outputs are written atomically under fixed names, so an output
@@ -25,7 +26,7 @@ from typing import Any
 
 import ray
 
-from dprm.recipe.executors import call, is_gpu_unit
+from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, run_in_driver
 from dprm.recipe.spec import Recipe
 from dprm.report.runner import Fail, Record, Unit
 
@@ -104,7 +105,8 @@ class RayExecutor:
         gpu_units = sorted(
             (u for u in units if is_gpu_unit(u)), key=lambda u: u.resources["engine"]
         )
-        cpu_units = [u for u in units if not is_gpu_unit(u)]
+        run_in_driver([u for u in units if is_driver_unit(u)], record, fail, bar)
+        cpu_units = [u for u in units if not is_gpu_unit(u) and not is_driver_unit(u)]
         by_gpus: dict[float, list[Unit]] = {}
         for unit in gpu_units:
             by_gpus.setdefault(float(unit.resources.get("gpus", 0)), []).append(unit)

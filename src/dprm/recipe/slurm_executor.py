@@ -3,7 +3,8 @@
 The driver (``dprm run --executor slurm``, on a login node or in a small job of its own) walks
 the stages like every executor: it submits the not-yet-done units of a stage as one job array
 (``executor.batch()``: GPU shards with their engine's GPUs, CPU units without), waits for the
-array, records the finished units in ``state.json``, then submits the next stage. A stage's
+array, records the finished units in ``state.json``, then submits the next stage. Merges of
+shards and question files run in the driver itself (seconds of I/O: not worth a queued job). A stage's
 array is submitted only after the stage before it finished (its units read that stage's
 outputs and, for train / evaluate / IAS, depend on which models exist), which is the dependency
 ``afterok`` would express, without a job left pending forever behind a failed one.
@@ -24,7 +25,7 @@ from typing import Any
 import submitit
 
 from dprm.io import write_json
-from dprm.recipe.executors import call, is_gpu_unit
+from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, run_in_driver
 from dprm.recipe.spec import Recipe
 from dprm.report.runner import Fail, Record, Unit
 
@@ -79,8 +80,9 @@ class SlurmExecutor:
         return params
 
     def run(self, stage: str, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
+        run_in_driver([u for u in units if is_driver_unit(u)], record, fail, bar)
         groups: dict[int, list[Unit]] = {}
-        for unit in units:
+        for unit in [u for u in units if not is_driver_unit(u)]:
             gpus = math.ceil(float(unit.resources.get("gpus", 0))) if is_gpu_unit(unit) else 0
             groups.setdefault(gpus, []).append(unit)
         running: dict[Any, Unit] = {}
@@ -96,7 +98,8 @@ class SlurmExecutor:
                 "units": [u.key for u in group],
             })  # fmt: skip
             write_json(self.folder / "jobs.json", {"arrays": self.arrays})
-        self._previous = stage
+        if running:
+            self._previous = stage
         while running:
             for job in [j for j in running if j.done()]:
                 unit = running.pop(job)

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 #: settings of an engine spec that change where it runs, not what it outputs
 PLACEMENT = ("gpus", "gpu_memory_utilization", "device")
+#: resources of a unit cheap enough to run in the driver (question files, merges of shards): no
+#: cluster job or task is worth its start-up, and engine workers stay up around it
+DRIVER = {"driver": True}
 
 
 # ----------------------------------------------------------------------------- paths
@@ -427,6 +430,7 @@ def sharded(
         inputs=inputs | {"shards": count},
         needs_world=False,
         parallel=True,
+        resources=DRIVER,
     )
     return units, joined
 
@@ -469,6 +473,7 @@ class RecipeStages:
                 ),
                 inputs=questions_fp(self.recipe, split),
                 needs_world=False,
+                resources=DRIVER,
             )
             for split in self._question_splits()
         ]
