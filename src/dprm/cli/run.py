@@ -40,8 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sys
-
+    from dprm.cli._common import report_failures
     from dprm.recipe import load_recipe, run_recipe
 
     recipe = load_recipe(args.recipe)
@@ -54,13 +53,4 @@ def _run(args: argparse.Namespace) -> int:
         log=(lambda s: None) if args.quiet else print,
         executor_options=options,
     )
-    if outcome.failures:
-        units = ", ".join(f["unit"] for f in outcome.failures[:5])
-        more = f" and {len(outcome.failures) - 5} more" if len(outcome.failures) > 5 else ""
-        print(
-            f"dprm run: {len(outcome.failures)} unit(s) failed ({units}{more}); the report lists "
-            f"them: {outcome.report}. Rerun the same command to retry them.",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return report_failures("run", outcome.failures, outcome.report)

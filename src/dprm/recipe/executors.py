@@ -81,6 +81,19 @@ def run_in_driver(units: list[Unit], record: Record, fail: Fail, bar: Any) -> No
     LocalExecutor(1).run("driver", units, record, fail, bar)
 
 
+def report(unit: Unit, result, record: Record, fail: Fail, bar: Any) -> None:
+    """Record a finished unit (``result()`` returns :func:`call`'s dict) or its failure."""
+    try:
+        info = result()
+    except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
+        cause = getattr(err, "cause", None)  # Ray wraps the worker's exception
+        fail(unit, cause if isinstance(cause, Exception) else err)
+    else:
+        record(unit, info.pop("wall_seconds"), info)
+    bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
+    bar.update()
+
+
 def _pin(queue) -> None:
     """Worker initializer: take one GPU id for the life of the process."""
     os.environ["CUDA_VISIBLE_DEVICES"] = queue.get()
@@ -137,14 +150,7 @@ class LocalRecipeExecutor:
             )
         started = {self._pool.submit(call, u.run): u for u in units}
         for future in as_completed(started):
-            unit = started[future]
-            try:
-                info = future.result()
-            except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
-                fail(unit, err)
-            else:
-                record(unit, info.pop("wall_seconds"), info)
-            bar.update()
+            report(started[future], future.result, record, fail, bar)
 
     def close(self) -> None:
         if self._pool is not None:

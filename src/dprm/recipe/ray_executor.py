@@ -20,13 +20,14 @@ Connects to an existing cluster (``--address auto`` after ``ray start``, or
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, run_in_driver
+from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, report, run_in_driver
 from dprm.recipe.spec import Recipe
 from dprm.report.runner import Fail, Record, Unit
 
@@ -132,26 +133,14 @@ class RayExecutor:
                 inflight[ref], busy[ref] = unit, actor
             ready, _ = ray.wait(list(inflight), num_returns=1)
             for ref in ready:
-                self._report(ref, inflight.pop(ref), record, fail, bar)
+                report(inflight.pop(ref), functools.partial(ray.get, ref), record, fail, bar)
                 idle.append(busy.pop(ref))
 
     def _collect(self, inflight: dict, record, fail, bar) -> None:
         while inflight:
             ready, _ = ray.wait(list(inflight), num_returns=1)
             for ref in ready:
-                self._report(ref, inflight.pop(ref), record, fail, bar)
-
-    @staticmethod
-    def _report(ref, unit: Unit, record: Record, fail: Fail, bar: Any) -> None:
-        try:
-            info = ray.get(ref)
-        except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
-            cause = getattr(err, "cause", None)
-            fail(unit, cause if isinstance(cause, Exception) else err)
-        else:
-            record(unit, info.pop("wall_seconds"), info)
-        bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
-        bar.update()
+                report(inflight.pop(ref), functools.partial(ray.get, ref), record, fail, bar)
 
     def close(self) -> None:
         self.release_actors()

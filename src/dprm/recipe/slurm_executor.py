@@ -25,7 +25,7 @@ from typing import Any
 import submitit
 
 from dprm.io import write_json
-from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, run_in_driver
+from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, report, run_in_driver
 from dprm.recipe.spec import Recipe
 from dprm.report.runner import Fail, Record, Unit
 
@@ -102,15 +102,7 @@ class SlurmExecutor:
             self._previous = stage
         while running:
             for job in [j for j in running if j.done()]:
-                unit = running.pop(job)
-                try:
-                    info = job.result()
-                except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
-                    fail(unit, err)
-                else:
-                    record(unit, info.pop("wall_seconds"), info)
-                bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
-                bar.update()
+                report(running.pop(job), job.result, record, fail, bar)
             if running:
                 time.sleep(self.poll_s)
 

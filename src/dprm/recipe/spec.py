@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dprm.config import ConfigError, from_dict, in_range, json_ready
+from dprm.config import ConfigError, from_dict, in_range, json_ready, read_toml
 
 #: the question splits of a world: calibrators train on ``train``; ``id`` / ``ood`` are held out
 SPLITS = ("train", "id", "ood")
@@ -389,11 +388,4 @@ def check(recipe: Recipe, source: str) -> None:
 
 def load_recipe(path: str | Path) -> Recipe:
     """Read and check a recipe file (see the module docstring)."""
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: recipe file not found") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML ({err})") from None
-    return recipe_from_dict(data, str(path))
+    return recipe_from_dict(read_toml(path, "recipe file"), str(path))

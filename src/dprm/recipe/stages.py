@@ -151,6 +151,22 @@ def _finished_or_redo(run) -> Any:
         return run(True)
 
 
+def _graded(grading: dict, meta: dict, run_stage, options: dict) -> dict:
+    """Run a sampling stage (generate, rollout) with a grading pool; ``meta`` gains the grader.
+
+    ``run_stage(pool, options)`` calls the library stage with ``options`` (shard, fingerprint,
+    meta, parts) plus ``overwrite`` and ``progress``.
+    """
+    from dprm.llm.grading import GradingPool, grader_info
+
+    with GradingPool(grading["workers"], grading["timeout"]) as pool:
+        meta |= grader_info() | {"grader_timeout_s": grading["timeout"]}
+        path, _ = _finished_or_redo(
+            lambda overwrite: run_stage(pool, options | {"overwrite": overwrite, "progress": False})
+        )
+    return {"output": str(path)}
+
+
 def make_questions(sets: list[str], limit: int, every: int, out: str) -> dict:
     """Load and join the question sets of one split; write ``questions.jsonl``."""
     import pandas as pd
@@ -179,7 +195,6 @@ def generate_shard(
     per_part: int,
 ) -> dict:
     """``dprm generate --shard index/count`` for one (generator, split): trajectories or a pool."""
-    from dprm.llm.grading import GradingPool, grader_info
     from dprm.llm.prompts import template_for
     from dprm.llm.questions import read_questions
     from dprm.llm.rollout import SamplingConfig, run_generation_stage
@@ -197,24 +212,12 @@ def generate_shard(
         "template": template,
     }
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
-    with GradingPool(grading["workers"], grading["timeout"]) as pool:
-        meta |= grader_info() | {"grader_timeout_s": grading["timeout"]}
-        path, _ = _finished_or_redo(
-            lambda overwrite: run_generation_stage(
-                frame,
-                engine,
-                pool,
-                out,
-                config,
-                shard=Shard(index, count),
-                fingerprint=identity,
-                meta=meta,
-                per_part=per_part,
-                overwrite=overwrite,
-                progress=False,
-            )
-        )
-    return {"output": str(path)}
+    return _graded(
+        grading,
+        meta,
+        lambda pool, options: run_generation_stage(frame, engine, pool, out, config, **options),
+        dict(shard=Shard(index, count), fingerprint=identity, meta=meta, per_part=per_part),
+    )
 
 
 def rollout_shard(
@@ -231,7 +234,6 @@ def rollout_shard(
     """``dprm rollout --shard index/count`` for one (generator, split): labels with counts."""
     import pandas as pd
 
-    from dprm.llm.grading import GradingPool, grader_info
     from dprm.llm.rollout import (
         RolloutConfig,
         SamplingConfig,
@@ -260,25 +262,14 @@ def rollout_shard(
     }
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     meta |= config_dict(settings) | {"trajectories_meta": source}
-    with GradingPool(grading["workers"], grading["timeout"]) as pool:
-        meta |= grader_info() | {"grader_timeout_s": grading["timeout"]}
-        path, _ = _finished_or_redo(
-            lambda overwrite: run_rollout_stage(
-                frame,
-                engine,
-                pool,
-                out,
-                settings,
-                config,
-                shard=Shard(index, count),
-                fingerprint=identity,
-                meta=meta,
-                per_part=per_part,
-                overwrite=overwrite,
-                progress=False,
-            )
-        )
-    return {"output": str(path)}
+    return _graded(
+        grading,
+        meta,
+        lambda pool, options: run_rollout_stage(
+            frame, engine, pool, out, settings, config, **options
+        ),
+        dict(shard=Shard(index, count), fingerprint=identity, meta=meta, per_part=per_part),
+    )
 
 
 def park_file(source: str, dataset: str, policy: str) -> Path:
@@ -455,8 +446,10 @@ class RecipeStages:
         generate = self.recipe.data.source == "generate"
         return [s for s in SPLITS if generate or s in self._pool_splits()]
 
-    def _gpu(self, spec: Any) -> dict[str, Any]:
-        return {"gpus": spec.gpus, "engine": spec.name}
+    def _sharded(self, key: str, final: Path, source: Path, body, inputs: dict, spec: Any):
+        """Shards of one output of a GPU stage, one engine (``spec``) per worker."""
+        resources = {"gpus": spec.gpus, "engine": spec.name}
+        return sharded(key, final, _count_questions(source), self.shards, body, inputs, resources)
 
     def questions(self, pipe: Pipeline, world: str) -> list[Unit]:
         q = self.recipe.questions
@@ -499,15 +492,10 @@ class RecipeStages:
                 str(final),
                 r.run.questions_per_part,
             )
+            key = f"generate/{gen_name}/{split}/{'pool' if pool else 'trajectories'}"
             jobs.append(
-                sharded(
-                    f"generate/{gen_name}/{split}/{'pool' if pool else 'trajectories'}",
-                    final,
-                    _count_questions(questions),
-                    self.shards,
-                    body,
-                    trajectories_fp(r, gen_name, split, pool),
-                    self._gpu(gen),
+                self._sharded(
+                    key, final, questions, body, trajectories_fp(r, gen_name, split, pool), gen
                 )
             )
         return jobs
@@ -553,17 +541,8 @@ class RecipeStages:
                 str(final),
                 r.run.questions_per_part,
             )
-            jobs.append(
-                sharded(
-                    f"rollout/{gen_name}/{split}",
-                    final,
-                    _count_questions(source),
-                    self.shards,
-                    body,
-                    labels_fp(r, gen_name, split),
-                    self._gpu(gen),
-                )
-            )
+            fp = labels_fp(r, gen_name, split)
+            jobs.append(self._sharded(f"rollout/{gen_name}/{split}", final, source, body, fp, gen))
         return jobs
 
     def labels(self, pipe: Pipeline, world: str) -> list[Unit]:
@@ -588,17 +567,8 @@ class RecipeStages:
             body = functools.partial(
                 _embed_body, spec, str(source), kind, str(final), r.run.questions_per_part
             )
-            jobs.append(
-                sharded(
-                    f"embed/{world}/{split}/{sub}",
-                    final,
-                    _count_questions(source),
-                    self.shards,
-                    body,
-                    data[f"{split}/{sub}"],
-                    self._gpu(prm),
-                )
-            )
+            fp = data[f"{split}/{sub}"]
+            jobs.append(self._sharded(f"embed/{world}/{split}/{sub}", final, source, body, fp, prm))
         return jobs
 
     def embed(self, pipe: Pipeline, world: str) -> list[Unit]:
