@@ -76,3 +76,34 @@ def test_park_labels_run_only_the_embedding_pass(tmp_path, tiny_dirs, question_f
     done = read_json(out / "state.json")["done"]
     assert not [k for k in done if k.startswith(("generate/", "rollout/", "questions/"))]
     assert (out / "report.md").exists()
+
+
+def test_local_executor_spreads_gpu_shards_over_pinned_workers(tmp_path, tiny_dirs, question_files):
+    """The local executor's per-GPU workers (two pretend GPUs, CPU models): each worker process
+    is pinned to one device id, and the sets equal those of the single-process run."""
+    import numpy as np
+
+    from dprm.data.contract import read_calibration_set
+    from dprm.recipe import load_recipe, run_recipe
+    from dprm.recipe.executors import LocalRecipeExecutor
+
+    recipe = load_recipe(
+        write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    )
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert run_recipe(recipe, one, progress=False, log=lambda s: None).ok
+    executor = LocalRecipeExecutor(recipe, two)
+    executor.gpus = ["0", "1"]  # CUDA_VISIBLE_DEVICES of each worker; the tiny models use the CPU
+    outcome = run_recipe(recipe, two, executor=executor, progress=False, log=lambda s: None)
+    assert outcome.ok, outcome.failures
+    done = read_json(two / "state.json")["done"]
+    shards = [k for k in done if k.startswith("embed/") and "/shard" in k]
+    assert len(shards) == 6  # 3 splits x 2 shards, spread over the two workers
+    pinned = {done[k]["cuda_visible_devices"] for k in shards}
+    assert pinned and pinned <= {"0", "1"}
+    assert len({done[k]["pid"] for k in shards}) == len(pinned)  # one pinned process per device
+    for split in ("train", "id", "ood"):
+        a = read_calibration_set(one / "worlds" / "tiny-lm__tiny-prm" / split / "calib")
+        b = read_calibration_set(two / "worlds" / "tiny-lm__tiny-prm" / split / "calib")
+        pd.testing.assert_frame_equal(a.records, b.records)
+        np.testing.assert_array_equal(np.asarray(a.hidden), np.asarray(b.hidden))

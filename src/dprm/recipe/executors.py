@@ -105,13 +105,18 @@ class UnitError(RuntimeError):
 
 
 def call(run) -> Any:
-    """Run one unit's work in a worker (process, actor, job) and time it."""
+    """Run one unit's work in a worker (process, actor, job); time it and say where it ran."""
+    import socket
+
     t0 = time.perf_counter()
     try:
         info = run() or {}
     except Exception as err:
         raise UnitError(f"{type(err).__name__}: {err}") from None
-    return info | {"wall_seconds": round(time.perf_counter() - t0, 3)}
+    where = {"host": socket.gethostname(), "pid": os.getpid()}
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        where["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return info | where | {"wall_seconds": round(time.perf_counter() - t0, 3)}
 
 
 class LocalRecipeExecutor:
