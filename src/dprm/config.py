@@ -154,6 +154,17 @@ def parse_overrides(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """Parse a TOML file; a missing or malformed file is a :class:`ConfigError` naming it."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+
+
 def load_config(
     cls: type[T],
     path: str | Path | None = None,
@@ -176,12 +187,7 @@ def load_config(
     source = "defaults"
     if path is not None:
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: config file not found") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not valid TOML ({err})") from None
+        data = read_toml(path)
         if table is not None and isinstance(data.get(table), dict):
             data = data[table]
         values.update(data)

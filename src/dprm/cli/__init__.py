@@ -73,6 +73,11 @@ COMMANDS: dict[str, Command] = {
         "synth -> train -> evaluate -> ias -> tables, figures and report.md (resumable)",
         True,
     ),
+    "run": Command(
+        "dprm.cli.run",
+        "a recipe (TOML) from questions to report on one box, Ray or SLURM (resumable)",
+        True,
+    ),
     "solve": Command(
         "dprm.cli.solve",
         "live adaptive best-of-N / beam search with a calibrated PRM (+ fixed baseline)",

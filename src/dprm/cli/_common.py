@@ -218,3 +218,19 @@ def dataclass_from_args(config_class: type, args: argparse.Namespace, **fixed: A
         if hasattr(args, f.name)
     }
     return config_class(**(values | fixed))
+
+
+def report_failures(command: str, failures: list[dict[str, str]], report: Path) -> int:
+    """Exit code of a resumable run: 0, or 1 with a summary of its failed units on stderr."""
+    import sys
+
+    if not failures:
+        return 0
+    units = ", ".join(f["unit"] for f in failures[:5])
+    more = f" and {len(failures) - 5} more" if len(failures) > 5 else ""
+    print(
+        f"dprm {command}: {len(failures)} unit(s) failed ({units}{more}); the report lists them: "
+        f"{report}. Rerun the same command to retry them.",
+        file=sys.stderr,
+    )
+    return 1

@@ -21,8 +21,7 @@ def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    import sys
-
+    from dprm.cli._common import report_failures
     from dprm.report.grid import resolve
     from dprm.report.reproduce import reproduce
 
@@ -40,16 +39,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     outcome = reproduce(
         args.out, config, progress=not args.quiet, log=(lambda s: None) if args.quiet else print
     )
-    if outcome.failures:
-        units = ", ".join(f["unit"] for f in outcome.failures[:5])
-        more = f" and {len(outcome.failures) - 5} more" if len(outcome.failures) > 5 else ""
-        print(
-            f"dprm reproduce: {len(outcome.failures)} unit(s) failed ({units}{more}); "
-            f"the report lists them: {outcome.report}. Rerun the same command to retry them.",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return report_failures("reproduce", outcome.failures, outcome.report)
 
 
 def _default_jobs() -> int:

@@ -269,7 +269,10 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     }
     pipe.timing["report"]["seconds"] = time.perf_counter() - t0
     write_json(layout.results, results, allow_nan=False)
-    held_out = metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])]
+    # every evaluation failed: no metrics, the report lists the failures
+    held_out = (
+        metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])] if not metrics.empty else metrics
+    )
     truth = {
         prm: text
         for prm in tables

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dprm.report.grid import REAL_DATA
 from dprm.report.tables import DATASET_LABELS, caption, display, subset, to_markdown
 
 
@@ -141,12 +142,20 @@ def render_report(
     if tables and not all(isinstance(t, dict) for t in tables.values()):
         tables = {"held-out": tables}
     v = run["versions"]
+    intro = (
+        "Real data from a recipe (`dprm run`): generated or released labels embedded with the "
+        "recipe's PRMs (`train` = the calibration question set, `ID` and `OOD` = the recipe's "
+        "test sets); every number below is listed in `results.json` (per-question budgets in "
+        "`ias/**/budgets.parquet`)."
+        if cfg.size == REAL_DATA
+        else "Synthetic worlds with a known truth stand in for the paper's data (MATH500 → `ID`, "
+        "AIME24-25 → `OOD`); every number below is recomputed by `dprm reproduce` and listed in "
+        "`results.json` (per-question budgets in `ias/**/budgets.parquet`)."
+    )
     lines = [
         f"# dprm reproduction: grid `{cfg.grid}`",
         "",
-        "Synthetic worlds with a known truth stand in for the paper's data (MATH500 → `ID`, "
-        "AIME24-25 → `OOD`); every number below is recomputed by `dprm reproduce` and listed in "
-        "`results.json` (per-question budgets in `ias/**/budgets.parquet`).",
+        intro,
         "",
         "## Run",
         "",

@@ -38,6 +38,8 @@ TRAIN_SPLIT = "train"
 EVAL_SPLITS = ("train", "id", "ood")
 #: BoN splits of the IAS sweeps (both held out)
 IAS_SPLITS = ("id", "ood")
+#: the ``size`` of a run whose worlds hold real data (a recipe's), not synthetic worlds
+REAL_DATA = "real"
 #: the files synth writes for a world: (split, kind)
 WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
 #: demo-only training caps so that ``make demo`` stays within 5 minutes on 2 CPU cores (keys a

@@ -7,6 +7,10 @@ Worlds are processed in batches: ``demo`` keeps all its (small) worlds and runs 
 over all of them; ``paper`` handles one world at a time and deletes its synthetic data (~700 MB at
 3584 dims) once its evaluations and IAS sweeps are done (regenerated deterministically if a
 later run needs it again).
+
+:func:`run_world_stages` and :func:`finish_run` are the shared machinery: ``dprm run`` (a recipe,
+:mod:`dprm.recipe`) runs its real-data stages and then the same train / evaluate / IAS stages
+and report through them; synthetic worlds are just another data source.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dprm.io import read_json
 from dprm.report import stages
 from dprm.report.document import write_outputs
 from dprm.report.grid import RunConfig, config_dict
-from dprm.report.runner import Pipeline, fingerprint, run_record, write_run_record
+from dprm.report.runner import Pipeline, Unit, fingerprint, run_record, write_run_record
 
 
 @dataclass
@@ -36,36 +40,51 @@ class Outcome:
         return not self.failures
 
 
-def reproduce(
-    out: str | Path,
-    config: RunConfig,
+#: ``(stage name, units of one world)`` pairs, run stage by stage over a batch of worlds
+WorldStages = tuple[tuple[str, Callable[[Pipeline, str], list[Unit]]], ...]
+
+
+def run_world_stages(
+    pipe: Pipeline,
+    batches: list[list[str]],
+    world_stages: WorldStages,
     *,
-    progress: bool = True,
-    log: Callable[[str], None] = print,
-) -> Outcome:
-    """Run (or resume) the whole reproduction; the report is written even when units fail."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    pipe = Pipeline(out, config, progress, log)
-    layout = pipe.layout
-    resumed = layout.run_record.exists()
-    worlds = config.worlds
-    batches = [worlds] if config.keep_worlds else [[w] for w in worlds]
+    prepare: Callable[[Pipeline, str], object] | None = None,
+    after_batch: Callable[[Pipeline, list[str]], None] | None = None,
+) -> None:
+    """Run ``world_stages`` over each batch of worlds (the shared loop of every data source).
+
+    Args:
+        pipe: the pipeline (state, executor, layout).
+        batches: worlds processed together, batch after batch.
+        world_stages: the stages; each builder is called when its stage starts, so it sees the
+            outputs of the stages before it.
+        prepare: called for each world a unit needs (``needs_world``) and that is not done, before
+            every stage but the first (e.g. regenerate a deleted synthetic world).
+        after_batch: called with each finished batch (e.g. delete its synthetic worlds).
+    """
     for i, batch in enumerate(batches):
         label = "" if len(batches) == 1 else f" [{i + 1}/{len(batches)} {batch[0]}]"
-        for name, make in stages.WORLD_STAGES:
-            units = [u for w in batch for u in make(pipe, w)]
-            needed = {u.world for u in units if u.needs_world and not pipe.is_done(u)}
-            if name != "synth":
+        for position, (name, make) in enumerate(world_stages):
+            # work shared by several worlds (a generator's rollouts) is one unit (same key, same work)
+            units = list({u.key: u for w in batch for u in make(pipe, w)}.values())
+            if prepare is not None and position > 0:
+                needed = {u.world for u in units if u.needs_world and not pipe.is_done(u)}
                 for w in sorted(needed - {None}):
-                    stages.ensure_world(pipe, w)
+                    prepare(pipe, w)
             pipe.run_stage(name, units, label)
-        if not config.keep_worlds:
-            for w in batch:
-                shutil.rmtree(pipe.world_dir(w), ignore_errors=True)
-    # the report stage: skipped when no unit's inputs changed since the last complete report
-    key = "report/" + fingerprint([config_dict(config), sorted(pipe.unit_fingerprints().items())])
+        if after_batch is not None:
+            after_batch(pipe, batch)
+
+
+def finish_run(pipe: Pipeline, *, started: float, resumed: bool, summary_config: dict) -> Outcome:
+    """The report stage: tables, figures, results.json, report.md and run.json.
+
+    Skipped when no unit's inputs changed since the last complete report (``summary_config`` is
+    the run's configuration as recorded; a change to it also redoes the report).
+    """
+    layout = pipe.layout
+    key = "report/" + fingerprint([summary_config, sorted(pipe.unit_fingerprints().items())])
     outputs = [layout.report, layout.results, layout.run_record]
     if not pipe.failures and pipe.state.done(key, outputs):
         pipe.timing["report"] = {"seconds": 0.0, "units": 0, "skipped": 1}
@@ -88,6 +107,35 @@ def reproduce(
             pipe.state.mark(key, time.perf_counter() - t0)
     write_run_record(layout, run)
     summary = ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in pipe.timing.items())
-    log(f"dprm reproduce: wall time {time.perf_counter() - started:.1f}s ({summary})")
-    log(f"report: {layout.report}")
+    pipe.log(f"{pipe.command}: wall time {time.perf_counter() - started:.1f}s ({summary})")
+    pipe.log(f"report: {layout.report}")
     return Outcome(layout.report, pipe.failures)
+
+
+def _delete_worlds(pipe: Pipeline, batch: list[str]) -> None:
+    for w in batch:
+        shutil.rmtree(pipe.world_dir(w), ignore_errors=True)
+
+
+def reproduce(
+    out: str | Path,
+    config: RunConfig,
+    *,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> Outcome:
+    """Run (or resume) the whole reproduction; the report is written even when units fail."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    pipe = Pipeline(out, config, progress, log)
+    resumed = pipe.layout.run_record.exists()
+    worlds = config.worlds
+    run_world_stages(
+        pipe,
+        [worlds] if config.keep_worlds else [[w] for w in worlds],
+        stages.WORLD_STAGES,
+        prepare=stages.ensure_world,
+        after_batch=None if config.keep_worlds else _delete_worlds,
+    )
+    return finish_run(pipe, started=started, resumed=resumed, summary_config=config_dict(config))

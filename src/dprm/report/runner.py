@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -135,6 +135,8 @@ class Unit:
             reads); its fingerprint is recorded and compared on resume.
         world: the world whose synthetic data ``run`` reads, if ``needs_world``.
         parallel: ``run`` is picklable and may go to a worker process (``--jobs``).
+        resources: what one run needs from an executor: ``{"gpus": 1}`` marks a GPU unit
+            (model engines, one per worker); empty = a CPU unit.
     """
 
     key: str
@@ -144,14 +146,98 @@ class Unit:
     world: str | None = None
     needs_world: bool = True
     parallel: bool = False
+    resources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.inputs)
 
 
+#: ``record(unit, seconds, info)`` and ``fail(unit, error)``: how an executor reports back
+Record = Callable[[Unit, float, dict], None]
+Fail = Callable[[Unit, Exception], None]
+
+
+class Executor(Protocol):
+    """Runs the not-yet-done units of one stage and reports each as it finishes.
+
+    The runner decides *what* runs (fingerprints, state, stage order); an executor only decides
+    *where*: in this process, in worker processes, on a Ray cluster or as SLURM jobs. Each
+    finished unit is reported with ``record`` (the runner then marks it done in state.json), each
+    failed one with ``fail`` (not marked: a rerun retries it).
+    """
+
+    name: str
+
+    def run(self, stage: str, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None: ...
+
+
+@dataclass
+class LocalExecutor:
+    """This machine: units in this process, or ``jobs`` spawned worker processes.
+
+    Units with ``parallel`` set go to the worker processes when ``jobs > 1`` (torch threads are
+    split between them by the stage builders); the rest run here, one after the other.
+    """
+
+    jobs: int = 1
+    name: str = "local"
+
+    def run(self, stage: str, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
+        parallel = [u for u in units if u.parallel] if self.jobs > 1 else []
+        if len(parallel) > 1:
+            self._run_parallel(parallel, record, fail, bar)
+        else:
+            parallel = []
+        for unit in units:
+            if unit in parallel:
+                continue
+            bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=True)
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                info = unit.run()
+            except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
+                fail(unit, err)
+            else:
+                info = {"cpu_seconds": round(time.process_time() - c0, 3)} | (info or {})
+                record(unit, time.perf_counter() - t0, info)
+            bar.update()
+
+    def _run_parallel(self, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
+        """Run picklable units in ``jobs`` spawned worker processes; record each as it finishes."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=ctx) as pool:
+            started = {pool.submit(u.run): (u, time.perf_counter()) for u in units}
+            for future in as_completed(started):
+                unit, t0 = started[future]
+                try:
+                    info = future.result()
+                except Exception as err:  # noqa: BLE001
+                    fail(unit, err)
+                else:
+                    info = info or {}
+                    seconds = info.pop("wall_seconds", time.perf_counter() - t0)
+                    record(unit, seconds, info)
+                bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
+                bar.update()
+
+
 class Pipeline:
-    """Runs units stage by stage with a progress bar per stage and per-stage timing."""
+    """Runs units stage by stage with a progress bar per stage and per-stage timing.
+
+    Args:
+        out: the run directory.
+        config: what decides the outputs of the train / evaluate / IAS stages.
+        progress: progress bars.
+        log: where warnings and the summary go.
+        executor: where units run (default :class:`LocalExecutor` with ``config.jobs``).
+        world_data: world -> fingerprint of its data, for worlds that are not synthetic (a
+            recipe's real-data worlds); synthetic worlds are fingerprinted by name and size.
+        command: the command named in messages.
+    """
 
     def __init__(
         self,
@@ -159,8 +245,14 @@ class Pipeline:
         config: RunConfig,
         progress: bool = True,
         log: Callable[[str], None] = print,
+        executor: Executor | None = None,
+        world_data: dict[str, Any] | None = None,
+        command: str = "dprm reproduce",
     ):
         self.out, self.config, self.progress, self.log = out, config, progress, log
+        self.executor = executor if executor is not None else LocalExecutor(config.jobs)
+        self.world_data = dict(world_data or {})
+        self.command = command
         self.layout = Layout(out)
         self.state = State(out)
         self.timing: dict[str, dict[str, float]] = {}
@@ -188,22 +280,14 @@ class Pipeline:
             disable=not self.progress,
             leave=True,
         ) as bar:
-            parallel = [u for u in todo if u.parallel] if self.config.jobs > 1 else []
-            if len(parallel) > 1:
-                self._run_parallel(parallel, bar, stats)
-            for unit in todo:
-                if unit in parallel and len(parallel) > 1:
-                    continue
-                bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=True)
-                t0, c0 = time.perf_counter(), time.process_time()
-                try:
-                    info = unit.run()
-                except Exception as err:  # noqa: BLE001 - recorded, reported, the run goes on
-                    self._failed(unit, err)
-                else:
-                    info = {"cpu_seconds": round(time.process_time() - c0, 3)} | (info or {})
-                    self._mark(unit, time.perf_counter() - t0, info, stats)
-                bar.update()
+            if todo:
+                self.executor.run(
+                    name,
+                    todo,
+                    lambda unit, seconds, info: self._mark(unit, seconds, info, stats),
+                    self._failed,
+                    bar,
+                )
         stats["seconds"] += time.perf_counter() - start
 
     def _mark(self, unit: Unit, seconds: float, info: dict, stats: dict) -> None:
@@ -215,31 +299,8 @@ class Pipeline:
         text = f"{type(err).__name__}: {err}".strip()
         self.failures.append({"unit": unit.key, "error": text[:2000]})
         self.log(
-            f"dprm reproduce: WARNING: {unit.key} failed ({text.splitlines()[0][:300]}); continuing without it"
+            f"{self.command}: WARNING: {unit.key} failed ({text.splitlines()[0][:300]}); continuing without it"
         )
-
-    def _run_parallel(self, units: list[Unit], bar, stats: dict) -> None:
-        """Run picklable units in ``jobs`` spawned worker processes; record each as it finishes."""
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=min(self.config.jobs, len(units)), mp_context=ctx
-        ) as pool:
-            started = {pool.submit(u.run): (u, time.perf_counter()) for u in units}
-            for future in as_completed(started):
-                unit, t0 = started[future]
-                try:
-                    info = future.result()
-                except Exception as err:  # noqa: BLE001
-                    self._failed(unit, err)
-                else:
-                    info = info or {}
-                    seconds = info.pop("wall_seconds", time.perf_counter() - t0)
-                    self._mark(unit, seconds, info, stats)
-                bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
-                bar.update()
 
     def unit_fingerprints(self) -> dict[str, list]:
         """(input fingerprint, finish time) of every finished unit except the report."""

@@ -47,7 +47,13 @@ def ensure_world(pipe: Pipeline, world: str) -> Path:
 
 
 def world_inputs(pipe: Pipeline, world: str) -> dict[str, Any]:
-    """The fingerprint of a world's data: it is generated deterministically from these."""
+    """The fingerprint of a world's data.
+
+    A synthetic world is generated deterministically from its name and size; a world of real
+    data (a recipe's) is fingerprinted by the settings that produced it (``pipe.world_data``).
+    """
+    if world in pipe.world_data:
+        return {"world": world, "data": pipe.world_data[world]}
     return {"world": world, "size": pipe.config.size}
 
 
@@ -266,19 +272,26 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
 
 
 # ----------------------------------------------------------------------------- ias
-def _read_bon(pipe: Pipeline, world: str, split: str):
-    """The BoN set of one split of a world (a :class:`dprm.data.contract.BonSet`)."""
+def sweep_one(
+    bon_dir: str,
+    out: str,
+    world: str,
+    split: str,
+    method: str,
+    seed: int,
+    model_dir: str | None,
+    beta: float,
+    mc_trials: int,
+) -> None:
+    """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth).
+
+    Module level with plain arguments, so any executor (worker process, Ray, SLURM) can run it.
+    """
     from dprm.data import read_bon_set
-
-    return read_bon_set(pipe.world_dir(world) / split / "bon", check_hidden=False)
-
-
-def _sweep(pipe: Pipeline, world: str, split: str, out: Path, method: str, seed: int) -> None:
-    """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth)."""
     from dprm.ias import Pools, estimate_from_model, run_sweeps, truth_estimate, uniform_curve
     from dprm.ias.outputs import write_ias_outputs
 
-    bon = _read_bon(pipe, world, split)
+    bon = read_bon_set(bon_dir, check_hidden=False)
     pools = Pools.from_bon(bon)
     uniform = None
     if method == REFERENCE:
@@ -292,16 +305,13 @@ def _sweep(pipe: Pipeline, world: str, split: str, out: Path, method: str, seed:
     else:
         from dprm.models import load
 
-        model = load(pipe.layout.model_dir(world, method, seed))
-        estimates = [estimate_from_model(model, bon, method, beta=pipe.config.beta)]
+        estimates = [estimate_from_model(load(model_dir), bon, method, beta=beta)]
     # The greedy sweep (cost-aware allocation, beyond the paper) rides along: same estimates.
     mc_seed = _mc_seed(world, split)
-    summary, budgets = run_sweeps(
-        pools, estimates, mc_trials=pipe.config.mc_trials, seed=mc_seed, greedy=True
-    )
+    summary, budgets = run_sweeps(pools, estimates, mc_trials=mc_trials, seed=mc_seed, greedy=True)
     meta = {"world": world, "split": split, "method": method, "seed": seed}
-    meta |= {"beta": pipe.config.beta, "mc_trials": pipe.config.mc_trials, "mc_seed": mc_seed}
-    write_ias_outputs(out, summary, budgets, uniform=uniform, meta=meta)
+    meta |= {"beta": beta, "mc_trials": mc_trials, "mc_seed": mc_seed}
+    write_ias_outputs(Path(out), summary, budgets, uniform=uniform, meta=meta)
 
 
 def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
@@ -321,7 +331,20 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                 Unit(
                     key=f"ias/{world}/{split}/{method}/seed{seed}",
                     outputs=[out / "ias_full.csv", out / "budgets.parquet"],
-                    run=functools.partial(_sweep, pipe, world, split, out, method, seed),
+                    run=functools.partial(
+                        sweep_one,
+                        str(pipe.world_dir(world) / split / "bon"),
+                        str(out),
+                        world,
+                        split,
+                        method,
+                        seed,
+                        None
+                        if method == REFERENCE
+                        else str(pipe.layout.model_dir(world, method, seed)),
+                        pipe.config.beta,
+                        pipe.config.mc_trials,
+                    ),
                     inputs=_model_inputs(pipe, world, model, seed) | settings | {"split": split},
                     world=world,
                 )
@@ -329,9 +352,11 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
     return units
 
 
-WORLD_STAGES = (
-    ("synth", synth_units),
+#: the stages that run on a world's data, whatever its source (synthetic or a recipe's)
+MODEL_STAGES = (
     ("train", train_units),
     ("evaluate", evaluate_units),
     ("ias", ias_units),
 )
+#: ``dprm reproduce``: synthetic worlds are the data source
+WORLD_STAGES = (("synth", synth_units), *MODEL_STAGES)

@@ -1,0 +1,56 @@
+"""``dprm run RECIPE.toml``: a real-data run from questions to report, on one box or a cluster."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "run",
+        description=(
+            "Run every stage a recipe declares: questions -> first-pass generation -> rollouts + "
+            "grading (or Park et al.'s released labels) -> PRM embedding -> BoN pools + embedding "
+            "-> train -> evaluate -> IAS -> tables, figures and report.md (the same report as "
+            "`dprm reproduce`). Finished units are recorded in OUT/state.json with a fingerprint "
+            "of their inputs: rerun the same command to resume; a changed setting re-runs only "
+            "what depends on it. Exits 1 when any unit failed (the report lists them). See "
+            "docs/cluster.md."
+        ),
+    )
+    parser.add_argument("recipe", help="recipe TOML file (see examples/park.toml)")
+    parser.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray", "slurm"],
+        help="where units run: this machine, a Ray cluster ([ray] extra) or SLURM job arrays "
+        "([slurm] extra)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="run directory (default: the recipe's [run] out)"
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        help="ray: cluster address ('auto' joins `ray start`; default: the recipe's, else a "
+        "local instance)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dprm.cli._common import report_failures
+    from dprm.recipe import load_recipe, run_recipe
+
+    recipe = load_recipe(args.recipe)
+    options = {"address": args.address} if args.executor == "ray" and args.address else {}
+    outcome = run_recipe(
+        recipe,
+        args.out,
+        executor=args.executor,
+        progress=not args.quiet,
+        log=(lambda s: None) if args.quiet else print,
+        executor_options=options,
+    )
+    return report_failures("run", outcome.failures, outcome.report)

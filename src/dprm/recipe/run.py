@@ -1,0 +1,101 @@
+"""``dprm run RECIPE.toml``: a recipe's data stages, then the stages and report of ``reproduce``.
+
+One machinery for both commands: :func:`dprm.report.reproduce.run_world_stages` runs the
+recipe's real-data stages (:class:`dprm.recipe.stages.RecipeStages`) and then the same train /
+evaluate / IAS stages (:data:`dprm.report.stages.MODEL_STAGES`) on the worlds they wrote;
+:func:`dprm.report.reproduce.finish_run` writes tables, figures, ``results.json`` and
+``report.md``. The executor decides only where units run (:mod:`dprm.recipe.executors`).
+
+The run directory also holds ``recipe.json``: the resolved recipe, the dprm version and the
+executor (rewritten by every invocation; the fingerprints in ``state.json`` decide what reruns).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from dprm.io import write_json
+from dprm.recipe.executors import make_executor
+from dprm.recipe.spec import Recipe
+from dprm.recipe.stages import RecipeStages, world_data
+from dprm.report.grid import REAL_DATA, RunConfig, config_dict
+from dprm.report.reproduce import Outcome, finish_run, run_world_stages
+from dprm.report.runner import Executor, Pipeline
+from dprm.report.stages import MODEL_STAGES
+
+
+def run_config(recipe: Recipe, jobs: int = 1) -> RunConfig:
+    """The report's run configuration of a recipe (its worlds, calibrators, IAS settings)."""
+    return RunConfig(
+        grid=f"recipe:{recipe.run.name}",
+        generators=[g.name for g in recipe.generators],
+        prms=[p.name for p in recipe.prms],
+        size=REAL_DATA,
+        seeds=list(range(recipe.calibrators.seeds)),
+        methods=list(recipe.calibrators.methods),
+        overrides={m: dict(v) for m, v in recipe.calibrators.overrides.items()},
+        keep_worlds=True,
+        jobs=jobs,
+        beta=recipe.ias.beta,
+        mc_trials=recipe.ias.mc_trials,
+    )
+
+
+def run_recipe(
+    recipe: Recipe,
+    out: str | Path | None = None,
+    *,
+    executor: str | Executor = "local",
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+    executor_options: dict | None = None,
+) -> Outcome:
+    """Run (or resume) a recipe end to end; the report is written even when units fail.
+
+    Args:
+        recipe: the loaded recipe (:func:`dprm.recipe.spec.load_recipe`).
+        out: run directory (default: the recipe's ``[run] out``).
+        executor: ``local``, ``ray`` or ``slurm``, or an executor object (tests, benchmarks).
+        progress: progress bars.
+        log: warnings and the summary.
+        executor_options: extra keyword arguments of the executor (e.g. Ray ``address``).
+
+    Returns:
+        The report path and the failed units (rerun the same command to retry them).
+    """
+    from dprm import __version__
+
+    out = Path(out if out is not None else recipe.run.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    runner = (
+        make_executor(executor, recipe, out, **(executor_options or {}))
+        if isinstance(executor, str)
+        else executor
+    )
+    config = run_config(recipe)
+    worlds = recipe.worlds
+    write_json(
+        out / "recipe.json",
+        {"recipe": recipe.to_dict(), "dprm": __version__, "executor": runner.name},
+    )
+    pipe = Pipeline(
+        out,
+        config,
+        progress,
+        log,
+        executor=runner,
+        world_data={w: world_data(recipe, w) for w in worlds},
+        command="dprm run",
+    )
+    resumed = pipe.layout.run_record.exists()
+    shards = recipe.run.shards or runner.default_shards
+    model_stages = MODEL_STAGES if recipe.bon.n > 0 else MODEL_STAGES[:2]
+    try:
+        run_world_stages(pipe, [worlds], RecipeStages(recipe, shards).world_stages() + model_stages)
+    finally:
+        runner.close()
+    summary = config_dict(config) | {"recipe": recipe.to_dict()}
+    return finish_run(pipe, started=started, resumed=resumed, summary_config=summary)

@@ -1,0 +1,49 @@
+"""``--executor slurm`` through submitit's local executor (each task a separate process, as on
+a cluster): the Park-labels recipe gives the same calibration sets as the local executor, and
+the job arrays it submitted are recorded with their resources and stage order."""
+
+from __future__ import annotations
+
+import pytest
+
+from dprm.io import read_json
+
+from .conftest import write_recipe
+from .test_park_source import park_recipe
+
+pytest.importorskip("submitit")
+
+
+def test_slurm_executor_through_submitit_local(tmp_path, tiny_dirs, question_files):
+    import numpy as np
+    import pandas as pd
+
+    from dprm.data.contract import read_calibration_set
+    from dprm.recipe import load_recipe, run_recipe
+    from dprm.recipe.slurm_executor import SlurmExecutor
+
+    recipe = load_recipe(
+        write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    )
+    local, slurm = tmp_path / "local", tmp_path / "slurm"
+    assert run_recipe(recipe, local, progress=False, log=lambda s: None).ok
+    executor = SlurmExecutor(recipe, slurm, cluster="local", poll_s=0.2)
+    outcome = run_recipe(recipe, slurm, executor=executor, progress=False, log=lambda s: None)
+    assert outcome.ok, outcome.failures
+
+    for split in ("train", "id", "ood"):
+        a = read_calibration_set(local / "worlds" / "tiny-lm__tiny-prm" / split / "calib")
+        b = read_calibration_set(slurm / "worlds" / "tiny-lm__tiny-prm" / split / "calib")
+        pd.testing.assert_frame_equal(a.records, b.records)
+        np.testing.assert_array_equal(np.asarray(a.hidden), np.asarray(b.hidden))
+    assert (slurm / "report.md").exists()
+    assert read_json(slurm / "recipe.json")["executor"] == "slurm"
+
+    arrays = read_json(slurm / "slurm" / "jobs.json")["arrays"]
+    stages = [a["stage"] for a in arrays]
+    assert stages == ["labels", "embed", "train", "evaluate"]  # merges run in the driver
+    assert [a["after"] for a in arrays] == [None, "labels", "embed", "train"]
+    embed = arrays[1]
+    assert embed["tasks"] == 6 and len(set(embed["job_ids"])) == 6  # 3 splits x 2 shards
+    assert embed["resources"]["name"] == "dprm-embed" and embed["resources"]["gpus_per_node"] == 0
+    assert embed["resources"]["timeout_min"] == 240
