@@ -203,10 +203,17 @@ def test_sigint_mid_train_then_rerun(world, tmp_path):
     data = str(world["id/calib"])
     argv = ["train", "--method", "ot", "--data", data, "--out", str(out), "--overwrite"]
     proc = _dprm(*argv, "--set", "max_steps=100000", "--set", "eval_every=100000")
-    assert proc.stderr.read(1)  # the progress bar has started: training is under way
+    # Wait until the progress bar counts steps: the training loop is under way (on a loaded
+    # machine the first bytes on stderr can come long before it).
+    seen = ""
+    while "step" not in seen:
+        chunk = proc.stderr.read(1)
+        assert chunk, "dprm train ended before training started"
+        seen += chunk
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=120)
+    err = seen + err
     assert proc.returncode == 130
     messages = [line for line in err.replace("\r", "\n").splitlines() if "dprm train" in line]
     assert "Traceback" not in err and len(messages) == 1, err
