@@ -184,10 +184,17 @@ def test_outputs_follow_the_umask(world, model_dir, tmp_path):
 
 
 # ----------------------------------------------------------------------------- interrupts
+def _default_sigint() -> None:
+    # pytest-xdist workers ignore SIGINT, and an ignored signal stays ignored across exec:
+    # give the child the disposition a user's terminal gives it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _dprm(*args: str, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "dprm.cli", *args],
+        preexec_fn=_default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
