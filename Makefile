@@ -47,7 +47,7 @@ check-llm-extra: $(LLM_VENV)/.ready
 
 test-floor: $(FLOOR_VENV)/.ready check-llm-extra
 	$(FLOOR_VENV)/bin/python tests/fixtures/check_llm_extra.py
-	$(FLOOR_VENV)/bin/python -m pytest -p no:xdist -q tests/llm tests/live
+	$(FLOOR_VENV)/bin/python -m pytest -p no:xdist tests/llm tests/live
 
 lint: $(BIN)/dprm
 	$(BIN)/ruff check src tests benchmarks
