@@ -9,9 +9,7 @@ question states (synthetic labels that depend on the state), so their budgets va
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,19 +29,8 @@ QUESTION_IDS = (
 N_CALIBRATION_QUESTIONS = 48
 
 
-def _load_tiny_models():
-    """The pipeline's builders, imported by path (they live beside its tests, not in a package)."""
-    name = "dprm_tests_llm_tiny_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "llm" / "tiny_models.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_models = _load_tiny_models()
+# The tiny-model builders of the pipeline tests (tests/ is on sys.path: tests/conftest.py).
+from llm import tiny_models  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,7 @@ real MATH-500 questions (a handful per split), small sampling and training budge
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PARK = ROOT / "examples" / "park.toml"
 
 
-def _load_tiny_models():
-    """The pipeline tests' model builders, imported by path (they live beside those tests)."""
-    name = "dprm_tests_llm_tiny_models"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "llm" / "tiny_models.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_models = _load_tiny_models()
+# The tiny-model builders of the pipeline tests (tests/ is on sys.path: tests/conftest.py).
+from llm import tiny_models  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
