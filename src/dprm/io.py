@@ -8,12 +8,16 @@ gives any new file (docs/design.md §6).
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
+import hashlib
 import json
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,29 +73,242 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")
 
 
+# ----------------------------------------------------------------------------- what dprm wrote
+#: the marker inside every directory a dprm command publishes (docs/cli.md, "Outputs")
+MARKER_FILE = ".dprm-output.json"
+#: the registry, in a folder, of the single-file outputs dprm commands wrote there
+REGISTRY_FILE = ".dprm-outputs.json"
+
+#: the dprm command whose outputs are being written (set by the CLI; None in library use)
+_OUTPUT_COMMAND: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "dprm_output_command", default=None
+)
+
+
+@contextlib.contextmanager
+def output_command(command: str) -> Iterator[None]:
+    """While active, every directory :func:`atomic_dir` publishes carries the marker of
+    ``command`` (``dprm COMMAND``), so a later ``--overwrite`` can recognise it as dprm's."""
+    token = _OUTPUT_COMMAND.set(command)
+    try:
+        yield
+    finally:
+        _OUTPUT_COMMAND.reset(token)
+
+
+def _marker_record(command: str | None) -> dict[str, Any]:
+    from dprm.version import __version__
+
+    return {
+        "written_by": "dprm",
+        "command": command,
+        "dprm_version": __version__,
+        "pid": os.getpid(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_marker(directory: str | os.PathLike, command: str) -> Path:
+    """Mark ``directory`` (created if missing) as written by ``dprm COMMAND``; returns the marker."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / MARKER_FILE
+    write_json(marker, _marker_record(command))
+    return marker
+
+
+def read_marker(directory: str | os.PathLike) -> dict[str, Any] | None:
+    """The marker of a directory dprm wrote, or None (no marker, or not one of dprm's)."""
+    marker = Path(directory) / MARKER_FILE
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("written_by") != "dprm":
+        return None
+    return record
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _folder_locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on a folder itself (flock on its descriptor): registry updates."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_registry(folder: Path) -> dict[str, Any]:
+    try:
+        registry = json.loads((folder / REGISTRY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    files = registry.get("files") if isinstance(registry, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def register_file_output(path: str | os.PathLike, command: str) -> None:
+    """Record a finished single-file output of ``dprm COMMAND`` in its folder's registry
+    (``.dprm-outputs.json``: name -> command, version, pid, time, size and SHA-256).
+
+    Only a file whose bytes still match its entry counts as dprm's (:func:`written_by_dprm`): a
+    file the user edited or replaced afterwards is theirs again.
+    """
+    path = Path(path)
+    folder = path.parent
+    with _folder_locked(folder):
+        files = {name: e for name, e in _read_registry(folder).items() if (folder / name).exists()}
+        files[path.name] = {
+            **_marker_record(command),
+            "size": path.stat().st_size,
+            "sha256": _sha256(path),
+        }
+        write_json(folder / REGISTRY_FILE, {"written_by": "dprm", "files": files})
+
+
+def written_by_dprm(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an output a dprm command wrote: a directory with dprm's marker, or a
+    file listed with its current size and SHA-256 in its folder's registry."""
+    path = Path(path)
+    if path.is_dir():
+        return read_marker(path) is not None
+    if not path.is_file():
+        return False
+    entry = _read_registry(path.parent).get(path.name)
+    if not isinstance(entry, dict):
+        return False
+    size = path.stat().st_size
+    return entry.get("size") == size and entry.get("sha256") == _sha256(path)
+
+
+# ----------------------------------------------------------------------------- the output guard
+def _resolved(path: str | os.PathLike) -> Path:
+    """``path`` made absolute with symlinks and ``..`` resolved (missing parts kept as given)."""
+    return Path(path).expanduser().resolve()
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def guard_output(
+    path: str | os.PathLike, inputs: Iterable[tuple[str, str | os.PathLike]] = ()
+) -> Path:
+    """Refuse an output path whose replacement would destroy what the command reads or more.
+
+    An output is refused (with or without ``--overwrite``) when it is, contains or lies inside
+    one of ``inputs``, or when it is or contains the working directory, the home folder or a
+    filesystem root (a mount point). Paths are compared with symlinks and ``..`` resolved.
+
+    Args:
+        path: the output file or directory (``--out``).
+        inputs: ``(flag, path)`` pairs of everything the command reads, e.g.
+            ``[("--data", "w/id/calib"), ("--model", "m/ot")]``.
+
+    Returns:
+        ``path`` resolved.
+
+    Raises:
+        OutputError: one line naming the output and the path it would destroy.
+    """
+    given = Path(path)
+    out = _resolved(given)
+    if out == Path(out.anchor) or os.path.ismount(out):
+        raise OutputError(given, f"is the filesystem root {out}; choose another --out")
+    for label, folder in (("the home folder", Path.home()), ("the working directory", Path.cwd())):
+        folder = _resolved(folder)
+        if _inside(folder, out):
+            relation = "is" if out == folder else "contains"
+            raise OutputError(given, f"{relation} {label} {folder}; choose another --out")
+    for flag, raw in inputs:
+        if raw is None:
+            continue
+        source = _resolved(raw)
+        if out == source:
+            relation = "is"
+        elif _inside(source, out):
+            relation = "contains"
+        elif _inside(out, source):
+            relation = "lies inside"
+        else:
+            continue
+        raise OutputError(
+            given,
+            f"{relation} the input {flag} {raw}; writing there would destroy what the command "
+            "reads: choose another --out",
+        )
+    return out
+
+
 def check_output(
-    path: str | os.PathLike, *, overwrite: bool, directory: bool, resumable: bool = False
+    path: str | os.PathLike,
+    *,
+    overwrite: bool,
+    directory: bool,
+    resumable: bool = False,
+    inputs: Iterable[tuple[str, str | os.PathLike]] = (),
+    command: str | None = None,
 ) -> Path:
     """Check, before any work, that ``path`` may be written as a file or directory.
 
     Args:
         path: the output file or directory.
-        overwrite: whether an existing output may be replaced.
+        overwrite: whether an existing output may be replaced; only one dprm wrote is
+            (:func:`written_by_dprm`), or an empty directory.
         directory: True when the output is a directory, False for a file.
         resumable: an existing directory is the command's own resumable work (kept as is).
+        inputs: ``(flag, path)`` pairs of what the command reads (see :func:`guard_output`).
+        command: with ``resumable``, an existing directory is continued only when its marker
+            names this command (or it is empty): ``reproduce`` resumes only its own folders.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        OutputError: the output exists and ``overwrite`` is False; it exists with the other kind
-            (file vs directory); or its directory cannot be written.
+        OutputError: the output would destroy an input, the working directory, the home folder
+            or a filesystem root; it exists and ``overwrite`` is False; ``overwrite`` is asked
+            for something dprm did not write; it exists with the other kind (file vs
+            directory); or its directory cannot be written.
     """
     path = Path(path)
+    guard_output(path, inputs)
     kind, other = ("directory", "file") if directory else ("file", "directory")
     if path.exists() or path.is_symlink():
         if path.is_dir() != directory:
             raise OutputError(path, f"exists and is a {other}; expected a {kind} path")
+        empty = path.is_dir() and not any(path.iterdir())
+        if overwrite and not (empty or written_by_dprm(path)):
+            where = (
+                f"no {MARKER_FILE} marker in it"
+                if directory
+                else f"not listed unchanged in {path.parent / REGISTRY_FILE}"
+            )
+            raise OutputError(
+                path,
+                f"exists and was not written by dprm ({where}); --overwrite only "
+                "replaces dprm's own outputs: move it away yourself or choose another --out",
+            )
+        if resumable and not overwrite and directory and command is not None and not empty:
+            marker = read_marker(path)
+            if marker is None or marker.get("command") != command:
+                found = "no dprm marker" if marker is None else f"made by dprm {marker['command']}"
+                raise OutputError(
+                    path,
+                    f"exists and is not a dprm {command} folder ({found} in {MARKER_FILE}); "
+                    f"dprm {command} resumes only its own folders: choose a new or empty --out",
+                )
         if not (overwrite or resumable):
             raise OutputError(path, "exists; pass --overwrite to replace it")
     parent = _nearest_existing(path.parent)
@@ -104,6 +321,66 @@ def check_output(
     ):
         raise OutputError(path, "cannot be written: the directory is read-only")
     return path
+
+
+# ----------------------------------------------------------------------------- one writer
+def lock_path(path: str | os.PathLike) -> Path:
+    """The lock file of an output: ``.NAME.lock`` beside it (symlinks resolved)."""
+    target = _resolved(path)
+    return target.parent / f".{target.name}.lock"
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike, command: str | None = None) -> Iterator[Path]:
+    """Hold the only right to write ``path`` while the block runs (fcntl lock on
+    :func:`lock_path`, which records the owner's pid and command; removed on exit).
+
+    A second writer is refused, not queued: it would otherwise replace the first one's
+    finished output or interleave with it.
+
+    Raises:
+        OutputError: another process holds the lock (the message names its pid).
+    """
+    import fcntl
+
+    lock = lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                os.close(fd)
+                raise
+            try:
+                owner = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+            except ValueError:
+                owner = {}
+            os.close(fd)
+            who = f"pid {owner.get('pid', '?')}"
+            if owner.get("command"):
+                who += f", dprm {owner['command']}"
+            raise OutputError(
+                path,
+                f"is being written by another process ({who}; lock {lock}); wait for it to "
+                "finish or choose another --out",
+            ) from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as we opened it: take the new one
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(_marker_record(command)).encode(), 0)
+        yield lock
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # before unlocking: a waiter then sees a fresh file
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -128,15 +405,22 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
     """Yield a temporary directory beside ``final``; swap it in only on success.
 
     An existing ``final`` is kept until the new one is complete, so nothing already written is
-    lost when a job dies part-way.
+    lost when a job dies part-way. A symlink ``final`` keeps pointing where it did: the
+    directory it names is the one replaced. Under :func:`output_command` the new directory
+    carries dprm's marker (:data:`MARKER_FILE`).
     """
     final = Path(final)
     if final.exists() and not overwrite:
         raise FileExistsError(f"{final} exists; pass overwrite=True to replace it")
+    if final.is_symlink():
+        final = Path(os.path.realpath(final))  # swap the target, not the link
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
         yield tmp
+        command = _OUTPUT_COMMAND.get()
+        if command is not None:
+            (tmp / MARKER_FILE).write_text(json.dumps(_marker_record(command), indent=2) + "\n")
         _publish_mode(tmp, directory=True)
         old = None
         if final.exists():

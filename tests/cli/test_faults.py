@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from dprm.cli import COMMANDS, build_parser, main
-from dprm.io import write_json
+from dprm.io import MARKER_FILE, write_json
 from dprm.models import REGISTRY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -114,13 +114,21 @@ def test_existing_output_is_refused_without_overwrite(
 
 @pytest.mark.parametrize("command", WRITERS)
 def test_overwrite_replaces_an_output_of_the_same_kind(world, model_dir, tmp_path, command):
-    out = existing_output(tmp_path, KIND[command])
-    assert main([*commands_that_write(world, model_dir, out)[command], "--overwrite"]) == 0
+    """--overwrite replaces an earlier output of dprm's (issue 18: and nothing else)."""
+    out = tmp_path / "precious"
+    argv = commands_that_write(world, model_dir, out)[command]
+    assert main(argv) == 0
+    if KIND[command] == "dir":
+        (out / "keep.txt").write_text("added to dprm's folder")
+    inode = out.stat().st_ino
+    assert main([*argv, "--overwrite"]) == 0
+    assert out.stat().st_ino != inode  # a new output swapped in
     if KIND[command] == "dir":
         assert not (out / "keep.txt").exists() and any(out.iterdir())
-    else:
-        assert out.read_bytes() != b"results"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+    # no temp or lock left; single files are listed in the folder's registry of dprm outputs
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == (
+        [] if KIND[command] == "dir" else [".dprm-outputs.json"]
+    )
 
 
 @pytest.mark.parametrize("command", WRITERS)
@@ -205,9 +213,10 @@ def _dprm(*args: str, **kwargs) -> subprocess.Popen:
 
 def test_sigint_mid_train_then_rerun(world, tmp_path):
     """Fails at 62a0d12: the message claimed 'finished work is kept, rerun to resume'."""
-    out = existing_output(tmp_path, "dir")
-    before = snapshot(out)
+    out = tmp_path / "precious"  # an earlier result of dprm's (--overwrite replaces no other)
     data = str(world["id/calib"])
+    assert main(["train", "--method", "base", "--data", data, "--out", str(out), "--quiet"]) == 0
+    before = snapshot(out)
     argv = ["train", "--method", "ot", "--data", data, "--out", str(out), "--overwrite"]
     proc = _dprm(*argv, "--set", "max_steps=100000", "--set", "eval_every=100000")
     # Wait until the progress bar counts steps: the training loop is under way (on a loaded
@@ -386,7 +395,7 @@ def test_ias_help_lists_every_file_it_writes(world, tmp_path):
         )
         == 0
     )
-    written = {p.name for p in (tmp_path / "o").iterdir()}
+    written = {p.name for p in (tmp_path / "o").iterdir()} - {MARKER_FILE}  # dprm's own mark
     assert written == set(OUTPUT_FILES)
     assert all(name in help_text for name in written)
 

@@ -442,7 +442,7 @@ def test_calibration_set_path_not_a_directory(tmp_path: Path) -> None:
 def test_nan_hidden_check_can_be_skipped_and_finds_late_rows(tmp_path: Path) -> None:
     hidden = make_hidden(20_000, 2)
     hidden[17_000, 1] = np.inf  # beyond the first scan chunk
-    records = pd.concat([make_records()] * 4000, ignore_index=True).iloc[:20_000]
+    records = make_records(20_000)  # one row per (question_id, response_id, step)
     write_calibration_by_hand(tmp_path / "cal", records, hidden)
     with pytest.raises(
         DataError,

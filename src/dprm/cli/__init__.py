@@ -162,8 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.error(f"{args.command}: not available in this installation")
+    from dprm.cli._common import output_session
+
     try:
-        result = args.func(args)
+        with output_session(args.command) as outputs:  # --out locks held until the end
+            result = args.func(args)
+            if int(result or 0) in (0, 1):  # 1: a resumable run with failed units, still ours
+                outputs.mark_finished()
     except KeyboardInterrupt:
         if args.debug:
             raise
@@ -177,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug or not isinstance(err, DataError | ConfigError | OSError):
             raise  # an internal bug: the traceback is the report
         message = " ".join(str(err).split()) or type(err).__name__
+        out = getattr(args, "out", None)
+        if isinstance(err, OSError) and err.filename is None and out is not None:
+            message = f"{out}: {message}"  # e.g. a full disk: say where it was writing
         print(f"dprm {args.command}: error: {message}", file=sys.stderr)
         return 2
     return int(result or 0)

@@ -9,9 +9,10 @@ compute command takes ``--threads``; progress bars are hidden with ``--no-progre
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +97,159 @@ def add_output_flags(parser: argparse.ArgumentParser, help: str, metavar: str = 
     )
 
 
-def check_out(args: argparse.Namespace, *, directory: bool, resumable: bool = False) -> Path:
-    """Check ``--out`` before any work (see :func:`dprm.io.check_output`)."""
-    from dprm.io import check_output
+class OutputSession:
+    """The outputs one command claimed: their locks (held until the command ends) and, once it
+    succeeded, dprm's marks on them (see :func:`dprm.io.check_output`)."""
 
+    def __init__(self, command: str, stack: contextlib.ExitStack):
+        self.command = command
+        self.stack = stack
+        self.outputs: list[tuple[Path, bool, bool]] = []
+
+    def claim(self, path: Path, directory: bool) -> None:
+        """Lock ``path`` for this command (refused while another process writes it)."""
+        from dprm.io import output_lock, written_by_dprm
+
+        self.stack.enter_context(output_lock(path, self.command))
+        # a folder that existed and was not dprm's (multi-preset synth's OUT) stays unmarked
+        ours = not path.exists() or (path.is_dir() and not any(path.iterdir()))
+        self.outputs.append((path, directory, ours or written_by_dprm(path)))
+
+    def mark_finished(self) -> None:
+        """Mark every claimed output that now exists as dprm's (a later --overwrite may
+        replace it): a directory gets its marker, a file an entry in its folder's registry."""
+        from dprm.io import read_marker, register_file_output, write_marker
+
+        for path, directory, ours in self.outputs:
+            if directory and not ours:
+                continue  # a user's folder the command only added to is not dprm's to replace
+            if directory and path.is_dir() and read_marker(path) is None:
+                write_marker(path, self.command)
+            elif not directory and path.is_file():
+                register_file_output(path, self.command)
+
+
+_SESSION: OutputSession | None = None
+
+
+@contextlib.contextmanager
+def output_session(command: str) -> Iterator[OutputSession]:
+    """Run one command: its outputs' locks are released when the block ends, and every
+    directory it publishes carries dprm's marker (``dprm.cli.main`` wraps each command)."""
+    global _SESSION
+    from dprm.io import output_command
+
+    previous = _SESSION
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(output_command(command))
+        _SESSION = OutputSession(command, stack)
+        try:
+            yield _SESSION
+        finally:
+            _SESSION = previous
+
+
+Inputs = Iterable[tuple[str, "str | os.PathLike | None"]]
+
+
+def input_paths(args: argparse.Namespace, *flags: str) -> list[tuple[str, Any]]:
+    """``(flag, path)`` pairs of the input flags ``flags`` (``"--data"``; a list flag gives one
+    pair per path; missing or None values are left out) for the output guard."""
+    pairs: list[tuple[str, Any]] = []
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if item is not None and str(item):
+                pairs.append((flag, item))
+    return pairs
+
+
+def local_inputs(pairs: Inputs) -> list[tuple[str, Any]]:
+    """The pairs whose path exists here (a hub id such as ``Qwen/Qwen2.5-Math-PRM-7B`` is no
+    folder of the user's)."""
+    return [(flag, p) for flag, p in pairs if p is not None and Path(p).expanduser().exists()]
+
+
+def claim_output(
+    path: str | os.PathLike,
+    *,
+    overwrite: bool,
+    directory: bool,
+    resumable: bool = False,
+    inputs: Inputs = (),
+    command: str | None = None,
+) -> Path:
+    """Check an output before any work and hold its lock for the rest of the command.
+
+    The guard (inputs, working directory, home, root) runs first, then the lock is taken, then
+    the existence checks: two commands racing for one new ``--out`` cannot both pass them.
+    ``command`` (with ``resumable``) resumes only a folder that command created.
+    """
+    from dprm.io import check_output, guard_output
+
+    path = Path(path)
+    guard_output(path, inputs)
+    if _SESSION is not None:
+        _SESSION.claim(path, directory)
     return check_output(
-        args.out, overwrite=args.overwrite, directory=directory, resumable=resumable
+        path,
+        overwrite=overwrite,
+        directory=directory,
+        resumable=resumable,
+        inputs=inputs,
+        command=command,
     )
+
+
+def claim_run_folder(out: str | os.PathLike, command: str, inputs: Inputs = ()) -> Path:
+    """Claim the run folder of a resumable run (``reproduce``, ``run``) before any work.
+
+    A new or empty folder is claimed: it gets the marker of ``command`` at once, so the run
+    can be resumed (and only by ``command``). An existing folder without that marker (a user's
+    folder, another command's output) is refused; the lock keeps a second driver out.
+    """
+    from dprm.io import read_marker, write_marker
+
+    path = claim_output(
+        out, overwrite=False, directory=True, resumable=True, inputs=inputs, command=command
+    )
+    if read_marker(path) is None:
+        write_marker(path, command)
+    return path
+
+
+def check_out(
+    args: argparse.Namespace,
+    *,
+    directory: bool,
+    resumable: bool = False,
+    inputs: Inputs = (),
+) -> Path:
+    """Check ``--out`` before any work and lock it (see :func:`claim_output`)."""
+    return claim_output(
+        args.out,
+        overwrite=getattr(args, "overwrite", False),
+        directory=directory,
+        resumable=resumable,
+        inputs=inputs,
+    )
+
+
+def require_vllm() -> None:
+    """``--backend vllm`` asked for: fail before any work when vLLM is not installed."""
+    import importlib.util
+
+    from dprm.config import ConfigError
+
+    try:
+        found = importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(
+            "--backend vllm: vLLM is not installed (pip install 'dprm[vllm]', needs a CUDA "
+            "GPU); use --backend transformers to run without it"
+        )
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:

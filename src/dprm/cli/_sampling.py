@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from dprm.cli._stage import input_id, skip
+from dprm.cli._stage import input_id, say, skip
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: str) -> None:
@@ -105,9 +105,11 @@ def sampling_config(args: argparse.Namespace):
 
 
 def load_generator_for(args: argparse.Namespace):
+    from dprm.cli._common import require_vllm
     from dprm.llm.generate import load_generator
 
     if args.backend == "vllm":
+        require_vllm()
         opts = dict(
             tensor_parallel_size=args.tensor_parallel_size,
             enable_prefix_caching=not args.no_prefix_caching,
@@ -174,12 +176,12 @@ def run_stage(
     if check_finished(
         final, {**full_fingerprint(fingerprint), "shard": str(shard)}, args.overwrite
     ):
-        return skip(final, stage)
+        return skip(final, stage, args.quiet)
     generator = load_generator_for(args)
     with GradingPool(args.grader_workers, args.grader_timeout) as pool:
         path, _ = run(
             generator, pool, shard=shard, fingerprint=fingerprint, meta=meta,
-            per_part=args.questions_per_part, overwrite=args.overwrite, progress=not args.no_progress,
+            per_part=args.questions_per_part, overwrite=args.overwrite, progress=not (args.no_progress or args.quiet),
         )  # fmt: skip
-    print(f"{stage}: wrote {path}")
+    say(args, f"{stage}: wrote {path}")
     return 0

@@ -55,6 +55,43 @@ def add_run_flags(parser: argparse.ArgumentParser, out_help: str) -> None:
         "--overwrite", action="store_true", help="replace an output made with other settings"
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_quiet_flag(parser)
+
+
+def claim_stage_out(args: argparse.Namespace, directory: bool, *flags: str) -> Path:
+    """Check a stage's ``--out`` before any work and lock this shard's output.
+
+    ``--out`` may not be, contain or lie inside an input (``flags``; hub ids are not paths),
+    the working directory, the home folder or a filesystem root. An existing output is the
+    stage's own resumable work (its fingerprint decides); ``--overwrite`` replaces only one dprm
+    wrote. Each shard locks its own output, so shards of one ``--out`` run side by side.
+    """
+    from dprm.cli._common import claim_output, input_paths, local_inputs
+    from dprm.io import guard_output
+    from dprm.llm.shard import Shard, output_path
+
+    inputs = local_inputs(input_paths(args, *flags))
+    guard_output(args.out, inputs)
+    return claim_output(
+        output_path(args.out, args.shard or Shard()),
+        overwrite=args.overwrite,
+        directory=directory,
+        resumable=True,
+        inputs=inputs,
+    )
+
+
+def add_quiet_flag(parser: argparse.ArgumentParser) -> None:
+    """``--quiet``: print nothing but errors (implies ``--no-progress``)."""
+    parser.add_argument(
+        "--quiet", action="store_true", help="print nothing but errors (implies --no-progress)"
+    )
+
+
+def say(args: argparse.Namespace, *text: str) -> None:
+    """Print a summary line unless ``--quiet``."""
+    if not getattr(args, "quiet", False):
+        print(*text)
 
 
 def input_id(path: Path) -> dict:
@@ -73,8 +110,10 @@ def base_meta() -> dict:
     return {"dprm_version": __version__, "python": sys.version.split()[0]}
 
 
-def skip(path: Path, what: str) -> int:
+def skip(path: Path, what: str, quiet: bool = False) -> int:
     """Report a shard already finished with these settings (exit code 0)."""
+    if quiet:
+        return 0
     print(
         f"{what}: {path} is already finished with these settings; skipped (use --overwrite to redo)"
     )

@@ -28,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device", default=None, help="torch device (default: cuda; cpu only when asked)"
     )
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument(
+        "--quiet", action="store_true", help="print only failures and errors (no summary lines)"
+    )
     p.set_defaults(func=cmd_doctor)
 
 
@@ -42,7 +46,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             raise DataError(None, f"--prm {item!r}: expected KIND=PATH with KIND in {list(KINDS)}")
         sources[kind] = path
     env = environment()
-    print("doctor: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    if not args.quiet:
+        print("doctor: " + ", ".join(f"{k}={v}" for k, v in env.items()))
     missing = [k for k in ("transformers", "sentencepiece", "google.protobuf") if not env[k]]
     if missing:
         print(f"doctor: missing {missing}: pip install 'dprm[llm]'")
@@ -55,10 +60,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         )
         return 2
     hub = hub_reachable()
-    print(f"doctor: hub {'reachable' if hub else 'not reachable (local --prm directories only)'}")
+    if not args.quiet:
+        print(
+            f"doctor: hub {'reachable' if hub else 'not reachable (local --prm directories only)'}"
+        )
     checks = [check_model(k, sources.get(k), args.device, hub) for k in (args.only or KINDS)]
     for check in checks:
         diff = "" if check.max_diff is None else f" max |diff| {check.max_diff:.4g}"
+        if args.quiet and check.status != "fail":
+            continue
         print(f"doctor: {check.status.upper():4s} {check.name}:{diff} {check.message}")
     statuses = {c.status for c in checks}
     if "fail" in statuses:

@@ -11,7 +11,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, input_id, skip
+from dprm.cli._stage import (
+    add_run_flags,
+    add_stage_parser,
+    base_meta,
+    claim_stage_out,
+    input_id,
+    say,
+    skip,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,6 +108,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from dprm.llm.rollout import check_trajectories
     from dprm.llm.shard import Shard, output_path, read_output_meta
 
+    claim_stage_out(args, True, "--labels", "--bon", "--prm")
     shard = args.shard or Shard()
     source = args.labels or args.bon
     if args.labels is not None:
@@ -123,7 +132,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         quick["prm_system_prompt"] = args.prm_prompt
     found = read_output_meta(output_path(args.out, shard)).get("fingerprint") or {}
     if not args.overwrite and found and all(found.get(k) == v for k, v in quick.items()):
-        return skip(output_path(args.out, shard), "embed")  # without loading the PRM
+        return skip(output_path(args.out, shard), "embed", args.quiet)  # without loading the PRM
     options = {
         k: v
         for k, v in (("separator", args.separator), ("positive_label", args.positive_label))
@@ -156,13 +165,13 @@ def cmd_embed(args: argparse.Namespace) -> int:
             provenance[key] = source_meta[key]
     path, skipped = run_embed(
         frame, prm, args.out, kind=kind, shard=shard, config=config, fingerprint=input_id(source),
-        provenance=provenance, overwrite=args.overwrite, progress=not args.no_progress,
+        provenance=provenance, overwrite=args.overwrite, progress=not (args.no_progress or args.quiet),
     )  # fmt: skip
     if skipped:
-        return skip(path, "embed")
+        return skip(path, "embed", args.quiet)
     stats = read_output_meta(path).get("stats", {})
     truncated = stats.get("rows_truncated", stats.get("responses_truncated", 0))
-    print(f"embed: wrote {path} ({stats})")
+    say(args, f"embed: wrote {path} ({stats})")
     if truncated:
         print(
             f"embed: {truncated} row(s) exceeded --max-tokens={prm.max_tokens} (see meta.json stats)",

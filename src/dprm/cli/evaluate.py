@@ -11,11 +11,12 @@ from dprm.cli._common import (
     add_threads_flag,
     apply_threads,
     check_out,
+    input_paths,
 )
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=False)
+    out = check_out(args, directory=False, inputs=input_paths(args, "--data", "--model"))
     apply_threads(args)
     import json
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from dprm.cli._sampling import add_sampling_flags, run_stage, sampling_config, sampling_meta
-from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta
+from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, claim_stage_out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,6 +35,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from dprm.llm.questions import read_questions
     from dprm.llm.rollout import generation_fingerprint, run_generation_stage
 
+    claim_stage_out(args, False, "--questions", "--model")
     sampling = sampling_config(args)
     questions = read_questions(args.questions)
     if args.limit is not None:

@@ -11,13 +11,14 @@ from dprm.cli._common import (
     add_threads_flag,
     apply_threads,
     check_out,
+    input_paths,
     integer_at_least,
     unit_interval,
 )
 
 
 def _ias(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=True)
+    out = check_out(args, directory=True, inputs=input_paths(args, "--bon", "--model"))
     apply_threads(args)
     from dprm.data import read_bon_set
     from dprm.evaluation import model_names

@@ -5,18 +5,25 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dprm.cli._common import add_output_flags, integer_at_least
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    claim_output,
+    input_paths,
+    integer_at_least,
+)
 
 
 def _import_park(args: argparse.Namespace) -> int:
     from dprm.data.park import import_park
-    from dprm.io import check_output
 
     out = Path(args.out)
     out = out / "labels.parquet" if out.is_dir() else out
-    check_output(out, overwrite=args.overwrite, directory=False)
+    claim_output(out, overwrite=args.overwrite, directory=False, inputs=input_paths(args, "--json"))
     labels = import_park(args.json, out, n_rollouts=args.n_rollouts)
     n_responses = labels.groupby("question_id")["response_id"].nunique().sum()
+    if args.quiet:
+        return 0
     print(
         f"wrote {len(labels)} labelled prefixes ({labels['question_id'].nunique()} question(s), "
         f"{n_responses} response(s)) to {out}"
@@ -49,4 +56,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=8,
         help="Monte Carlo rollouts behind each success_prob (default: 8)",
     )
+    add_progress_flags(parser)
     parser.set_defaults(func=_import_park)

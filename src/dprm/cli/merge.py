@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dprm.cli._stage import add_stage_parser
+from dprm.cli._stage import add_quiet_flag, add_stage_parser, say
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,13 +19,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("out", type=Path, help="the --out path the sharded runs were given")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (none here)")
+    add_quiet_flag(p)
     p.set_defaults(func=cmd_merge)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    from dprm.llm.shard import find_shards, merge_shards
+    from dprm.cli._common import claim_output
+    from dprm.llm.shard import find_shards, merge_shards, shards_dir
 
-    n = len(find_shards(args.out))
+    shards = find_shards(args.out)
+    claim_output(
+        args.out,
+        overwrite=args.overwrite,
+        directory=shards[0].is_dir(),
+        resumable=True,  # merge_shards refuses an existing OUT without --overwrite
+        inputs=[("OUT.shards", shards_dir(args.out))],
+    )
     path = merge_shards(args.out, overwrite=args.overwrite)
-    print(f"merge: joined {n} shards into {path}")
+    say(args, f"merge: joined {len(shards)} shards into {path}")
     return 0

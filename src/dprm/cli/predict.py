@@ -10,13 +10,14 @@ from dprm.cli._common import (
     add_threads_flag,
     apply_threads,
     check_out,
+    input_paths,
     integer_at_least,
     parse_levels,
 )
 
 
 def _predict(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=False)
+    out = check_out(args, directory=False, inputs=input_paths(args, "--model", "--data"))
     apply_threads(args)
     import numpy as np
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dprm.cli._stage import add_stage_parser
+from dprm.cli._stage import add_quiet_flag, add_stage_parser, say
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,12 +37,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--id-prefix", default=None, help="prefix of generated question ids (default: file stem)"
     )
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (none here)")
+    add_quiet_flag(p)
     p.set_defaults(func=cmd_questions)
 
 
 def cmd_questions(args: argparse.Namespace) -> int:
+    from dprm.cli._common import claim_output, input_paths, local_inputs
     from dprm.llm.questions import load_questions, write_questions
 
+    # an existing --out is replaced (the command is instant), but never an input or a folder
+    claim_output(
+        args.out,
+        overwrite=False,
+        directory=False,
+        resumable=True,
+        inputs=local_inputs(input_paths(args, "source")),
+    )
     frame = load_questions(
         args.source,
         every=args.every,
@@ -52,5 +63,5 @@ def cmd_questions(args: argparse.Namespace) -> int:
         hub=args.hub,
     )
     write_questions(args.out, frame)
-    print(f"questions: wrote {len(frame)} questions to {args.out}")
+    say(args, f"questions: wrote {len(frame)} questions to {args.out}")
     return 0

@@ -21,7 +21,7 @@ def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from dprm.cli._common import report_failures
+    from dprm.cli._common import claim_run_folder, report_failures
     from dprm.report.grid import resolve
     from dprm.report.reproduce import reproduce
 
@@ -36,8 +36,12 @@ def _reproduce(args: argparse.Namespace) -> int:
         jobs=args.jobs if args.jobs is not None else _default_jobs(),
         worlds=[w.strip() for w in args.worlds.split(",") if w.strip()] if args.worlds else None,
     )
+    claim_run_folder(args.out, "reproduce")  # only a folder reproduce made; locked till the end
     outcome = reproduce(
-        args.out, config, progress=not args.quiet, log=(lambda s: None) if args.quiet else print
+        args.out,
+        config,
+        progress=not (args.quiet or args.no_progress),
+        log=(lambda s: None) if args.quiet else print,
     )
     return report_failures("reproduce", outcome.failures, outcome.report)
 
@@ -108,4 +112,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         "r1-qwen-7b__qwen-prm to time one paper-size world",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_reproduce)

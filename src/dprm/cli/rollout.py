@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from dprm.cli._sampling import add_sampling_flags, run_stage, sampling_config, sampling_meta
-from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta
+from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, claim_stage_out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,6 +54,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     )
     from dprm.llm.shard import read_output_meta
 
+    claim_stage_out(args, False, "--trajectories", "--model")
     sampling = sampling_config(args)
     config = RolloutConfig(max_steps=args.max_steps, boxed_prefix=args.boxed_prefix)
     if not args.trajectories.exists():

@@ -36,20 +36,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "local instance)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dprm.cli._common import report_failures
+    from dprm.cli._common import claim_run_folder, report_failures
     from dprm.recipe import load_recipe, run_recipe
 
     recipe = load_recipe(args.recipe)
+    out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
+        args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
+    )
     options = {"address": args.address} if args.executor == "ray" and args.address else {}
     outcome = run_recipe(
         recipe,
-        args.out,
+        out,
         executor=args.executor,
-        progress=not args.quiet,
+        progress=not (args.quiet or args.no_progress),
         log=(lambda s: None) if args.quiet else print,
         executor_options=options,
     )

@@ -9,7 +9,11 @@ from dprm.cli._common import (
     add_progress_flags,
     add_threads_flag,
     apply_threads,
+    claim_output,
     dataclass_from_args,
+    input_paths,
+    local_inputs,
+    require_vllm,
     show_progress,
 )
 
@@ -38,10 +42,18 @@ Interrupted runs resume: finished questions are skipped.
 def _solve(args: argparse.Namespace) -> int:
     import json
 
+    from dprm.io import guard_output
     from dprm.live import CalibratedPRM, SolveConfig, run_beam, run_bon
     from dprm.live.run import load_run_questions
     from dprm.llm.generate import load_generator
 
+    if args.backend == "vllm":
+        require_vllm()  # before any model loads, one line instead of a traceback
+    inputs = local_inputs(input_paths(args, "--questions", "--generator", "--prm", "--calibrator"))
+    if args.shard in ("0/1", None):  # resumable: the run log checks the settings
+        claim_output(args.out, overwrite=False, directory=True, resumable=True, inputs=inputs)
+    else:  # the shards of one --out write their own files side by side: no lock on --out
+        guard_output(args.out, inputs)
     apply_threads(args)
     config = dataclass_from_args(SolveConfig, args)
     load_run_questions(config)  # fail fast on the question file before loading any model

@@ -9,6 +9,7 @@ from dprm.cli._common import (
     add_output_flags,
     add_progress_flags,
     check_out,
+    claim_output,
     integer_at_least,
     show_progress,
 )
@@ -27,10 +28,13 @@ def _synth(args: argparse.Namespace) -> int:
             f"--preset {args.preset!r}: unknown preset(s) {unknown}; expected GENERATOR__PRM "
             f"or demo, one of {', '.join(known)}"
         )
-    out = check_out(args, directory=True, resumable=len(presets) > 1)
-    targets = [out] if len(presets) == 1 else [out / preset for preset in presets]
-    for target in targets if len(presets) > 1 else []:
-        check_output(target, overwrite=args.overwrite, directory=True)
+    if len(presets) == 1:
+        targets = [check_out(args, directory=True)]
+    else:  # OUT holds one world per preset: OUT itself is never replaced, each world may be
+        out = claim_output(args.out, overwrite=False, directory=True, resumable=True)
+        targets = [out / preset for preset in presets]
+        for target in targets:
+            check_output(target, overwrite=args.overwrite, directory=True)
     for preset, target in zip(presets, targets, strict=True):
         start = time.perf_counter()
         with atomic_dir(target) as tmp:  # a world appears whole or not at all

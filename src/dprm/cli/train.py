@@ -12,16 +12,18 @@ from dprm.cli._common import (
     add_threads_flag,
     apply_threads,
     check_out,
+    input_paths,
     show_progress,
 )
 
 
 def _train(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=True)  # before any work: never discover it after training
+    # before any work: never discover it after training, never replace the data with a model
+    out = check_out(args, directory=True, inputs=input_paths(args, "--data", "--config"))
     apply_threads(args)
     from dprm.config import parse_overrides
     from dprm.data import read_calibration_set
-    from dprm.io import strict_jsonable
+    from dprm.io import OutputError, strict_jsonable
     from dprm.models.fit import CollapseError, fit
 
     data = read_calibration_set(args.data)
@@ -50,7 +52,12 @@ def _train(args: argparse.Namespace) -> int:
         "argv": sys.argv,
     }
     extra = {"history.json": model.history, "run.json": run}
-    model.save(out, extra_files={name: strict_jsonable(obj) for name, obj in extra.items()})
+    try:
+        model.save(out, extra_files={name: strict_jsonable(obj) for name, obj in extra.items()})
+    except Exception as err:  # a full disk: OSError (ENOSPC) or safetensors' SafetensorError
+        if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
+            raise
+        raise OutputError(out, f"could not be written ({' '.join(str(err).split())})") from err
     if not args.quiet:
         training = model.info.get("training", {})
         best = f", best step {training['best_step']}" if "best_step" in training else ""

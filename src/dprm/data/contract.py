@@ -132,6 +132,41 @@ def _check_counts(df: pd.DataFrame, path: Path) -> None:
         )
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value (messages say 3, not np.int64(3))."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _check_not_empty(df: pd.DataFrame, path: Path, what: str) -> None:
+    if len(df) == 0:
+        raise DataError(path, f"has no rows; expected at least one {what}")
+
+
+def _check_unique(
+    df: pd.DataFrame, path: Path, key: list[str], labels: list[str] | None = None
+) -> None:
+    """Refuse repeated ``key`` rows, naming the first two; rows that repeat a key with other
+    ``labels`` are called conflicting (two answers for one prefix)."""
+    repeated = df.duplicated(key, keep=False).to_numpy()
+    if not repeated.any():
+        return
+    rows = np.flatnonzero(repeated)
+    first = df.iloc[rows[0]]
+    same = (df[key].iloc[rows] == first[key]).all(axis=1).to_numpy()
+    pair = rows[same][:2]
+    shown = ", ".join(f"{k}={_plain(first[k])!r}" for k in key)
+    kind = "repeated"
+    if labels and not (df[labels].iloc[pair[0]] == df[labels].iloc[pair[1]]).all():
+        kind = "conflicting"
+        a, b = (", ".join(f"{c}={_plain(df[c].iloc[r])!r}" for c in labels) for r in pair)
+        shown += f" ({a} vs {b})"
+    raise DataError(
+        path,
+        f"rows {int(pair[0])} and {int(pair[1])}: {kind} key ({shown}); expected one row per "
+        f"({', '.join(key)}) ({int(repeated.sum())} rows share a key)",
+    )
+
+
 def _check_meta(meta: Any, path: Path, kind: str) -> dict:
     if not isinstance(meta, dict):
         raise DataError(path, "expected a JSON object")
@@ -303,6 +338,13 @@ def read_calibration_set(path: str | os.PathLike, *, check_hidden: bool = True) 
     records = _read_parquet(records_path)
     _check_columns(records, records_path, CALIBRATION_COLUMNS, CALIBRATION_OPTIONAL)
     _check_counts(records, records_path)
+    _check_not_empty(records, records_path, "labelled prefix (an empty calibration set)")
+    _check_unique(
+        records,
+        records_path,
+        ["question_id", "response_id", "step"],
+        ["success_prob", "n_rollouts", "prm_score"],
+    )
     hidden = _open_hidden(path / HIDDEN_FILE, len(records), meta["hidden_dim"], records_path)
     if check_hidden:
         check_hidden_finite(hidden, path / HIDDEN_FILE)
@@ -321,6 +363,7 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     qpath, rpath = path / "questions.parquet", path / "responses.parquet"
     questions = _read_parquet(qpath)
     _check_columns(questions, qpath, BON_QUESTION_COLUMNS)
+    _check_not_empty(questions, qpath, "question (an empty BoN set)")
     dup = questions["question_id"].duplicated()
     if dup.any():
         row = int(np.flatnonzero(dup.to_numpy())[0])
@@ -330,6 +373,8 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
         )
     responses = _read_parquet(rpath)
     _check_columns(responses, rpath, BON_RESPONSE_COLUMNS)
+    _check_not_empty(responses, rpath, "response (an empty BoN set)")
+    _check_unique(responses, rpath, ["question_id", "response_id"], ["correct", "prm_score"])
     unknown = ~responses["question_id"].isin(set(questions["question_id"]))
     if unknown.any():
         row = int(np.flatnonzero(unknown.to_numpy())[0])
