@@ -195,8 +195,9 @@ def written_by_dprm(path: str | os.PathLike) -> bool:
 
 # ----------------------------------------------------------------------------- the output guard
 def _resolved(path: str | os.PathLike) -> Path:
-    """``path`` made absolute with symlinks and ``..`` resolved (missing parts kept as given)."""
-    return Path(path).expanduser().resolve()
+    """``path`` made absolute with symlinks and ``..`` resolved (missing parts kept as given;
+    ``~`` is not expanded: the writers do not expand it either, the shell does)."""
+    return Path(path).resolve()
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -167,7 +167,7 @@ def input_paths(args: argparse.Namespace, *flags: str) -> list[tuple[str, Any]]:
 def local_inputs(pairs: Inputs) -> list[tuple[str, Any]]:
     """The pairs whose path exists here (a hub id such as ``Qwen/Qwen2.5-Math-PRM-7B`` is no
     folder of the user's)."""
-    return [(flag, p) for flag, p in pairs if p is not None and Path(p).expanduser().exists()]
+    return [(flag, p) for flag, p in pairs if p is not None and Path(p).exists()]
 
 
 def claim_output(
