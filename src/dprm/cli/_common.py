@@ -181,24 +181,25 @@ def claim_output(
 ) -> Path:
     """Check an output before any work and hold its lock for the rest of the command.
 
-    The guard (inputs, working directory, home, root) runs first, then the lock is taken, then
-    the existence checks: two commands racing for one new ``--out`` cannot both pass them.
+    The checks run, the lock is taken, and the checks run again under it: two commands racing
+    for one new ``--out`` cannot both pass them.
     ``command`` (with ``resumable``) resumes only a folder that command created.
     """
-    from dprm.io import check_output, guard_output
+    from dprm.io import check_output
 
     path = Path(path)
-    guard_output(path, inputs)
-    if _SESSION is not None:
-        _SESSION.claim(path, directory)
-    return check_output(
-        path,
-        overwrite=overwrite,
-        directory=directory,
-        resumable=resumable,
-        inputs=inputs,
-        command=command,
-    )
+    options = {
+        "overwrite": overwrite,
+        "directory": directory,
+        "resumable": resumable,
+        "inputs": list(inputs),
+        "command": command,
+    }
+    check_output(path, **options)  # the plain reasons first (guard, kind, read-only folder)
+    if _SESSION is None:
+        return path
+    _SESSION.claim(path, directory)
+    return check_output(path, **options)  # again under the lock: nobody raced us to it
 
 
 def claim_run_folder(out: str | os.PathLike, command: str, inputs: Inputs = ()) -> Path:
