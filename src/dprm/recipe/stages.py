@@ -1,4 +1,4 @@
-"""The real-data stages of a recipe, as units of the shared runner (:mod:`dprm.report.runner`).
+"""The real-data stages of a recipe, as units of the shared runner (:mod:`dprm.runner`).
 
 They turn a recipe into the same world layout a synthetic world has, so the train / evaluate /
 IAS stages and the report of ``dprm reproduce`` run on it unchanged::
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 from dprm.io import DataError
 from dprm.recipe.spec import SPLITS, Recipe
 from dprm.report.grid import IAS_SPLITS
-from dprm.report.runner import Unit
+from dprm.runner.units import Unit
 
 if TYPE_CHECKING:
-    from dprm.report.runner import Pipeline
+    from dprm.runner.pipeline import Pipeline
 
 #: settings of an engine spec that change where it runs, not what it outputs
 PLACEMENT = ("gpus", "gpu_memory_utilization", "device")
@@ -199,7 +199,7 @@ def generate_shard(
     from dprm.llm.questions import read_questions
     from dprm.llm.rollout import SamplingConfig, run_generation_stage
     from dprm.llm.shard import Shard
-    from dprm.recipe import engines
+    from dprm.runner import engines
 
     config = SamplingConfig(**sampling, template=generator["template"] or None)
     frame = read_questions(questions)
@@ -242,7 +242,7 @@ def rollout_shard(
         run_rollout_stage,
     )
     from dprm.llm.shard import Shard, read_output_meta
-    from dprm.recipe import engines
+    from dprm.runner import engines
 
     rollout = dict(rollout)
     config = SamplingConfig(
@@ -328,7 +328,7 @@ def embed_shard(
     from dprm.data.contract import read_labels
     from dprm.llm.embed import EmbedConfig, run_embed
     from dprm.llm.shard import Shard, read_output_meta
-    from dprm.recipe import engines
+    from dprm.runner import engines
 
     frame = read_labels(source) if kind == "calibration" else pd.read_parquet(source)
     source_meta = read_output_meta(source)

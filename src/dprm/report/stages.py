@@ -1,7 +1,7 @@
 """The per-world stages of ``dprm reproduce``: synth, train, evaluate, ias (units of work).
 
-Each ``*_units(pipe, world)`` only builds :class:`~dprm.report.runner.Unit` objects: their
-``run()`` writes the outputs atomically at the paths of :class:`~dprm.report.runner.Layout`, and
+Each ``*_units(pipe, world)`` only builds :class:`~dprm.runner.units.Unit` objects: their
+``run()`` writes the outputs atomically at the paths of :class:`~dprm.runner.layout.Layout`, and
 their ``inputs`` name everything the result depends on (the run settings, the world's recipe,
 the content hash of the model read). Evaluation units also store what the figures need
 (coverage curves, reliability bins, a sample of quantile curves), so figures and tables can be
@@ -19,10 +19,12 @@ import numpy as np
 
 from dprm.io import write_json
 from dprm.report.grid import EVAL_SPLITS, IAS_SPLITS, TRAIN_SPLIT, WORLD_SETS
-from dprm.report.runner import REFERENCE, Unit, content_hash
+from dprm.runner.fingerprints import content_hash
+from dprm.runner.layout import REFERENCE
+from dprm.runner.units import Unit
 
 if TYPE_CHECKING:
-    from dprm.report.runner import Pipeline
+    from dprm.runner.pipeline import Pipeline
 
 #: records of the ID calibration set kept per method for the flexibility figure
 FLEX_SAMPLE = 256
