@@ -106,8 +106,8 @@ def finish_run(pipe: Pipeline, *, started: float, resumed: bool, summary_config:
         pipe.state.data["done"] = {
             k: v for k, v in pipe.state.data["done"].items() if not k.startswith("report/")
         }
-        if not pipe.failures:
-            pipe.state.mark(key, time.perf_counter() - t0)
+        if not pipe.failures:  # run.json is rewritten by every invocation: not verified
+            pipe.state.mark(key, time.perf_counter() - t0, outputs=[layout.report, layout.results])
     write_run_record(layout, run)
     summary = ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in pipe.timing.items())
     pipe.log(f"{pipe.command}: wall time {time.perf_counter() - started:.1f}s ({summary})")

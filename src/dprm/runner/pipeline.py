@@ -9,10 +9,16 @@ otherwise it runs again (a changed ``--set`` re-trains a model, and the changed 
 hash re-runs its evaluation and IAS units). Each unit writes its outputs atomically and is
 recorded only after they are complete, so an interrupted run resumes where it stopped. The
 paths of a run directory are :class:`~dprm.runner.layout.Layout`'s.
+
+Fingerprints cover contents, not only names: a unit lists the digest of every file it reads
+(:meth:`Pipeline.reads`), so labels changed in place re-run what reads them, and each finished
+unit records the digest of each output it wrote. An output that differs from its record when
+the unit would be reused (truncated, edited) is removed and the unit is redone; the run says so.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,12 +66,50 @@ class Pipeline:
         self.timing: dict[str, dict[str, float]] = {}
         self.failures: list[dict[str, str]] = []
         self.reused: list[str] = []
+        self._changed: dict[str, list[Path]] = {}
+        self.state.digests.prune()
 
     def world_dir(self, world: str) -> Path:
         return self.layout.world_dir(world)
 
+    def digest(self, path: Path) -> str | None:
+        """The content digest of a file or directory a unit reads (see :class:`FileDigests`)."""
+        return self.state.digests.digest(path)
+
+    def reads(self, *paths: Path) -> dict[str, str | None]:
+        """``Unit.reads`` of the files and directories a unit reads: name -> content digest."""
+        return {self.state.name_of(p): self.digest(p) for p in paths}
+
     def is_done(self, unit: Unit) -> bool:
-        return self.state.done(unit.key, unit.outputs, unit.fingerprint)
+        """Recorded with this fingerprint and every output present and as written.
+
+        An output that changed since it was recorded is noted (and said, once): the unit is
+        redone, and :meth:`run_stage` removes the changed output first.
+        """
+        if not self.state.done(unit.key, unit.outputs, unit.fingerprint):
+            record = self.state.data["done"].get(unit.key)
+            if record is not None and record.get("inputs") == unit.fingerprint:
+                changed = self.state.changed(unit.key, unit.outputs)
+                if changed and unit.key not in self._changed:
+                    self._changed[unit.key] = changed
+                    names = ", ".join(self.state.name_of(p) for p in changed)
+                    self.log(
+                        f"{self.command}: {unit.key}: output {names} changed since it was "
+                        "written (damaged or edited); redoing the unit"
+                    )
+            return False
+        return True
+
+    def _remove_changed(self, unit: Unit) -> None:
+        """Remove the changed outputs of a unit about to be redone (only inside the run dir)."""
+        root = self.out.resolve()
+        for path in self._changed.pop(unit.key, []):
+            if not path.resolve().is_relative_to(root):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
 
     def run_stage(self, name: str, units: list[Unit], label: str = "") -> None:
         """Run the units of one stage that are not already done; time the stage."""
@@ -82,6 +126,8 @@ class Pipeline:
             disable=not self.progress,
             leave=True,
         ) as bar:
+            for unit in todo:
+                self._remove_changed(unit)
             if todo:
                 self.executor.run(
                     name,
@@ -93,7 +139,9 @@ class Pipeline:
         stats["seconds"] += time.perf_counter() - start
 
     def _mark(self, unit: Unit, seconds: float, info: dict, stats: dict) -> None:
-        self.state.mark(unit.key, seconds, inputs=unit.fingerprint, **info)
+        if unit.reads:
+            info = info | {"reads": unit.reads}
+        self.state.mark(unit.key, seconds, outputs=unit.outputs, inputs=unit.fingerprint, **info)
         stats["units"] += 1
 
     def _failed(self, unit: Unit, err: Exception) -> None:
@@ -105,9 +153,9 @@ class Pipeline:
         )
 
     def unit_fingerprints(self) -> dict[str, list]:
-        """(input fingerprint, finish time) of every finished unit except the report."""
+        """(input fingerprint, finish time, output digests) of every finished unit but the report."""
         return {
-            k: [v.get("inputs"), v.get("at")]
+            k: [v.get("inputs"), v.get("at"), v.get("outputs")]
             for k, v in self.state.data["done"].items()
             if not k.startswith("report/")
         }

@@ -29,6 +29,9 @@ class Unit:
         parallel: ``run`` is picklable and may go to a worker process (``--jobs``).
         resources: what one run needs from an executor: ``{"gpus": 1}`` marks a GPU unit
             (model engines, one per worker); empty = a CPU unit.
+        reads: the content digest of every file or directory ``run`` reads (path -> digest,
+            :meth:`dprm.runner.pipeline.Pipeline.reads`), part of the fingerprint: data changed
+            in place re-runs the unit even when every setting and path is the same.
     """
 
     key: str
@@ -39,10 +42,11 @@ class Unit:
     needs_world: bool = True
     parallel: bool = False
     resources: dict[str, Any] = field(default_factory=dict)
+    reads: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.inputs)
+        return fingerprint(self.inputs | {"reads": self.reads} if self.reads else self.inputs)
 
 
 #: ``record(unit, seconds, info)`` and ``fail(unit, error)``: how an executor reports back
