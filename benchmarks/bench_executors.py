@@ -85,8 +85,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from dprm.recipe.ray_executor import RayExecutor
     from dprm.recipe.spec import recipe_from_dict
+    from dprm.runner.executors.ray import RayExecutor
 
     with tempfile.TemporaryDirectory(prefix="bench-executors-") as tmp:
         root = Path(tmp)

@@ -85,7 +85,7 @@ def test_local_executor_spreads_gpu_shards_over_pinned_workers(tmp_path, tiny_di
 
     from dprm.data.contract import read_calibration_set
     from dprm.recipe import load_recipe, run_recipe
-    from dprm.recipe.executors import LocalRecipeExecutor
+    from dprm.runner.executors.local import LocalRecipeExecutor
 
     recipe = load_recipe(
         write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))

@@ -57,7 +57,7 @@ def die_at_start(marker: str, work):
 
 def _killing_executor(recipe, out: Path, markers: Path):
     """The Ray executor, with a kill planted in the first rollout shard and the first training."""
-    from dprm.recipe.ray_executor import RayExecutor
+    from dprm.runner.executors.ray import RayExecutor
 
     class Killing(RayExecutor):
         def run(self, stage, units, record, fail, bar):

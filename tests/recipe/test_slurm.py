@@ -20,7 +20,7 @@ def test_slurm_executor_through_submitit_local(tmp_path, tiny_dirs, question_fil
 
     from dprm.data.contract import read_calibration_set
     from dprm.recipe import load_recipe, run_recipe
-    from dprm.recipe.slurm_executor import SlurmExecutor
+    from dprm.runner.executors.slurm import SlurmExecutor
 
     recipe = load_recipe(
         write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))

@@ -10,7 +10,10 @@ import pytest
 
 from dprm.report.grid import GRIDS, resolve
 from dprm.report.reproduce import reproduce
-from dprm.report.runner import Layout, Pipeline, State, Unit
+from dprm.runner.layout import Layout
+from dprm.runner.pipeline import Pipeline
+from dprm.runner.state import State
+from dprm.runner.units import Unit
 
 WORLD = "r1-qwen-7b__qwen-prm"
 

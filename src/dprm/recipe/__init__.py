@@ -1,7 +1,7 @@
 """Recipes: one TOML file from questions to report, run locally, on Ray or on SLURM.
 
 :func:`load_recipe` reads and checks a recipe (:mod:`dprm.recipe.spec`); :func:`run_recipe` runs
-it (:mod:`dprm.recipe.run`) with an executor of :data:`dprm.recipe.executors.EXECUTORS`. See
+it (:mod:`dprm.recipe.run`) with an executor of :data:`dprm.runner.executors.EXECUTORS`. See
 docs/cluster.md.
 """
 

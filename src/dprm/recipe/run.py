@@ -4,7 +4,7 @@ One machinery for both commands: :func:`dprm.report.reproduce.run_world_stages` 
 recipe's real-data stages (:class:`dprm.recipe.stages.RecipeStages`) and then the same train /
 evaluate / IAS stages (:data:`dprm.report.stages.MODEL_STAGES`) on the worlds they wrote;
 :func:`dprm.report.reproduce.finish_run` writes tables, figures, ``results.json`` and
-``report.md``. The executor decides only where units run (:mod:`dprm.recipe.executors`).
+``report.md``. The executor decides only where units run (:mod:`dprm.runner.executors`).
 
 The run directory also holds ``recipe.json``: the resolved recipe, the dprm version and the
 executor (rewritten by every invocation; the fingerprints in ``state.json`` decide what reruns).
@@ -17,13 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dprm.io import write_json
-from dprm.recipe.executors import make_executor
 from dprm.recipe.spec import Recipe
 from dprm.recipe.stages import RecipeStages, world_data
-from dprm.report.grid import REAL_DATA, RunConfig, config_dict
+from dprm.report.grid import REAL_DATA
 from dprm.report.reproduce import Outcome, finish_run, run_world_stages
-from dprm.report.runner import Executor, Pipeline
 from dprm.report.stages import MODEL_STAGES
+from dprm.runner.config import RunConfig, config_dict
+from dprm.runner.executors import make_executor
+from dprm.runner.pipeline import Pipeline
+from dprm.runner.units import Executor
 
 
 def run_config(recipe: Recipe, jobs: int = 1) -> RunConfig:

@@ -1,4 +1,4 @@
-"""The real-data stages of a recipe, as units of the shared runner (:mod:`dprm.report.runner`).
+"""The real-data stages of a recipe, as units of the shared runner (:mod:`dprm.runner`).
 
 They turn a recipe into the same world layout a synthetic world has, so the train / evaluate /
 IAS stages and the report of ``dprm reproduce`` run on it unchanged::
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 from dprm.io import DataError
 from dprm.recipe.spec import SPLITS, Recipe
 from dprm.report.grid import IAS_SPLITS
-from dprm.report.runner import Unit
+from dprm.runner.units import Unit
 
 if TYPE_CHECKING:
-    from dprm.report.runner import Pipeline
+    from dprm.runner.pipeline import Pipeline
 
 #: settings of an engine spec that change where it runs, not what it outputs
 PLACEMENT = ("gpus", "gpu_memory_utilization", "device")
@@ -193,13 +193,18 @@ def generate_shard(
     index: int,
     count: int,
     per_part: int,
+    content: str | None = None,
 ) -> dict:
-    """``dprm generate --shard index/count`` for one (generator, split): trajectories or a pool."""
+    """``dprm generate --shard index/count`` for one (generator, split): trajectories or a pool.
+
+    ``content`` (the digest of the questions file) joins the stage's own fingerprint, so a
+    finished output made from other questions at the same path is not taken for this one.
+    """
     from dprm.llm.prompts import template_for
     from dprm.llm.questions import read_questions
     from dprm.llm.rollout import SamplingConfig, run_generation_stage
     from dprm.llm.shard import Shard
-    from dprm.recipe import engines
+    from dprm.runner import engines
 
     config = SamplingConfig(**sampling, template=generator["template"] or None)
     frame = read_questions(questions)
@@ -210,7 +215,7 @@ def generate_shard(
         "generator": generator["model"],
         "backend": generator["backend"],
         "template": template,
-    }
+    } | ({"content": content} if content else {})
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     return _graded(
         grading,
@@ -230,8 +235,10 @@ def rollout_shard(
     index: int,
     count: int,
     per_part: int,
+    content: str | None = None,
 ) -> dict:
-    """``dprm rollout --shard index/count`` for one (generator, split): labels with counts."""
+    """``dprm rollout --shard index/count`` for one (generator, split): labels with counts
+    (``content``: the digest of the trajectories, as in :func:`generate_shard`)."""
     import pandas as pd
 
     from dprm.llm.rollout import (
@@ -242,7 +249,7 @@ def rollout_shard(
         run_rollout_stage,
     )
     from dprm.llm.shard import Shard, read_output_meta
-    from dprm.recipe import engines
+    from dprm.runner import engines
 
     rollout = dict(rollout)
     config = SamplingConfig(
@@ -259,7 +266,7 @@ def rollout_shard(
         "generator": generator["model"],
         "backend": generator["backend"],
         "template": source.get("template"),
-    }
+    } | ({"content": content} if content else {})
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     meta |= config_dict(settings) | {"trajectories_meta": source}
     return _graded(
@@ -285,6 +292,15 @@ def park_file(source: str, dataset: str, policy: str) -> Path:
     from huggingface_hub import hf_hub_download
 
     return Path(hf_hub_download(source, f"{dataset}/{policy}/data.json", repo_type="dataset"))
+
+
+def local_park_files(recipe: Recipe, generator: Any, split: str) -> list[Path]:
+    """The files of a local copy of Park's labels a split reads (none for a hub id)."""
+    root = Path(recipe.data.park)
+    if not root.is_dir():
+        return []
+    policy = generator.park_name or generator.name
+    return [root / d / policy / "data.json" for d in recipe.data.park_datasets(split)]
 
 
 def park_labels(source: str, datasets: list[str], policy: str, rollouts: int, out: str) -> dict:
@@ -320,15 +336,23 @@ def park_labels(source: str, datasets: list[str], policy: str, rollouts: int, ou
 
 
 def embed_shard(
-    prm: dict, source: str, kind: str, out: str, index: int, count: int, per_part: int
+    prm: dict,
+    source: str,
+    kind: str,
+    out: str,
+    index: int,
+    count: int,
+    per_part: int,
+    content: str | None = None,
 ) -> dict:
-    """``dprm embed --shard index/count``: labels -> calibration set, pool -> BoN set."""
+    """``dprm embed --shard index/count``: labels -> calibration set, pool -> BoN set
+    (``content``: the digest of ``source``, as in :func:`generate_shard`)."""
     import pandas as pd
 
     from dprm.data.contract import read_labels
     from dprm.llm.embed import EmbedConfig, run_embed
     from dprm.llm.shard import Shard, read_output_meta
-    from dprm.recipe import engines
+    from dprm.runner import engines
 
     frame = read_labels(source) if kind == "calibration" else pd.read_parquet(source)
     source_meta = read_output_meta(source)
@@ -348,7 +372,7 @@ def embed_shard(
             kind=kind,
             shard=Shard(index, count),
             config=config,
-            fingerprint={"input": source},
+            fingerprint={"input": source} | ({"content": content} if content else {}),
             provenance=provenance,
             overwrite=overwrite,
             progress=False,
@@ -381,6 +405,7 @@ def _count_questions(path: Path, column: str = "question_id") -> int:
 
 
 def sharded(
+    pipe: Pipeline,
     key: str,
     final: Path,
     items: int,
@@ -388,11 +413,13 @@ def sharded(
     body,
     inputs: dict[str, Any],
     resources: dict[str, Any],
+    reads: dict[str, str | None],
 ) -> tuple[list[Unit], Unit | None]:
     """Shard units of one output (``count = min(shards, items)``) and its merge unit (or None).
 
     ``body(index, count)`` is the unit's picklable work; with one shard it writes ``final``
-    directly and no merge is needed.
+    directly and no merge is needed. ``reads`` are the digests of what every shard reads; the
+    merge reads the shards.
     """
     from dprm.llm.shard import Shard, output_path
 
@@ -410,6 +437,7 @@ def sharded(
                 needs_world=False,
                 parallel=True,
                 resources=resources,
+                reads=reads,
             )
         )
     if count == 1:
@@ -422,6 +450,7 @@ def sharded(
         needs_world=False,
         parallel=True,
         resources=DRIVER,
+        reads=pipe.reads(*(u.outputs[0] for u in units)),
     )
     return units, joined
 
@@ -446,10 +475,18 @@ class RecipeStages:
         generate = self.recipe.data.source == "generate"
         return [s for s in SPLITS if generate or s in self._pool_splits()]
 
-    def _sharded(self, key: str, final: Path, source: Path, body, inputs: dict, spec: Any):
-        """Shards of one output of a GPU stage, one engine (``spec``) per worker."""
+    def _sharded(
+        self, pipe: Pipeline, key: str, final: Path, source: Path, body, inputs: dict, spec: Any
+    ):
+        """Shards of one output of a GPU stage, one engine (``spec``) per worker.
+
+        ``body(content, index, count)``: ``content`` is the digest of ``source``.
+        """
         resources = {"gpus": spec.gpus, "engine": spec.name}
-        return sharded(key, final, _count_questions(source), self.shards, body, inputs, resources)
+        reads = pipe.reads(source)
+        work = functools.partial(body, reads[pipe.state.name_of(source)])
+        items = _count_questions(source)
+        return sharded(pipe, key, final, items, self.shards, work, inputs, resources, reads)
 
     def questions(self, pipe: Pipeline, world: str) -> list[Unit]:
         q = self.recipe.questions
@@ -467,6 +504,7 @@ class RecipeStages:
                 inputs=questions_fp(self.recipe, split),
                 needs_world=False,
                 resources=DRIVER,
+                reads=pipe.reads(*(Path(s) for s in getattr(q, split) if Path(s).exists())),
             )
             for split in self._question_splits()
         ]
@@ -495,7 +533,13 @@ class RecipeStages:
             key = f"generate/{gen_name}/{split}/{'pool' if pool else 'trajectories'}"
             jobs.append(
                 self._sharded(
-                    key, final, questions, body, trajectories_fp(r, gen_name, split, pool), gen
+                    pipe,
+                    key,
+                    final,
+                    questions,
+                    body,
+                    trajectories_fp(r, gen_name, split, pool),
+                    gen,
                 )
             )
         return jobs
@@ -527,6 +571,7 @@ class RecipeStages:
                     inputs=labels_fp(r, gen_name, split),
                     needs_world=False,
                     parallel=True,
+                    reads=pipe.reads(*local_park_files(r, gen, split)),
                 )
                 jobs.append(([unit], None))
                 continue
@@ -542,7 +587,8 @@ class RecipeStages:
                 r.run.questions_per_part,
             )
             fp = labels_fp(r, gen_name, split)
-            jobs.append(self._sharded(f"rollout/{gen_name}/{split}", final, source, body, fp, gen))
+            key = f"rollout/{gen_name}/{split}"
+            jobs.append(self._sharded(pipe, key, final, source, body, fp, gen))
         return jobs
 
     def labels(self, pipe: Pipeline, world: str) -> list[Unit]:
@@ -568,7 +614,8 @@ class RecipeStages:
                 _embed_body, spec, str(source), kind, str(final), r.run.questions_per_part
             )
             fp = data[f"{split}/{sub}"]
-            jobs.append(self._sharded(f"embed/{world}/{split}/{sub}", final, source, body, fp, prm))
+            key = f"embed/{world}/{split}/{sub}"
+            jobs.append(self._sharded(pipe, key, final, source, body, fp, prm))
         return jobs
 
     def embed(self, pipe: Pipeline, world: str) -> list[Unit]:
@@ -598,18 +645,30 @@ class RecipeStages:
         )
 
 
-# partial-friendly bodies: (fixed arguments ..., index, count) -> the unit's run()
-def _generate_body(spec, sampling, grading, questions, final, per_part, index, count):
+# partial-friendly bodies: (fixed arguments ..., content, index, count) -> the unit's run()
+def _generate_body(spec, sampling, grading, questions, final, per_part, content, index, count):
     return functools.partial(
-        generate_shard, spec, sampling, grading, questions, final, index, count, per_part
+        generate_shard, spec, sampling, grading, questions, final, index, count, per_part, content
     )
 
 
-def _rollout_body(spec, sampling, rollout, grading, source, final, per_part, index, count):
+def _rollout_body(spec, sampling, rollout, grading, source, final, per_part, content, index, count):
     return functools.partial(
-        rollout_shard, spec, sampling, rollout, grading, source, final, index, count, per_part
+        rollout_shard,
+        spec,
+        sampling,
+        rollout,
+        grading,
+        source,
+        final,
+        index,
+        count,
+        per_part,
+        content,
     )
 
 
-def _embed_body(spec, source, kind, final, per_part, index, count):
-    return functools.partial(embed_shard, spec, source, kind, final, index, count, per_part)
+def _embed_body(spec, source, kind, final, per_part, content, index, count):
+    return functools.partial(
+        embed_shard, spec, source, kind, final, index, count, per_part, content
+    )

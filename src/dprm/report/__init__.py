@@ -3,8 +3,6 @@
 * :mod:`dprm.report.tables` -- Table 1 for any grid and set of methods (Markdown, LaTeX, CSV);
 * :mod:`dprm.report.figures` -- the figures (matplotlib, an optional extra, imported lazily);
 * :mod:`dprm.report.grid` -- the grids (demo, paper) and the resolved, validated run configuration;
-* :mod:`dprm.report.runner` -- the resumable runner: units, state, input fingerprints, the on-disk
-  layout of a run and run.json;
 * :mod:`dprm.report.stages` -- builds the units of each stage (synth, train, evaluate, ias);
 * :mod:`dprm.report.document` -- tables, figures, results.json and report.md from the units' outputs;
 * :mod:`dprm.report.paper` -- the paper's tables next to ours, with a generated reading;

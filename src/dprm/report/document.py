@@ -16,11 +16,11 @@ import pandas as pd
 from dprm.io import atomic_path, read_json, write_json
 from dprm.report.checks import frontier_checks, greedy_checks, table_checks
 from dprm.report.grid import IAS_SPLITS
-from dprm.report.runner import REFERENCE, Layout
 from dprm.report.tables import display
+from dprm.runner.layout import REFERENCE, Layout
 
 if TYPE_CHECKING:
-    from dprm.report.runner import Pipeline
+    from dprm.runner.pipeline import Pipeline
 
 SHOWCASE = "r1-qwen-7b"  # the paper's Fig. 1 / Fig. 4 generator
 
@@ -198,7 +198,7 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
 
     Args:
         pipe: the finished pipeline (its config, layout, timing and failures).
-        run: the run record (:func:`dprm.report.runner.run_record`); its ``stage_timing`` gains
+        run: the run record (:func:`dprm.runner.record.run_record`); its ``stage_timing`` gains
             the tables, figures and report stages (the caller writes ``run.json``).
     """
     from dprm.report.document_md import render_report

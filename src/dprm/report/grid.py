@@ -11,10 +11,11 @@ every training override against its method's config class before any work starts
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from dprm.config import ConfigError
+from dprm.runner.config import RunConfig, config_dict  # noqa: F401 - config_dict re-exported
 
 #: methods a grid may train, in report order; only those in the registry at run time are used
 CANDIDATE_METHODS = ("ot", "qr", "mono", "binomial", "isotonic", "platt", "conformal")
@@ -78,35 +79,6 @@ GRIDS = {
     # for tests: a tiny world, one generator
     "tiny": Grid("tiny", ("r1-qwen-7b",), ("qwen-prm",), "tiny", 1),
 }
-
-
-@dataclass
-class RunConfig:
-    """Everything that determines a run's outputs (stored in run.json)."""
-
-    grid: str
-    generators: list[str]
-    prms: list[str]
-    size: str
-    seeds: list[int]
-    methods: list[str]
-    overrides: dict[str, dict[str, Any]]
-    keep_worlds: bool
-    jobs: int = 1
-    beta: float = 0.1
-    mc_trials: int = 100
-    #: run only these worlds of the grid (empty = all), e.g. to time one paper-size world
-    only_worlds: list[str] = field(default_factory=list)
-
-    @property
-    def worlds(self) -> list[str]:
-        every = [f"{g}__{p}" for p in self.prms for g in self.generators]
-        return [w for w in every if w in self.only_worlds] if self.only_worlds else every
-
-
-def config_dict(config: RunConfig) -> dict[str, Any]:
-    """The run configuration as a JSON-ready dict (with the world list)."""
-    return asdict(config) | {"worlds": config.worlds}
 
 
 def default_methods(grid: Grid) -> list[str]:

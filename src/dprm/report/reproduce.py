@@ -1,7 +1,7 @@
 """``dprm reproduce``: synth -> train -> evaluate -> ias -> tables, figures, report.md.
 
 The orchestration only: :mod:`dprm.report.grid` resolves what to run, :mod:`dprm.report.stages`
-builds the units of each stage, :mod:`dprm.report.runner` runs them resumably (state,
+builds the units of each stage, :mod:`dprm.runner` runs them resumably (state,
 fingerprints, the on-disk layout, run.json) and :mod:`dprm.report.document` renders the results.
 Worlds are processed in batches: ``demo`` keeps all its (small) worlds and runs stage by stage
 over all of them; ``paper`` handles one world at a time and deletes its synthetic data (~700 MB at
@@ -24,8 +24,11 @@ from pathlib import Path
 from dprm.io import read_json
 from dprm.report import stages
 from dprm.report.document import write_outputs
-from dprm.report.grid import RunConfig, config_dict
-from dprm.report.runner import Pipeline, Unit, fingerprint, run_record, write_run_record
+from dprm.runner.config import RunConfig, config_dict
+from dprm.runner.fingerprints import fingerprint
+from dprm.runner.pipeline import Pipeline
+from dprm.runner.record import run_record, write_run_record
+from dprm.runner.units import Unit
 
 
 @dataclass
@@ -103,8 +106,8 @@ def finish_run(pipe: Pipeline, *, started: float, resumed: bool, summary_config:
         pipe.state.data["done"] = {
             k: v for k, v in pipe.state.data["done"].items() if not k.startswith("report/")
         }
-        if not pipe.failures:
-            pipe.state.mark(key, time.perf_counter() - t0)
+        if not pipe.failures:  # run.json is rewritten by every invocation: not verified
+            pipe.state.mark(key, time.perf_counter() - t0, outputs=[layout.report, layout.results])
     write_run_record(layout, run)
     summary = ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in pipe.timing.items())
     pipe.log(f"{pipe.command}: wall time {time.perf_counter() - started:.1f}s ({summary})")

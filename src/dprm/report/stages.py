@@ -1,9 +1,10 @@
 """The per-world stages of ``dprm reproduce``: synth, train, evaluate, ias (units of work).
 
-Each ``*_units(pipe, world)`` only builds :class:`~dprm.report.runner.Unit` objects: their
-``run()`` writes the outputs atomically at the paths of :class:`~dprm.report.runner.Layout`, and
+Each ``*_units(pipe, world)`` only builds :class:`~dprm.runner.units.Unit` objects: their
+``run()`` writes the outputs atomically at the paths of :class:`~dprm.runner.layout.Layout`, and
 their ``inputs`` name everything the result depends on (the run settings, the world's recipe,
-the content hash of the model read). Evaluation units also store what the figures need
+the content hash of the model read) and their ``reads`` the content digest of the data sets they
+read, so a data set changed in place re-runs what reads it. Evaluation units also store what the figures need
 (coverage curves, reliability bins, a sample of quantile curves), so figures and tables can be
 drawn after the synthetic worlds are deleted.
 """
@@ -19,10 +20,12 @@ import numpy as np
 
 from dprm.io import write_json
 from dprm.report.grid import EVAL_SPLITS, IAS_SPLITS, TRAIN_SPLIT, WORLD_SETS
-from dprm.report.runner import REFERENCE, Unit, content_hash
+from dprm.runner.fingerprints import content_hash
+from dprm.runner.layout import REFERENCE
+from dprm.runner.units import Unit
 
 if TYPE_CHECKING:
-    from dprm.report.runner import Pipeline
+    from dprm.runner.pipeline import Pipeline
 
 #: records of the ID calibration set kept per method for the flexibility figure
 FLEX_SAMPLE = 256
@@ -126,7 +129,7 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
             calib = str(pipe.world_dir(world) / TRAIN_SPLIT / "calib")
             run = functools.partial(train_one, calib, method, seed, overrides, str(out), threads)
             inputs = world_inputs(pipe, world) | {
-                "data": TRAIN_SPLIT,
+                "split": TRAIN_SPLIT,  # not "data": that is the world's data fingerprint
                 "method": method,
                 "seed": seed,
                 "overrides": overrides,
@@ -134,9 +137,10 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
             units.append(
                 Unit(
                     key=f"train/{world}/{method}/seed{seed}",
-                    outputs=[out / "config.json"],
+                    outputs=[out / "config.json", out],
                     run=run,
                     inputs=inputs,
+                    reads=pipe.reads(Path(calib)),
                     world=world,
                     parallel=True,
                 )
@@ -264,6 +268,7 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
                 run=run,
                 inputs=_model_inputs(pipe, world, method, seed)
                 | {"splits": list(EVAL_SPLITS), "flex": flex},
+                reads=pipe.reads(*(pipe.world_dir(world) / s / "calib" for s in EVAL_SPLITS)),
                 world=world,
                 parallel=method != "base",
             )
@@ -330,7 +335,7 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
             units.append(
                 Unit(
                     key=f"ias/{world}/{split}/{method}/seed{seed}",
-                    outputs=[out / "ias_full.csv", out / "budgets.parquet"],
+                    outputs=[out / "ias_full.csv", out / "budgets.parquet", out],
                     run=functools.partial(
                         sweep_one,
                         str(pipe.world_dir(world) / split / "bon"),
@@ -346,6 +351,7 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                         pipe.config.mc_trials,
                     ),
                     inputs=_model_inputs(pipe, world, model, seed) | settings | {"split": split},
+                    reads=pipe.reads(pipe.world_dir(world) / split / "bon"),
                     world=world,
                 )
             )

@@ -2,7 +2,7 @@
 
 - **GPU stages** (generate, rollout, embed shards): a pool of :class:`EngineWorker` actors, each
   with ``gpus`` GPUs of its ``[[generators]]`` / ``[[prms]]`` table (``tensor_parallel_size``
-  GPUs for a vLLM replica). An actor keeps the engine it loaded (:mod:`dprm.recipe.engines`), so
+  GPUs for a vLLM replica). An actor keeps the engine it loaded (:mod:`dprm.runner.engines`), so
   shards of the same model reuse it. Shards are handed out one at a time to whichever actor is
   free: the work balances itself across the cluster.
 - **CPU stages** (Park labels, train, evaluate, IAS): Ray tasks of ``cpus_per_task`` CPUs;
@@ -27,9 +27,8 @@ from typing import Any
 
 import ray
 
-from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, report, run_in_driver
-from dprm.recipe.spec import Recipe
-from dprm.report.runner import Fail, Record, Unit
+from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report, run_in_driver
+from dprm.runner.units import Fail, Record, Unit
 
 
 class EngineWorker:
@@ -56,7 +55,7 @@ class RayExecutor:
     name = "ray"
 
     def __init__(
-        self, recipe: Recipe, out: Path, address: str | None = None, num_cpus: int | None = None
+        self, recipe: Any, out: Path, address: str | None = None, num_cpus: int | None = None
     ):
         self.section = recipe.executor.ray
         address = address if address is not None else (self.section.address or None)

@@ -25,9 +25,8 @@ from typing import Any
 import submitit
 
 from dprm.io import write_json
-from dprm.recipe.executors import call, is_driver_unit, is_gpu_unit, report, run_in_driver
-from dprm.recipe.spec import Recipe
-from dprm.report.runner import Fail, Record, Unit
+from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report, run_in_driver
+from dprm.runner.units import Fail, Record, Unit
 
 
 class UnitTask(submitit.helpers.Checkpointable):
@@ -54,7 +53,7 @@ class SlurmExecutor:
     name = "slurm"
     default_shards = 8
 
-    def __init__(self, recipe: Recipe, out: Path, cluster: str | None = None, poll_s: float = 5.0):
+    def __init__(self, recipe: Any, out: Path, cluster: str | None = None, poll_s: float = 5.0):
         self.section = recipe.executor.slurm
         self.folder = Path(out) / self.section.folder
         self.executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=cluster)

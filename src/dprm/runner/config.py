@@ -1,0 +1,37 @@
+"""The resolved configuration of one run: what decides the outputs of its train / evaluate / IAS
+stages (stored in ``run.json``). :mod:`dprm.report.grid` resolves one from a grid, a recipe from
+its tables (:func:`dprm.recipe.run.run_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RunConfig:
+    """Everything that determines a run's outputs (stored in run.json)."""
+
+    grid: str
+    generators: list[str]
+    prms: list[str]
+    size: str
+    seeds: list[int]
+    methods: list[str]
+    overrides: dict[str, dict[str, Any]]
+    keep_worlds: bool
+    jobs: int = 1
+    beta: float = 0.1
+    mc_trials: int = 100
+    #: run only these worlds of the grid (empty = all), e.g. to time one paper-size world
+    only_worlds: list[str] = field(default_factory=list)
+
+    @property
+    def worlds(self) -> list[str]:
+        every = [f"{g}__{p}" for p in self.prms for g in self.generators]
+        return [w for w in every if w in self.only_worlds] if self.only_worlds else every
+
+
+def config_dict(config: RunConfig) -> dict[str, Any]:
+    """The run configuration as a JSON-ready dict (with the world list)."""
+    return asdict(config) | {"worlds": config.worlds}

@@ -1,0 +1,161 @@
+"""The resumable runner of ``dprm reproduce`` and ``dprm run``: stages of units, run where an
+executor says, skipped when ``state.json`` records them with the same fingerprint.
+
+Every stage is a list of :class:`~dprm.runner.units.Unit` objects (one world, one model, one
+evaluation, ...). Each unit carries a *fingerprint* of its inputs: the configuration it runs with
+and the content hash (or deterministic recipe) of every model and data set it reads. A unit is
+skipped only when ``OUT/state.json`` records it with the same fingerprint and its outputs exist;
+otherwise it runs again (a changed ``--set`` re-trains a model, and the changed model's content
+hash re-runs its evaluation and IAS units). Each unit writes its outputs atomically and is
+recorded only after they are complete, so an interrupted run resumes where it stopped. The
+paths of a run directory are :class:`~dprm.runner.layout.Layout`'s.
+
+Fingerprints cover contents, not only names: a unit lists the digest of every file it reads
+(:meth:`Pipeline.reads`), so labels changed in place re-run what reads them, and each finished
+unit records the digest of each output it wrote. An output that differs from its record when
+the unit would be reused (truncated, edited) is removed and the unit is redone; the run says so.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from dprm.runner.config import RunConfig
+from dprm.runner.executors.local import LocalExecutor
+from dprm.runner.layout import Layout
+from dprm.runner.state import State
+from dprm.runner.units import Executor, Unit
+
+
+class Pipeline:
+    """Runs units stage by stage with a progress bar per stage and per-stage timing.
+
+    Args:
+        out: the run directory.
+        config: what decides the outputs of the train / evaluate / IAS stages.
+        progress: progress bars.
+        log: where warnings and the summary go.
+        executor: where units run (default :class:`LocalExecutor` with ``config.jobs``).
+        world_data: world -> fingerprint of its data, for worlds that are not synthetic (a
+            recipe's real-data worlds); synthetic worlds are fingerprinted by name and size.
+        command: the command named in messages.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        config: RunConfig,
+        progress: bool = True,
+        log: Callable[[str], None] = print,
+        executor: Executor | None = None,
+        world_data: dict[str, Any] | None = None,
+        command: str = "dprm reproduce",
+    ):
+        self.out, self.config, self.progress, self.log = out, config, progress, log
+        self.executor = executor if executor is not None else LocalExecutor(config.jobs)
+        self.world_data = dict(world_data or {})
+        self.command = command
+        self.layout = Layout(out)
+        self.state = State(out)
+        self.timing: dict[str, dict[str, float]] = {}
+        self.failures: list[dict[str, str]] = []
+        self.reused: list[str] = []
+        self._changed: dict[str, list[Path]] = {}
+        self.state.digests.prune()
+
+    def world_dir(self, world: str) -> Path:
+        return self.layout.world_dir(world)
+
+    def digest(self, path: Path) -> str | None:
+        """The content digest of a file or directory a unit reads (see :class:`FileDigests`)."""
+        return self.state.digests.digest(path)
+
+    def reads(self, *paths: Path) -> dict[str, str | None]:
+        """``Unit.reads`` of the files and directories a unit reads: name -> content digest."""
+        return {self.state.name_of(p): self.digest(p) for p in paths}
+
+    def is_done(self, unit: Unit) -> bool:
+        """Recorded with this fingerprint and every output present and as written.
+
+        An output that changed since it was recorded is noted (and said, once): the unit is
+        redone, and :meth:`run_stage` removes the changed output first.
+        """
+        if not self.state.done(unit.key, unit.outputs, unit.fingerprint):
+            record = self.state.data["done"].get(unit.key)
+            if record is not None and record.get("inputs") == unit.fingerprint:
+                changed = self.state.changed(unit.key, unit.outputs)
+                if changed and unit.key not in self._changed:
+                    self._changed[unit.key] = changed
+                    names = ", ".join(self.state.name_of(p) for p in changed)
+                    self.log(
+                        f"{self.command}: {unit.key}: output {names} changed since it was "
+                        "written (damaged or edited); redoing the unit"
+                    )
+            return False
+        return True
+
+    def _remove_changed(self, unit: Unit) -> None:
+        """Remove the changed outputs of a unit about to be redone (only inside the run dir)."""
+        root = self.out.resolve()
+        for path in self._changed.pop(unit.key, []):
+            if not path.resolve().is_relative_to(root):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+    def run_stage(self, name: str, units: list[Unit], label: str = "") -> None:
+        """Run the units of one stage that are not already done; time the stage."""
+        start = time.perf_counter()
+        todo = [u for u in units if not self.is_done(u)]
+        self.reused += [u.key for u in units if u not in todo]
+        stats = self.timing.setdefault(name, {"seconds": 0.0, "units": 0, "skipped": 0})
+        stats["skipped"] += len(units) - len(todo)
+        with tqdm(
+            total=len(units),
+            initial=len(units) - len(todo),
+            desc=f"{name}{label}",
+            unit="job",
+            disable=not self.progress,
+            leave=True,
+        ) as bar:
+            for unit in todo:
+                self._remove_changed(unit)
+            if todo:
+                self.executor.run(
+                    name,
+                    todo,
+                    lambda unit, seconds, info: self._mark(unit, seconds, info, stats),
+                    self._failed,
+                    bar,
+                )
+        stats["seconds"] += time.perf_counter() - start
+
+    def _mark(self, unit: Unit, seconds: float, info: dict, stats: dict) -> None:
+        if unit.reads:
+            info = info | {"reads": unit.reads}
+        self.state.mark(unit.key, seconds, outputs=unit.outputs, inputs=unit.fingerprint, **info)
+        stats["units"] += 1
+
+    def _failed(self, unit: Unit, err: Exception) -> None:
+        """Record a failed unit: it is not marked done (a rerun retries it); the report lists it."""
+        text = f"{type(err).__name__}: {err}".strip()
+        self.failures.append({"unit": unit.key, "error": text[:2000]})
+        self.log(
+            f"{self.command}: WARNING: {unit.key} failed ({text.splitlines()[0][:300]}); continuing without it"
+        )
+
+    def unit_fingerprints(self) -> dict[str, list]:
+        """(input fingerprint, finish time, output digests) of every finished unit but the report."""
+        return {
+            k: [v.get("inputs"), v.get("at"), v.get("outputs")]
+            for k, v in self.state.data["done"].items()
+            if not k.startswith("report/")
+        }

@@ -1,0 +1,139 @@
+"""Content-addressed resume of ``dprm run``: changed labels (in place or by path) re-run exactly
+what depends on them and give a fresh run's results; a damaged finished output is redone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from dprm.io import read_json
+
+from .conftest import write_recipe
+from .test_park_source import park_recipe
+
+WORLD = "tiny-lm__tiny-prm"
+
+
+def _flip_in_place(path: Path) -> None:
+    """Change labels of a Park ``data.json`` without changing its size or mtime."""
+    stat = path.stat()
+    text = path.read_text()
+    flipped = text.replace("0.125", "0.875")
+    assert flipped != text and len(flipped) == len(text)
+    path.write_text(flipped)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_mtime_ns == stat.st_mtime_ns and path.stat().st_size == stat.st_size
+
+
+def _run(recipe_dict: dict, path: Path, out: Path, logs: list[str] | None = None):
+    from dprm.recipe import load_recipe, run_recipe
+
+    recipe = load_recipe(write_recipe(path, recipe_dict))
+    log = logs.append if logs is not None else (lambda s: None)
+    outcome = run_recipe(recipe, out, progress=False, log=log)
+    assert outcome.ok, outcome.failures
+    return read_json(out / "results.json")
+
+
+def _metrics(results: dict) -> pd.DataFrame:
+    frame = pd.DataFrame(results["metrics"])
+    return frame.sort_values(list(frame.columns[:3])).reset_index(drop=True)
+
+
+def _rerun_units(out: Path) -> set[str]:
+    """Units the last invocation ran (not reused), without the report."""
+    run = read_json(out / "run.json")
+    reused = set(run.get("last_reused_units", run["reused_units"]))
+    return {k for k in read_json(out / "state.json")["done"] if k not in reused} - {
+        k for k in read_json(out / "state.json")["done"] if k.startswith("report/")
+    }
+
+
+def test_labels_changed_in_place_rerun_what_reads_them(tmp_path, tiny_dirs, question_files):
+    recipe = park_recipe(tmp_path, tiny_dirs, question_files)
+    out = tmp_path / "out"
+    before = _run(recipe, tmp_path / "r.toml", out)
+    _flip_in_place(tmp_path / "prm_calibration" / "mathtrain" / "Tiny-LM-Instruct" / "data.json")
+
+    after = _run(recipe, tmp_path / "r.toml", out)
+    fresh = _run(recipe, tmp_path / "r.toml", tmp_path / "fresh")
+    pd.testing.assert_frame_equal(_metrics(after), _metrics(fresh))
+    assert not _metrics(after).equals(_metrics(before))  # the flip changed the results
+    rerun = _rerun_units(out)
+    assert "labels/tiny-lm/train" in rerun
+    assert {f"train/{WORLD}/qr/seed0", f"train/{WORLD}/isotonic/seed0"} <= rerun
+    # the id and ood labels and their embeddings were not touched
+    assert not {k for k in rerun if k.startswith(("labels/tiny-lm/id", "labels/tiny-lm/ood"))}
+    assert not {k for k in rerun if k.startswith((f"embed/{WORLD}/id", f"embed/{WORLD}/ood"))}
+    # the content digests are recorded in state.json
+    done = read_json(out / "state.json")["done"]
+    assert any(k.endswith("mathtrain/Tiny-LM-Instruct/data.json") and v
+               for k, v in done["labels/tiny-lm/train"]["reads"].items())  # fmt: skip
+
+
+def test_recipe_pointed_at_other_labels_retrains(tmp_path, tiny_dirs, question_files):
+    """Issue 18: the train fingerprint depends on the data (the world's data fingerprint is no
+    longer overwritten by the split name), so new labels are not scored with old models."""
+    recipe = park_recipe(tmp_path, tiny_dirs, question_files)
+    out = tmp_path / "out"
+    before = _run(recipe, tmp_path / "r.toml", out)
+    other = tmp_path / "other_labels"
+    shutil.copytree(tmp_path / "prm_calibration", other)
+    _flip_in_place(other / "mathtrain" / "Tiny-LM-Instruct" / "data.json")
+    moved = recipe | {"data": recipe["data"] | {"park": str(other)}}
+
+    after = _run(moved, tmp_path / "moved.toml", out)
+    fresh = _run(moved, tmp_path / "moved.toml", tmp_path / "fresh")
+    pd.testing.assert_frame_equal(_metrics(after), _metrics(fresh))
+    assert not _metrics(after).equals(_metrics(before))
+    assert f"train/{WORLD}/qr/seed0" in _rerun_units(out)
+
+
+def test_labels_edited_under_out_worlds_are_noticed_and_redone(tmp_path, tiny_dirs, question_files):
+    """A calibration set under OUT/worlds/ edited after it was written is the output of an
+    embed unit that changed: the run says so, redoes it from the recipe's labels and the
+    results are a fresh run's."""
+    from dprm.data.contract import read_calibration_set
+
+    recipe = park_recipe(tmp_path, tiny_dirs, question_files)
+    out = tmp_path / "out"
+    before = _run(recipe, tmp_path / "r.toml", out)
+    calib = out / "worlds" / WORLD / "train" / "calib"
+    original = read_calibration_set(calib).records
+    records = calib / "records.parquet"
+    stat = records.stat()
+    frame = pd.read_parquet(records)
+    frame["success_prob"] = 1.0 - frame["success_prob"]
+    frame.to_parquet(records)
+    os.utime(records, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+    logs: list[str] = []
+    after = _run(recipe, tmp_path / "r.toml", out, logs)
+    assert any("changed since it was written" in line and "train/calib" in line for line in logs)
+    pd.testing.assert_frame_equal(read_calibration_set(calib).records, original)
+    pd.testing.assert_frame_equal(_metrics(after), _metrics(before))
+
+
+def test_truncated_finished_output_is_redone(local_run, tmp_path):
+    """A truncated ias_full.csv of a finished unit is redone, not published."""
+    from dprm.recipe import load_recipe, run_recipe
+
+    _, recipe_path, original = local_run
+    out = tmp_path / "copy"
+    shutil.copytree(original, out)
+    target = out / "ias" / WORLD / "id" / "isotonic" / "seed0" / "ias_full.csv"
+    lines = target.read_text().splitlines(keepends=True)
+    target.write_text("".join(lines[:2]))
+
+    logs: list[str] = []
+    outcome = run_recipe(load_recipe(recipe_path), out, progress=False, log=logs.append)
+    assert outcome.ok, outcome.failures
+    assert any(
+        "changed since it was written" in line and "ias_full.csv" in line for line in logs
+    ), logs
+    assert target.read_text().splitlines(keepends=True) == lines
+    assert read_json(out / "results.json")["ias"] == read_json(original / "results.json")["ias"]
+    assert _rerun_units(out) == {f"ias/{WORLD}/id/isotonic/seed0"}
