@@ -193,14 +193,54 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
 
 
 # ----------------------------------------------------------------------------- outputs
+def _ran(metrics: pd.DataFrame) -> dict[str, list[int]]:
+    """The calibrators with results: ``{method: [seeds]}`` (Base excluded)."""
+    if metrics.empty:
+        return {}
+    rows = metrics[metrics["method"] != "base"]
+    return {
+        str(m): sorted(int(s) for s in set(g["seed"]))
+        for m, g in rows.groupby("method", sort=False)
+    }
+
+
+def _check_method(ran: dict[str, list[int]], methods: list[str]) -> str | None:
+    """The method the checks compare with Base: OT (the paper's) if it ran, else the first."""
+    if "ot" in ran:
+        return "ot"
+    return next((m for m in methods if m in ran), None)
+
+
 def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     """Tables, figures, results.json and report.md for the pipeline's grid.
 
+    The report states the invocation's wall time up to the moment it is written (the time the
+    command prints comes a few milliseconds later, after ``run.json``).
+
     Args:
         pipe: the finished pipeline (its config, layout, timing and failures).
-        run: the run record (:func:`dprm.report.runner.run_record`); its ``stage_timing`` gains
-            the tables, figures and report stages (the caller writes ``run.json``).
+        run: the run record (:func:`dprm.report.runner.run_record`, made just before this call);
+            its ``stage_timing`` gains the tables, figures and report stages and its
+            ``wall_time_s`` is brought up to the report's writing (the caller writes
+            ``run.json``).
     """
+    from dprm.report.document_md import run_names
+    from dprm.report.tables import dataset_labels
+
+    # run_record() was called just before: the invocation started wall_time_s ago
+    started = time.perf_counter() - float(run["wall_time_s"])
+    names = run_names(pipe.layout.out, pipe.config.size)
+    with dataset_labels(names.labels):
+        text, results = _render(pipe, run, names, started)
+    layout = pipe.layout
+    write_json(layout.results, results, allow_nan=False)
+    with atomic_path(layout.report) as tmp:
+        tmp.write_text(text)
+    return layout.report
+
+
+def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple[str, dict]:
+    """(report.md's text, results.json's content); writes tables and figures on the way."""
     from dprm.report.document_md import render_report
     from dprm.report.paper import write_comparison
     from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
@@ -209,6 +249,7 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     t0 = time.perf_counter()
     data = collect(layout, cfg.worlds, cfg.methods, cfg.seeds)
     metrics = data["metrics"]
+    ran = _ran(metrics)
     protocol_tables: dict[str, dict] = {}
     for protocol, datasets in PROTOCOLS.items():
         rows = metrics[metrics["dataset"].isin(datasets)] if not metrics.empty else metrics
@@ -217,7 +258,11 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
             write_tables(rows, layout.tables, stem=stem) if not rows.empty else {}
         )
     tables = protocol_tables["held-out"]
-    comparison = write_comparison(metrics, layout.tables) if not metrics.empty else None
+    comparison = (
+        write_comparison(metrics, layout.tables, synthetic=not names.real)
+        if not metrics.empty
+        else None
+    )
     pipe.timing["tables"] = {
         "seconds": time.perf_counter() - t0,
         "units": sum(len(t) for t in protocol_tables.values()),
@@ -229,22 +274,34 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     except ImportError as err:  # matplotlib is the optional 'plots' extra
         figs = []
         pipe.failures.append({"unit": "figures", "error": str(err)})
-        pipe.log(f"dprm reproduce: WARNING: no figures ({err})")
+        pipe.log(f"{pipe.command}: WARNING: no figures ({err})")
     pipe.timing["figures"] = {"seconds": time.perf_counter() - t0, "units": len(figs), "skipped": 0}
     t0 = time.perf_counter()
-    checks = {
-        "frontier": frontier_checks(data["ias"], uniform=data["uniform"])
-        if not data["ias"].empty
-        else [],
-        "tables": table_checks(data["metrics"]) if not data["metrics"].empty else [],
-        "greedy": greedy_checks(data["ias"], uniform=data["uniform"])
-        if not data["ias"].empty
-        else [],
-    }
+    method = _check_method(ran, cfg.methods)
+    ias = data["ias"]
+    checks: dict[str, list] = {"frontier": [], "tables": [], "greedy": []}
+    if method is not None and not ias.empty:
+        checks["frontier"] = frontier_checks(ias, method=method, uniform=data["uniform"])
+    if method is not None and not metrics.empty:
+        checks["tables"] = table_checks(metrics, method=method)
+    if not ias.empty:
+        checks["greedy"] = greedy_checks(ias, uniform=data["uniform"])
     pipe.timing["report"] = {"seconds": 0.0, "units": 1, "skipped": 0}  # filled in below
+    # every evaluation failed: no metrics, the report lists the failures
+    held_out = (
+        metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])] if not metrics.empty else metrics
+    )
+    truth = {
+        prm: text
+        for prm in tables
+        if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
+    }
+    pipe.timing["report"]["seconds"] = time.perf_counter() - t0
+    run["wall_time_s"] = round(time.perf_counter() - started, 2)
     results = {
         "run": run,
-        "metrics": data["metrics"].to_dict("records"),
+        "metrics": metrics.to_dict("records"),
+        "calibrators_ran": ran,
         "table_improvements": {
             protocol: {
                 prm: to_frame(t).query("row == 'avg_pct_improvement'").to_dict("records")
@@ -259,7 +316,7 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
             "improvements": comparison["improvements"].to_dict("records"),
             "reading": comparison["reading"],
         },
-        "ias": data["ias"].to_dict("records"),
+        "ias": ias.to_dict("records"),
         "uniform": data["uniform"].to_dict("records"),
         "coverage": data["coverage"].to_dict("records"),
         "reliability": data["reliability"].to_dict("records"),
@@ -267,23 +324,21 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
         "failures": pipe.failures,
         "figures": figs,
     }
-    pipe.timing["report"]["seconds"] = time.perf_counter() - t0
-    write_json(layout.results, results, allow_nan=False)
-    # every evaluation failed: no metrics, the report lists the failures
-    held_out = (
-        metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])] if not metrics.empty else metrics
-    )
-    truth = {
-        prm: text
-        for prm in tables
-        if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
-    }
     text = render_report(
-        cfg, run, protocol_tables, figs, checks, layout.out, pipe.failures, truth, comparison
+        cfg,
+        run,
+        protocol_tables,
+        figs,
+        checks,
+        layout.out,
+        pipe.failures,
+        truth,
+        comparison,
+        names=names,
+        ran=ran,
+        ias_ran=not ias.empty,
     )
-    with atomic_path(layout.report) as tmp:
-        tmp.write_text(text)
-    return layout.report
+    return text, results
 
 
 __all__ = ["collect", "make_figures", "write_outputs"]

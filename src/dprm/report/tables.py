@@ -12,6 +12,9 @@ improvement is "--". Lower is better for every metric.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,35 @@ DATASET_LABELS = {
     "id": "ID, held out (MATH500-like)",
     "ood": "OOD, held out (AIME-like)",
 }
+#: the labels in use (``dataset_labels`` swaps them for a run of real data, whose sets have the
+#: user's names); read through :func:`dataset_label`
+_LABELS: ContextVar[Mapping[str, str]] = ContextVar("dataset_labels", default=DATASET_LABELS)
+
+
+def dataset_label(dataset: str) -> str:
+    """The display label of a dataset key (``train`` / ``id`` / ``ood``) in the current context."""
+    return _LABELS.get().get(dataset, dataset)
+
+
+def dataset_order(dataset: str) -> tuple[int, str]:
+    """Sort key: ``train``, ``id``, ``ood`` first (table order), unknown keys last."""
+    keys = list(DATASET_LABELS)
+    return (keys.index(dataset) if dataset in keys else 99, dataset)
+
+
+@contextlib.contextmanager
+def dataset_labels(labels: Mapping[str, str]) -> Iterator[None]:
+    """Use ``labels`` (dataset key -> label; missing keys keep the default) inside the block.
+
+    Tables and figures of a recipe's run name the user's sets, not the synthetic grid's.
+    """
+    token = _LABELS.set({**DATASET_LABELS, **labels})
+    try:
+        yield
+    finally:
+        _LABELS.reset(token)
+
+
 #: the two evaluation protocols: the datasets of their tables. ``held-out``: questions no
 #: calibrator trained or early-stopped on (the headline); ``paper``: ID on the training split,
 #: as the paper evaluated MATH (for the side-by-side with its tables)
@@ -96,9 +128,7 @@ def build_table(metrics: pd.DataFrame, prm: str | None = None) -> CalibrationTab
     mean_long, std_long = grouped.mean(), grouped.std(ddof=1)
     n_seeds = int(grouped.size().max())
     datasets = list(dict.fromkeys(df["dataset"]))
-    order = sorted(
-        datasets, key=lambda d: (list(DATASET_LABELS).index(d) if d in DATASET_LABELS else 99, d)
-    )
+    order = sorted(datasets, key=dataset_order)
     rows = [(d, g) for d in order for g in dict.fromkeys(df.loc[df["dataset"] == d, "generator"])]
     columns = pd.MultiIndex.from_product([cols, methods], names=["metric", "method"])
 
@@ -201,7 +231,7 @@ def to_markdown(table: CalibrationTable) -> str:
         "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|",
     ]
     for dataset in dict.fromkeys(table.mean.index.get_level_values(0)):
-        label = DATASET_LABELS.get(dataset, dataset)
+        label = dataset_label(dataset)
         for gen in table.mean.loc[dataset].index:
             cells = []
             for metric, _ in METRICS:
@@ -247,7 +277,7 @@ def to_latex(table: CalibrationTable) -> str:
     datasets = list(dict.fromkeys(table.mean.index.get_level_values(0)))
     for i, dataset in enumerate(datasets):
         gens = list(table.mean.loc[dataset].index)
-        label = _tex(DATASET_LABELS.get(dataset, dataset))
+        label = _tex(dataset_label(dataset))
         for j, gen in enumerate(gens):
             cells = []
             for metric, _ in METRICS:
@@ -368,7 +398,7 @@ def truth_markdown(metrics: pd.DataFrame, prm: str | None = None) -> str | None:
         "|" + "|".join(["---"] * 2 + ["---:"] * len(methods)) + "|",
     ]
     for dataset in dict.fromkeys(df["dataset"]):
-        label = DATASET_LABELS.get(dataset, dataset)
+        label = dataset_label(dataset)
         generators = list(dict.fromkeys(df.loc[df["dataset"] == dataset, "generator"]))
         for gen in generators:
             values = [mean.get((dataset, gen, m), np.nan) for m in methods]

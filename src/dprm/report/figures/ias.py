@@ -19,7 +19,7 @@ from dprm.report.figures.style import (
     _plt,
     _select,
 )
-from dprm.report.tables import DATASET_LABELS, display, method_order
+from dprm.report.tables import dataset_label, display, method_order
 
 
 def frontier_figure(
@@ -121,7 +121,7 @@ def beta_figure(
                         xytext=(3, -8),
                         textcoords="offset points",
                     )
-        ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
+        ax.set_title(dataset_label(dataset), fontsize=10)
         ax.set_xlabel("normalised cost  mean draws / N_max")
         ax.set_ylabel("accuracy (exact expectation)")
         ax.grid(alpha=0.3)
@@ -185,7 +185,7 @@ def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[li
             ax.set_ylabel("accuracy (exact)" if value == "accuracy" else "cost  mean N / N_max")
             ax.grid(alpha=0.3)
             if r == 0:
-                ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
+                ax.set_title(dataset_label(dataset), fontsize=10)
     caption = (
         "Accuracy (top) and cost (bottom) when the per-question budget is N(Q(τ | h_i), 0.99) for "
         "each quantile level τ. Continuous calibrators can be queried at 100 levels; QR only at its "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dprm.report.tables import DATASET_LABELS, display, method_order
+from dprm.report.tables import dataset_label, dataset_order, display, method_order
 
 COLORS = {
     "base": "0.35",
@@ -126,11 +126,8 @@ def _mean_over_seeds(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd
 
 
 def _datasets(df: pd.DataFrame) -> list[str]:
-    """The datasets of ``df`` in the order of ``DATASET_LABELS``, unknown ones last."""
-    found = list(dict.fromkeys(df["dataset"]))
-    return sorted(
-        found, key=lambda d: (list(DATASET_LABELS).index(d) if d in DATASET_LABELS else 99, d)
-    )
+    """The datasets of ``df`` in table order (train, id, ood), unknown ones last."""
+    return sorted(dict.fromkeys(df["dataset"]), key=dataset_order)
 
 
 def _generators(df: pd.DataFrame) -> list[str]:
@@ -204,7 +201,7 @@ def _panel_grid(
             ax.set_xlim(*xlim)
             if ylim is not None:
                 ax.set_ylim(*ylim)
-            ax.set_title(f"{gen} · {DATASET_LABELS.get(dataset, dataset)}", fontsize=9)
+            ax.set_title(f"{gen} · {dataset_label(dataset)}", fontsize=9)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
