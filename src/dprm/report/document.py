@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from dprm.report.runner import Pipeline
 
 SHOWCASE = "r1-qwen-7b"  # the paper's Fig. 1 / Fig. 4 generator
+#: the target C of the per-question budget histogram (the C of the paper's τ sweep, Fig. 4)
+BUDGET_C = 0.99
 
 
 def _split_world(world: str) -> tuple[str, str]:
@@ -36,10 +38,12 @@ def collect(
 ) -> dict[str, Any]:
     """Tidy frames from the unit outputs of the requested grid."""
     metrics, coverage, reliability, flex = [], [], [], {}
-    ias, uniform = [], []
+    ias, uniform, budgets, history = [], [], [], []
     for world in worlds:
         gen, prm = _split_world(world)
         tag = {"world": world, "generator": gen, "prm": prm}
+        for method, seed in [(m, s) for m in methods for s in seeds]:
+            history += _history_rows(layout.model_dir(world, method, seed), tag, method, seed)
         for method, seed in [("base", 0)] + [(m, s) for m in methods for s in seeds]:
             path = layout.eval_path(world, method, seed)
             if not path.exists():
@@ -71,6 +75,9 @@ def collect(
                 if path.exists():
                     df = pd.read_csv(path)
                     ias.append(df.assign(**tag, dataset=split, seed=seed))
+                    b = _budgets_at(path.parent / "budgets.parquet", BUDGET_C)
+                    if b is not None:
+                        budgets.append(b.assign(**tag, dataset=split, seed=seed))
             path = layout.ias_dir(world, split, REFERENCE, 0) / "uniform.csv"
             if path.exists():
                 uniform.append(pd.read_csv(path).assign(**tag, dataset=split))
@@ -81,8 +88,57 @@ def collect(
         "reliability": frame(reliability),
         "ias": pd.concat(ias, ignore_index=True) if ias else frame(),
         "uniform": pd.concat(uniform, ignore_index=True) if uniform else frame(),
+        "budgets": pd.concat(budgets, ignore_index=True) if budgets else frame(),
+        "history": frame(history),
         "flex": flex,
     }
+
+
+def _history_rows(model_dir: Path, tag: dict, method: str, seed: int) -> list[dict[str, Any]]:
+    """The training curve of one saved calibrator (``history.json``), one row per evaluation.
+
+    Rows: ``step``, ``validation`` (the early-stopping score named by ``metric``), ``loss``
+    (the mean training loss since the last evaluation, ``loss_name``: ``loss`` or, for
+    two-network objectives, the first ``loss_*``) and ``best_step`` (the checkpoint kept).
+    Calibrators fitted in closed form (no ``step`` in their history) give no rows.
+    """
+    path = model_dir / "history.json"
+    if not path.exists():
+        return []
+    config = read_json(model_dir / "config.json") if (model_dir / "config.json").exists() else {}
+    training = config.get("info", {}).get("training", {})
+    metric = training.get("select_metric") or config.get("config", {}).get("select_metric")
+    rows = []
+    for entry in read_json(path):
+        if not isinstance(entry, dict) or "step" not in entry:
+            continue
+        losses = [k for k in entry if k == "loss" or k.startswith("loss_")]
+        loss_name = "loss" if "loss" in entry else (losses[0] if losses else None)
+        rows.append(
+            tag
+            | {
+                "method": method,
+                "seed": seed,
+                "step": int(entry["step"]),
+                "metric": metric,
+                "validation": entry.get(metric) if metric else None,
+                "loss_name": loss_name,
+                "loss": entry.get(loss_name) if loss_name else None,
+                "best_step": training.get("best_step"),
+            }
+        )
+    return rows
+
+
+def _budgets_at(path: Path, c: float) -> pd.DataFrame | None:
+    """Per-question budgets of the C sweep at the grid's C nearest ``c`` (None: no file)."""
+    if not path.exists():
+        return None
+    df = pd.read_parquet(path, filters=[("sweep", "==", "C")])
+    if df.empty:
+        return None
+    nearest = df["C"].unique()[np.argmin(np.abs(df["C"].unique() - c))]
+    return df[df["C"] == nearest][["question_id", "method", "C", "n"]]
 
 
 # ----------------------------------------------------------------------------- figures
@@ -177,6 +233,23 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
                     title=f"τ sweep at C = 0.99: {gen}, PRM {prm}",
                 ),
             )
+    budgets = data.get("budgets", pd.DataFrame())
+    for prm in dict.fromkeys(budgets["prm"]) if not budgets.empty else []:
+        sub = budgets[budgets["prm"] == prm]
+        uni = uniform[uniform["prm"] == prm] if not uniform.empty else uniform
+        n_max = int(uni["n"].max()) if not uni.empty else int(sub["n"].max())
+        c = float(sub["C"].iloc[0])
+        add(
+            f"budgets_{prm}",
+            "main",
+            F.budget_figure(
+                sub.drop(columns="C"),
+                fig_dir / f"budgets_{prm}",
+                n_max,
+                c,
+                title=f"Per-question budgets at C = {c:g}, PRM {prm}",
+            ),
+        )
     for key, figure, title in (
         ("coverage", F.coverage_figure, "Quantile calibration curves"),
         ("reliability", F.reliability_figure, "Reliability diagram"),
@@ -189,6 +262,18 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
                 "calibration",
                 figure(frame[frame["prm"] == prm], fig_dir / name, title=f"{title}, PRM {prm}"),
             )
+    history = data.get("history", pd.DataFrame())
+    for world in dict.fromkeys(history["world"]) if not history.empty else []:
+        gen, prm = _split_world(world)
+        add(
+            f"training_{world}",
+            "training",
+            F.training_figure(
+                history[history["world"] == world],
+                fig_dir / f"training_{world}",
+                title=f"Training curves: generator {gen}, PRM {prm}",
+            ),
+        )
     return made
 
 
@@ -320,6 +405,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         "uniform": data["uniform"].to_dict("records"),
         "coverage": data["coverage"].to_dict("records"),
         "reliability": data["reliability"].to_dict("records"),
+        "training_curves": data["history"].to_dict("records"),
         "checks": checks,
         "failures": pipe.failures,
         "figures": figs,

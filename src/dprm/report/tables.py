@@ -211,9 +211,20 @@ def _pct(v: float) -> str:
     return "--" if not np.isfinite(v) else f"{v:+.1f}%"
 
 
+def _cell(table: CalibrationTable, row: tuple[str, str], column: tuple[str, str]) -> str:
+    """A value cell: the seed mean, with ``± std`` over seeds where the cell has several."""
+    text = _fmt(table.mean.loc[row, column])
+    std = table.std.loc[row, column]
+    return text + (f" ± {std:.4f}" if table.n_seeds > 1 and np.isfinite(std) else "")
+
+
 def caption(table: CalibrationTable) -> str:
     """A caption that says what the table shows and how to read it."""
-    seeds = f"mean over {table.n_seeds} training seeds; " if table.n_seeds > 1 else ""
+    seeds = (
+        f"mean ± standard deviation over {table.n_seeds} training seeds (Base has no seeds); "
+        if table.n_seeds > 1
+        else ""
+    )
     return (
         f"Calibration metrics for PRM {table.prm} (all lower is better; {seeds}best per "
         "(dataset, generator, metric) in bold). 'Avg. % improv.' is the mean over generators of "
@@ -236,7 +247,7 @@ def to_markdown(table: CalibrationTable) -> str:
             cells = []
             for metric, _ in METRICS:
                 for m in table.methods:
-                    text = _fmt(table.mean.loc[(dataset, gen), (metric, m)])
+                    text = _cell(table, (dataset, gen), (metric, m))
                     cells.append(
                         f"**{text}**" if table.best.loc[(dataset, gen), (metric, m)] else text
                     )
@@ -282,7 +293,7 @@ def to_latex(table: CalibrationTable) -> str:
             cells = []
             for metric, _ in METRICS:
                 for m in table.methods:
-                    text = _fmt(table.mean.loc[(dataset, gen), (metric, m)])
+                    text = _cell(table, (dataset, gen), (metric, m)).replace("±", r"$\pm$")
                     cells.append(
                         rf"\textbf{{{text}}}"
                         if table.best.loc[(dataset, gen), (metric, m)]

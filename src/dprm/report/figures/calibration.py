@@ -83,7 +83,8 @@ def flexibility_figure(
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    # below the axes: a curve can pass through any corner of the unit square
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
     ax.set_title(
         title or "Flexibility: a continuous, monotone quantile function vs fixed levels",
         fontsize=10,

@@ -125,6 +125,33 @@ def _mean_over_seeds(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd
     return df.groupby(keys, sort=False, dropna=False)[values].mean().reset_index()
 
 
+def _seed_band(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
+    """Per ``keys``: the seed mean of each value, its min and max over seeds, and ``n_seeds``.
+
+    Columns ``{value}`` (mean), ``{value}_min``, ``{value}_max`` and ``n_seeds`` (1 when the
+    frame has no ``seed`` column).
+    """
+    keys = [k for k in keys if k in df.columns]
+    grouped = df.groupby(keys, sort=False, dropna=False)
+    out = grouped[values].mean()
+    for v in values:
+        out[f"{v}_min"] = grouped[v].min()
+        out[f"{v}_max"] = grouped[v].max()
+    out["n_seeds"] = grouped["seed"].nunique() if "seed" in df.columns else 1
+    return out.reset_index()
+
+
+def save_data(frame: pd.DataFrame, stem: str | Path) -> Path:
+    """Write a figure's plotted numbers as ``stem.csv`` beside it (atomically)."""
+    from dprm.io import atomic_path
+
+    stem = Path(stem)
+    path = stem.parent / f"{stem.name}.csv"
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return path
+
+
 def _datasets(df: pd.DataFrame) -> list[str]:
     """The datasets of ``df`` in table order (train, id, ood), unknown ones last."""
     return sorted(dict.fromkeys(df["dataset"]), key=dataset_order)
