@@ -202,8 +202,9 @@ def reliability_figure(
         df, draw, "mean predicted p̂ in bin", "mean observed success rate y", y_max=1, order="bin"
     )
     caption = (
-        "Reliability of the point estimates p̂ (Base: the raw PRM score; OT and other "
-        "distributions: the mean of Q; QR: its median) on the 12 ECE bins: mean observed success "
+        "Reliability of the point estimates p̂ (Base: the raw PRM score; calibrators with a "
+        "quantile function: the mean of Q; with fixed levels: the median; point calibrators: "
+        "their estimate) on the 12 ECE bins: mean observed success "
         "rate against mean prediction, marker area proportional to the bin's share of records. "
         "Points below the diagonal are over-confident; ECE is the count-weighted mean vertical gap."
     )
