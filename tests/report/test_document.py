@@ -73,9 +73,9 @@ def _empty_headings(text: str) -> list[str]:
             empty.append(line)
             continue
         next_level = len(following) - len(following.lstrip("#"))
-        if following.startswith("#") and following[next_level : next_level + 1] == " ":
-            if next_level <= level:
-                empty.append(line)
+        heading = following.startswith("#") and following[next_level : next_level + 1] == " "
+        if heading and next_level <= level:
+            empty.append(line)
     return empty
 
 
