@@ -20,6 +20,7 @@ from dprm.report.figures.style import (
     _seed_band,
     _select,
     color,
+    panel_title,
     save_data,
 )
 from dprm.report.tables import dataset_label, display, method_order
@@ -145,7 +146,7 @@ def beta_figure(
                         xytext=(3, -8),
                         textcoords="offset points",
                     )
-        ax.set_title(dataset_label(dataset), fontsize=10)
+        ax.set_title(panel_title(dataset_label(dataset)), fontsize=10)
         # few ticks and no offset text: narrow cost ranges (0.0172 ... 0.0198) otherwise crowd
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(MaxNLocator(nbins=5))
@@ -214,7 +215,7 @@ def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[li
             ax.set_ylabel("accuracy (exact)" if value == "accuracy" else "cost  mean N / N_max")
             ax.grid(alpha=0.3)
             if r == 0:
-                ax.set_title(dataset_label(dataset), fontsize=10)
+                ax.set_title(panel_title(dataset_label(dataset)), fontsize=10)
     caption = (
         "Accuracy (top) and cost (bottom) when the per-question budget is N(Q(τ | h_i), 0.99) for "
         "each quantile level τ. Continuous calibrators can be queried at 100 levels; QR only at its "

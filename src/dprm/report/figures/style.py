@@ -152,6 +152,14 @@ def save_data(frame: pd.DataFrame, stem: str | Path) -> Path:
     return path
 
 
+def panel_title(text: str, width: int = 44) -> str:
+    """``text`` wrapped to lines of at most ``width`` characters (titles never run into the
+    neighbouring panel: a recipe's set names can be long)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
 def _datasets(df: pd.DataFrame) -> list[str]:
     """The datasets of ``df`` in table order (train, id, ood), unknown ones last."""
     return sorted(dict.fromkeys(df["dataset"]), key=dataset_order)
@@ -228,7 +236,7 @@ def _panel_grid(
             ax.set_xlim(*xlim)
             if ylim is not None:
                 ax.set_ylim(*ylim)
-            ax.set_title(f"{gen} · {dataset_label(dataset)}", fontsize=9)
+            ax.set_title(panel_title(f"{gen} · {dataset_label(dataset)}"), fontsize=9)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
