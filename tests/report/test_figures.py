@@ -54,9 +54,10 @@ def ias_frame():
 def _ok(files):
     import matplotlib.image as mpimg
 
-    assert {f.suffix for f in files} == {".png", ".pdf"}
+    # PNG + PDF, and the plotted numbers as CSV for figures that write them
+    assert {".png", ".pdf"} <= {f.suffix for f in files} <= {".png", ".pdf", ".csv"}
     for f in files:
-        assert f.exists() and f.stat().st_size > 1000
+        assert f.exists() and f.stat().st_size > (100 if f.suffix == ".csv" else 1000)
     img = mpimg.imread(next(f for f in files if f.suffix == ".png"))
     assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 200
 
@@ -135,3 +136,58 @@ def test_colours_are_stable():
     methods = ["base", "ot", "qr", "isotonic", "platt"]
     assert F.color("ot", methods) == F.COLORS["ot"]
     assert F.color("isotonic", methods) != F.color("platt", methods)
+
+
+def test_frontier_band_spans_the_seeds(tmp_path, ias_frame):
+    """Two training seeds that differ: the figure's data has the min-max over seeds per point
+    (bars drawn), and the caption says so; one seed: no band."""
+    two = ias_frame.copy()
+    moved = (two["seed"] == 1) & (two["method"] == "ot")
+    two.loc[moved, "accuracy"] += 0.02
+    two.loc[moved, "cost"] += 0.01
+    files, cap = F.frontier_figure(two, tmp_path / "frontier")
+    _ok(files)
+    data = pd.read_csv(next(f for f in files if f.suffix == ".csv"))
+    ot = data[data["method"] == "ot"]
+    assert (ot["n_seeds"] == 2).all()
+    assert np.allclose(ot["accuracy_max"] - ot["accuracy_min"], 0.02)
+    assert np.allclose(ot["accuracy"], (ot["accuracy_max"] + ot["accuracy_min"]) / 2)
+    assert np.allclose(ot["cost_max"] - ot["cost_min"], 0.01)
+    assert "min–max over training seeds" in cap
+    files, cap = F.frontier_figure(ias_frame[ias_frame["seed"] == 0], tmp_path / "one")
+    data = pd.read_csv(next(f for f in files if f.suffix == ".csv"))
+    assert (data["n_seeds"] == 1).all() and "min–max" not in cap
+
+
+def test_budget_histogram(tmp_path):
+    """Shares per method sum to one over the bins; the summary CSV has each method's budgets."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for method, high in (("base", 2), ("ot", 64), ("qr", 64)):
+        for seed in (0, 1):
+            n = rng.integers(1, high + 1, 30)
+            rows += [
+                {"dataset": d, "generator": "gen-a", "method": method, "seed": seed,
+                 "question_id": f"q{i}", "n": int(k)}
+                for d in ("id", "ood") for i, k in enumerate(n)
+            ]  # fmt: skip
+    budgets = pd.DataFrame(rows)
+    files, cap = F.budget_figure(budgets, tmp_path / "budgets", n_max=64, c=0.99)
+    _ok(files)
+    assert "C = 0.99" in cap and "N_max = 64" in cap
+    summary = pd.read_csv(next(f for f in files if f.suffix == ".csv"))
+    base = summary[(summary["method"] == "base") & (summary["dataset"] == "id")].iloc[0]
+    assert base["count"] == 60 and base["max"] <= 2  # 30 questions x 2 seeds, pooled
+    assert set(summary["method"]) == {"base", "ot", "qr"}
+
+
+def test_training_curves(tmp_path):
+    rows = [
+        {"method": m, "seed": s, "step": step, "metric": "calibration_area",
+         "validation": 0.2 / (1 + step) + 0.01 * s, "loss_name": "loss",
+         "loss": None if step == 0 else 1.0 / step, "best_step": 30}
+        for m in ("ot", "qr") for s in (0, 1) for step in (0, 10, 20, 30)
+    ]  # fmt: skip
+    files, cap = F.training_figure(pd.DataFrame(rows), tmp_path / "training")
+    _ok(files)
+    assert "2 seed(s)" in cap and "validation" in cap

@@ -142,3 +142,15 @@ def test_truth_table_seed_mean_std_best_and_mean_rows():
     # OT's mean over generators: (0.0525 + 0.0775) / 2 = 0.065
     assert mean_id.split(" | ")[3] == "0.0650"
     assert sum("*mean*" in line for line in lines) == 2
+
+
+def test_several_seeds_put_the_std_in_the_table(tmp_path):
+    """Seeds > 1: each calibrator cell reads 'mean ± std'; one seed: no band."""
+    T.write_tables(_metrics(seeds=(0, 1, 2)), tmp_path)
+    md = (tmp_path / "calibration_qwen-prm.md").read_text()
+    assert "0.1100 ± 0.0100" in md  # OT id/g1 Brier: 0.10, 0.11, 0.12
+    assert "mean ± standard deviation over 3 training seeds" in md
+    tex = (tmp_path / "calibration_qwen-prm.tex").read_text()
+    assert r"0.1100 $\pm$ 0.0100" in tex
+    T.write_tables(_metrics(), tmp_path / "one")
+    assert "±" not in (tmp_path / "one" / "calibration_qwen-prm.md").read_text()

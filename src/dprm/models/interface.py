@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from dprm.io import DataError, atomic_dir, read_json
+from dprm.io import DataError, atomic_dir, read_json, strict_jsonable
 from dprm.metrics import LEVELS_11
 from dprm.version import __version__
 
@@ -41,6 +41,8 @@ REGISTRY: dict[str, type[Calibrator]] = {}
 KINDS = ("point", "levels", "distribution")
 #: file names of a saved calibrator directory
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+#: the training history (one entry per evaluation; written when the model was fitted here)
+HISTORY_FILE = "history.json"
 #: state-dict names before the PICNN's marginal map was renamed (files saved by dprm <= 0.x)
 LEGACY_STATE_NAMES = {".base.": ".marginal_map.", ".base_scale.": ".marginal_scale."}
 #: trained levels are stored in float32 (0.1 -> 0.10000000149): levels match to this tolerance
@@ -322,11 +324,16 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
     def save(self, directory: str | Path, extra_files: dict[str, Any] | None = None) -> Path:
         """Write config.json + model.safetensors (+ JSON extras) atomically.
 
-        config.json records the SHA-256 of the weights file, which :func:`load` verifies.
+        config.json records the SHA-256 of the weights file, which :func:`load` verifies. A
+        model fitted by :func:`dprm.models.fit.fit` also gets its training history as
+        ``history.json`` (strict JSON), unless ``extra_files`` names that file itself.
         """
         from safetensors.torch import save_file
 
         directory = Path(directory)
+        history = getattr(self, "history", None)
+        if history is not None:
+            extra_files = {HISTORY_FILE: strict_jsonable(history)} | dict(extra_files or {})
         with atomic_dir(directory) as tmp:
             state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
             save_file(state, str(tmp / WEIGHTS_FILE), metadata={"method": self.method})

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from dprm.runner.pipeline import Pipeline
 
 SHOWCASE = "r1-qwen-7b"  # the paper's Fig. 1 / Fig. 4 generator
+#: the target C of the per-question budget histogram (the C of the paper's τ sweep, Fig. 4)
+BUDGET_C = 0.99
 
 
 def _split_world(world: str) -> tuple[str, str]:
@@ -36,10 +38,12 @@ def collect(
 ) -> dict[str, Any]:
     """Tidy frames from the unit outputs of the requested grid."""
     metrics, coverage, reliability, flex = [], [], [], {}
-    ias, uniform = [], []
+    ias, uniform, budgets, history = [], [], [], []
     for world in worlds:
         gen, prm = _split_world(world)
         tag = {"world": world, "generator": gen, "prm": prm}
+        for method, seed in [(m, s) for m in methods for s in seeds]:
+            history += _history_rows(layout.model_dir(world, method, seed), tag, method, seed)
         for method, seed in [("base", 0)] + [(m, s) for m in methods for s in seeds]:
             path = layout.eval_path(world, method, seed)
             if not path.exists():
@@ -71,6 +75,9 @@ def collect(
                 if path.exists():
                     df = pd.read_csv(path)
                     ias.append(df.assign(**tag, dataset=split, seed=seed))
+                    b = _budgets_at(path.parent / "budgets.parquet", BUDGET_C)
+                    if b is not None:
+                        budgets.append(b.assign(**tag, dataset=split, seed=seed))
             path = layout.ias_dir(world, split, REFERENCE, 0) / "uniform.csv"
             if path.exists():
                 uniform.append(pd.read_csv(path).assign(**tag, dataset=split))
@@ -81,8 +88,57 @@ def collect(
         "reliability": frame(reliability),
         "ias": pd.concat(ias, ignore_index=True) if ias else frame(),
         "uniform": pd.concat(uniform, ignore_index=True) if uniform else frame(),
+        "budgets": pd.concat(budgets, ignore_index=True) if budgets else frame(),
+        "history": frame(history),
         "flex": flex,
     }
+
+
+def _history_rows(model_dir: Path, tag: dict, method: str, seed: int) -> list[dict[str, Any]]:
+    """The training curve of one saved calibrator (``history.json``), one row per evaluation.
+
+    Rows: ``step``, ``validation`` (the early-stopping score named by ``metric``), ``loss``
+    (the mean training loss since the last evaluation, ``loss_name``: ``loss`` or, for
+    two-network objectives, the first ``loss_*``) and ``best_step`` (the checkpoint kept).
+    Calibrators fitted in closed form (no ``step`` in their history) give no rows.
+    """
+    path = model_dir / "history.json"
+    if not path.exists():
+        return []
+    config = read_json(model_dir / "config.json") if (model_dir / "config.json").exists() else {}
+    training = config.get("info", {}).get("training", {})
+    metric = training.get("select_metric") or config.get("config", {}).get("select_metric")
+    rows = []
+    for entry in read_json(path):
+        if not isinstance(entry, dict) or "step" not in entry:
+            continue
+        losses = [k for k in entry if k == "loss" or k.startswith("loss_")]
+        loss_name = "loss" if "loss" in entry else (losses[0] if losses else None)
+        rows.append(
+            tag
+            | {
+                "method": method,
+                "seed": seed,
+                "step": int(entry["step"]),
+                "metric": metric,
+                "validation": entry.get(metric) if metric else None,
+                "loss_name": loss_name,
+                "loss": entry.get(loss_name) if loss_name else None,
+                "best_step": training.get("best_step"),
+            }
+        )
+    return rows
+
+
+def _budgets_at(path: Path, c: float) -> pd.DataFrame | None:
+    """Per-question budgets of the C sweep at the grid's C nearest ``c`` (None: no file)."""
+    if not path.exists():
+        return None
+    df = pd.read_parquet(path, filters=[("sweep", "==", "C")])
+    if df.empty:
+        return None
+    nearest = df["C"].unique()[np.argmin(np.abs(df["C"].unique() - c))]
+    return df[df["C"] == nearest][["question_id", "method", "C", "n"]]
 
 
 # ----------------------------------------------------------------------------- figures
@@ -177,6 +233,23 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
                     title=f"τ sweep at C = 0.99: {gen}, PRM {prm}",
                 ),
             )
+    budgets = data.get("budgets", pd.DataFrame())
+    for prm in dict.fromkeys(budgets["prm"]) if not budgets.empty else []:
+        sub = budgets[budgets["prm"] == prm]
+        uni = uniform[uniform["prm"] == prm] if not uniform.empty else uniform
+        n_max = int(uni["n"].max()) if not uni.empty else int(sub["n"].max())
+        c = float(sub["C"].iloc[0])
+        add(
+            f"budgets_{prm}",
+            "main",
+            F.budget_figure(
+                sub.drop(columns="C"),
+                fig_dir / f"budgets_{prm}",
+                n_max,
+                c,
+                title=f"Per-question budgets at C = {c:g}, PRM {prm}",
+            ),
+        )
     for key, figure, title in (
         ("coverage", F.coverage_figure, "Quantile calibration curves"),
         ("reliability", F.reliability_figure, "Reliability diagram"),
@@ -189,18 +262,70 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
                 "calibration",
                 figure(frame[frame["prm"] == prm], fig_dir / name, title=f"{title}, PRM {prm}"),
             )
+    history = data.get("history", pd.DataFrame())
+    for world in dict.fromkeys(history["world"]) if not history.empty else []:
+        gen, prm = _split_world(world)
+        add(
+            f"training_{world}",
+            "training",
+            F.training_figure(
+                history[history["world"] == world],
+                fig_dir / f"training_{world}",
+                title=f"Training curves: generator {gen}, PRM {prm}",
+            ),
+        )
     return made
 
 
 # ----------------------------------------------------------------------------- outputs
+def _ran(metrics: pd.DataFrame) -> dict[str, list[int]]:
+    """The calibrators with results: ``{method: [seeds]}`` (Base excluded)."""
+    if metrics.empty:
+        return {}
+    rows = metrics[metrics["method"] != "base"]
+    return {
+        str(m): sorted(int(s) for s in set(g["seed"]))
+        for m, g in rows.groupby("method", sort=False)
+    }
+
+
+def _check_method(ran: dict[str, list[int]], methods: list[str]) -> str | None:
+    """The method the checks compare with Base: OT (the paper's) if it ran, else the first."""
+    if "ot" in ran:
+        return "ot"
+    return next((m for m in methods if m in ran), None)
+
+
 def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     """Tables, figures, results.json and report.md for the pipeline's grid.
 
+    The report states the invocation's wall time up to the moment it is written (the time the
+    command prints comes a few milliseconds later, after ``run.json``).
+
     Args:
         pipe: the finished pipeline (its config, layout, timing and failures).
-        run: the run record (:func:`dprm.runner.record.run_record`); its ``stage_timing`` gains
-            the tables, figures and report stages (the caller writes ``run.json``).
+        run: the run record (:func:`dprm.runner.record.run_record`, made just before this call);
+            its ``stage_timing`` gains the tables, figures and report stages and its
+            ``wall_time_s`` is brought up to the report's writing (the caller writes
+            ``run.json``).
     """
+    from dprm.report.document_md import run_names
+    from dprm.report.tables import dataset_labels
+
+    # run_record() was called just before: the invocation started wall_time_s ago
+    started = time.perf_counter() - float(run["wall_time_s"])
+    names = run_names(pipe.layout.out, pipe.config.size)
+    with dataset_labels(names.labels):
+        text, results = _render(pipe, run, names, started)
+    layout = pipe.layout
+    write_json(layout.results, results, allow_nan=False)
+    with atomic_path(layout.report) as tmp:
+        tmp.write_text(text)
+    return layout.report
+
+
+def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple[str, dict]:
+    """(report.md's text, results.json's content); writes tables and figures on the way."""
     from dprm.report.document_md import render_report
     from dprm.report.paper import write_comparison
     from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
@@ -209,6 +334,7 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     t0 = time.perf_counter()
     data = collect(layout, cfg.worlds, cfg.methods, cfg.seeds)
     metrics = data["metrics"]
+    ran = _ran(metrics)
     protocol_tables: dict[str, dict] = {}
     for protocol, datasets in PROTOCOLS.items():
         rows = metrics[metrics["dataset"].isin(datasets)] if not metrics.empty else metrics
@@ -217,7 +343,11 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
             write_tables(rows, layout.tables, stem=stem) if not rows.empty else {}
         )
     tables = protocol_tables["held-out"]
-    comparison = write_comparison(metrics, layout.tables) if not metrics.empty else None
+    comparison = (
+        write_comparison(metrics, layout.tables, synthetic=not names.real)
+        if not metrics.empty
+        else None
+    )
     pipe.timing["tables"] = {
         "seconds": time.perf_counter() - t0,
         "units": sum(len(t) for t in protocol_tables.values()),
@@ -229,22 +359,34 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
     except ImportError as err:  # matplotlib is the optional 'plots' extra
         figs = []
         pipe.failures.append({"unit": "figures", "error": str(err)})
-        pipe.log(f"dprm reproduce: WARNING: no figures ({err})")
+        pipe.log(f"{pipe.command}: WARNING: no figures ({err})")
     pipe.timing["figures"] = {"seconds": time.perf_counter() - t0, "units": len(figs), "skipped": 0}
     t0 = time.perf_counter()
-    checks = {
-        "frontier": frontier_checks(data["ias"], uniform=data["uniform"])
-        if not data["ias"].empty
-        else [],
-        "tables": table_checks(data["metrics"]) if not data["metrics"].empty else [],
-        "greedy": greedy_checks(data["ias"], uniform=data["uniform"])
-        if not data["ias"].empty
-        else [],
-    }
+    method = _check_method(ran, cfg.methods)
+    ias = data["ias"]
+    checks: dict[str, list] = {"frontier": [], "tables": [], "greedy": []}
+    if method is not None and not ias.empty:
+        checks["frontier"] = frontier_checks(ias, method=method, uniform=data["uniform"])
+    if method is not None and not metrics.empty:
+        checks["tables"] = table_checks(metrics, method=method)
+    if not ias.empty:
+        checks["greedy"] = greedy_checks(ias, uniform=data["uniform"])
     pipe.timing["report"] = {"seconds": 0.0, "units": 1, "skipped": 0}  # filled in below
+    # every evaluation failed: no metrics, the report lists the failures
+    held_out = (
+        metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])] if not metrics.empty else metrics
+    )
+    truth = {
+        prm: text
+        for prm in tables
+        if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
+    }
+    pipe.timing["report"]["seconds"] = time.perf_counter() - t0
+    run["wall_time_s"] = round(time.perf_counter() - started, 2)
     results = {
         "run": run,
-        "metrics": data["metrics"].to_dict("records"),
+        "metrics": metrics.to_dict("records"),
+        "calibrators_ran": ran,
         "table_improvements": {
             protocol: {
                 prm: to_frame(t).query("row == 'avg_pct_improvement'").to_dict("records")
@@ -259,31 +401,30 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
             "improvements": comparison["improvements"].to_dict("records"),
             "reading": comparison["reading"],
         },
-        "ias": data["ias"].to_dict("records"),
+        "ias": ias.to_dict("records"),
         "uniform": data["uniform"].to_dict("records"),
         "coverage": data["coverage"].to_dict("records"),
         "reliability": data["reliability"].to_dict("records"),
+        "training_curves": data["history"].to_dict("records"),
         "checks": checks,
         "failures": pipe.failures,
         "figures": figs,
     }
-    pipe.timing["report"]["seconds"] = time.perf_counter() - t0
-    write_json(layout.results, results, allow_nan=False)
-    # every evaluation failed: no metrics, the report lists the failures
-    held_out = (
-        metrics[metrics["dataset"].isin(PROTOCOLS["held-out"])] if not metrics.empty else metrics
-    )
-    truth = {
-        prm: text
-        for prm in tables
-        if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
-    }
     text = render_report(
-        cfg, run, protocol_tables, figs, checks, layout.out, pipe.failures, truth, comparison
+        cfg,
+        run,
+        protocol_tables,
+        figs,
+        checks,
+        layout.out,
+        pipe.failures,
+        truth,
+        comparison,
+        names=names,
+        ran=ran,
+        ias_ran=not ias.empty,
     )
-    with atomic_path(layout.report) as tmp:
-        tmp.write_text(text)
-    return layout.report
+    return text, results
 
 
 __all__ = ["collect", "make_figures", "write_outputs"]

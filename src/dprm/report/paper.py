@@ -96,8 +96,14 @@ def _count(mask: pd.Series) -> str:
     return f"{int(mask.sum())} of {len(mask)}"
 
 
-def reading(cells: pd.DataFrame, improvements: pd.DataFrame) -> list[str]:
-    """Bullet points read off the two comparisons (no claim that the numbers do not carry)."""
+def reading(
+    cells: pd.DataFrame, improvements: pd.DataFrame, *, synthetic: bool = True
+) -> list[str]:
+    """Bullet points read off the two comparisons (no claim that the numbers do not carry).
+
+    ``synthetic``: the run's data are the twin worlds (fitted to the paper's Base statistics),
+    not real data.
+    """
     if cells.empty:
         return ["- This run covers none of the paper's table cells (no paper-protocol rows)."]
     lines = []
@@ -105,9 +111,11 @@ def reading(cells: pd.DataFrame, improvements: pd.DataFrame) -> list[str]:
     if not base.empty:
         per = base.groupby("metric")["difference"].agg(lambda d: float(np.abs(d).mean()))
         text = ", ".join(f"{m} {per[m]:.3f}" for m in ("brier", "posbrier", "ece") if m in per)
+        what = (
+            "the statistics the twin worlds are fitted to" if synthetic else "measured, not fitted"
+        )
         lines.append(
-            f"- Base (the raw PRM score, no calibrator — the statistics the twin worlds are fitted "
-            f"to): mean |dprm − paper| over {len(base) // per.size} (generator, PRM, dataset) "
+            f"- Base (the raw PRM score, no calibrator — {what}): mean |dprm − paper| over {len(base) // per.size} (generator, PRM, dataset) "
             f"rows: {text}."
         )
     imp = improvements.dropna(subset=["paper", "dprm"])
@@ -191,12 +199,17 @@ def improvements_markdown(improvements: pd.DataFrame) -> str:
     return _markdown(improvements, {"paper": 1, "dprm": 1})
 
 
-def write_comparison(metrics: pd.DataFrame, out_dir: Path) -> dict[str, object]:
-    """Write ``paper_vs_dprm_{cells,improvements}.{md,csv}`` and return frames and reading."""
+def write_comparison(
+    metrics: pd.DataFrame, out_dir: Path, *, synthetic: bool = True
+) -> dict[str, object]:
+    """Write ``paper_vs_dprm_{cells,improvements}.{md,csv}`` and return frames and reading.
+
+    ``synthetic``: as for :func:`reading`.
+    """
     from dprm.io import atomic_path
 
     cells, improvements = cell_comparison(metrics), improvement_comparison(metrics)
-    lines = reading(cells, improvements)
+    lines = reading(cells, improvements, synthetic=synthetic)
     for name, frame, render in (
         ("paper_vs_dprm_cells", cells, cells_markdown),
         ("paper_vs_dprm_improvements", improvements, improvements_markdown),

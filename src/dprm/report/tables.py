@@ -12,6 +12,9 @@ improvement is "--". Lower is better for every metric.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,35 @@ DATASET_LABELS = {
     "id": "ID, held out (MATH500-like)",
     "ood": "OOD, held out (AIME-like)",
 }
+#: the labels in use (``dataset_labels`` swaps them for a run of real data, whose sets have the
+#: user's names); read through :func:`dataset_label`
+_LABELS: ContextVar[Mapping[str, str]] = ContextVar("dataset_labels", default=DATASET_LABELS)
+
+
+def dataset_label(dataset: str) -> str:
+    """The display label of a dataset key (``train`` / ``id`` / ``ood``) in the current context."""
+    return _LABELS.get().get(dataset, dataset)
+
+
+def dataset_order(dataset: str) -> tuple[int, str]:
+    """Sort key: ``train``, ``id``, ``ood`` first (table order), unknown keys last."""
+    keys = list(DATASET_LABELS)
+    return (keys.index(dataset) if dataset in keys else 99, dataset)
+
+
+@contextlib.contextmanager
+def dataset_labels(labels: Mapping[str, str]) -> Iterator[None]:
+    """Use ``labels`` (dataset key -> label; missing keys keep the default) inside the block.
+
+    Tables and figures of a recipe's run name the user's sets, not the synthetic grid's.
+    """
+    token = _LABELS.set({**DATASET_LABELS, **labels})
+    try:
+        yield
+    finally:
+        _LABELS.reset(token)
+
+
 #: the two evaluation protocols: the datasets of their tables. ``held-out``: questions no
 #: calibrator trained or early-stopped on (the headline); ``paper``: ID on the training split,
 #: as the paper evaluated MATH (for the side-by-side with its tables)
@@ -96,9 +128,7 @@ def build_table(metrics: pd.DataFrame, prm: str | None = None) -> CalibrationTab
     mean_long, std_long = grouped.mean(), grouped.std(ddof=1)
     n_seeds = int(grouped.size().max())
     datasets = list(dict.fromkeys(df["dataset"]))
-    order = sorted(
-        datasets, key=lambda d: (list(DATASET_LABELS).index(d) if d in DATASET_LABELS else 99, d)
-    )
+    order = sorted(datasets, key=dataset_order)
     rows = [(d, g) for d in order for g in dict.fromkeys(df.loc[df["dataset"] == d, "generator"])]
     columns = pd.MultiIndex.from_product([cols, methods], names=["metric", "method"])
 
@@ -181,9 +211,20 @@ def _pct(v: float) -> str:
     return "--" if not np.isfinite(v) else f"{v:+.1f}%"
 
 
+def _cell(table: CalibrationTable, row: tuple[str, str], column: tuple[str, str]) -> str:
+    """A value cell: the seed mean, with ``± std`` over seeds where the cell has several."""
+    text = _fmt(table.mean.loc[row, column])
+    std = table.std.loc[row, column]
+    return text + (f" ± {std:.4f}" if table.n_seeds > 1 and np.isfinite(std) else "")
+
+
 def caption(table: CalibrationTable) -> str:
     """A caption that says what the table shows and how to read it."""
-    seeds = f"mean over {table.n_seeds} training seeds; " if table.n_seeds > 1 else ""
+    seeds = (
+        f"mean ± standard deviation over {table.n_seeds} training seeds (Base has no seeds); "
+        if table.n_seeds > 1
+        else ""
+    )
     return (
         f"Calibration metrics for PRM {table.prm} (all lower is better; {seeds}best per "
         "(dataset, generator, metric) in bold). 'Avg. % improv.' is the mean over generators of "
@@ -201,12 +242,12 @@ def to_markdown(table: CalibrationTable) -> str:
         "|" + "|".join(["---", "---"] + ["---:"] * (len(head) - 2)) + "|",
     ]
     for dataset in dict.fromkeys(table.mean.index.get_level_values(0)):
-        label = DATASET_LABELS.get(dataset, dataset)
+        label = dataset_label(dataset)
         for gen in table.mean.loc[dataset].index:
             cells = []
             for metric, _ in METRICS:
                 for m in table.methods:
-                    text = _fmt(table.mean.loc[(dataset, gen), (metric, m)])
+                    text = _cell(table, (dataset, gen), (metric, m))
                     cells.append(
                         f"**{text}**" if table.best.loc[(dataset, gen), (metric, m)] else text
                     )
@@ -247,12 +288,12 @@ def to_latex(table: CalibrationTable) -> str:
     datasets = list(dict.fromkeys(table.mean.index.get_level_values(0)))
     for i, dataset in enumerate(datasets):
         gens = list(table.mean.loc[dataset].index)
-        label = _tex(DATASET_LABELS.get(dataset, dataset))
+        label = _tex(dataset_label(dataset))
         for j, gen in enumerate(gens):
             cells = []
             for metric, _ in METRICS:
                 for m in table.methods:
-                    text = _fmt(table.mean.loc[(dataset, gen), (metric, m)])
+                    text = _cell(table, (dataset, gen), (metric, m)).replace("±", r"$\pm$")
                     cells.append(
                         rf"\textbf{{{text}}}"
                         if table.best.loc[(dataset, gen), (metric, m)]
@@ -368,7 +409,7 @@ def truth_markdown(metrics: pd.DataFrame, prm: str | None = None) -> str | None:
         "|" + "|".join(["---"] * 2 + ["---:"] * len(methods)) + "|",
     ]
     for dataset in dict.fromkeys(df["dataset"]):
-        label = DATASET_LABELS.get(dataset, dataset)
+        label = dataset_label(dataset)
         generators = list(dict.fromkeys(df.loc[df["dataset"] == dataset, "generator"]))
         for gen in generators:
             values = [mean.get((dataset, gen, m), np.nan) for m in methods]

@@ -10,6 +10,8 @@ the next colours, and the synthetic truth oracle (if present) is a thin green da
   (generator, dataset) (paper Fig. 2, appendix grids).
 * :func:`beta_figure` -- beta-threshold early stopping curves at C = 0.9 (paper Fig. 3).
 * :func:`tau_figure` -- accuracy and cost against the quantile level tau at C = 0.99 (Fig. 4).
+* :func:`budget_figure` -- how many candidates each question gets at one C, per method.
+* :func:`training_figure` -- validation score and training loss against step, per seed.
 * :func:`coverage_figure` -- quantile calibration curves P(y <= Q(tau | h)) against tau.
 * :func:`reliability_figure` -- reliability diagram of the point estimates on the 12 ECE bins.
 
@@ -19,14 +21,16 @@ coverage, reliability). matplotlib is imported only when a figure is drawn.
 """
 
 from dprm.report.figures.calibration import coverage_figure, flexibility_figure, reliability_figure
-from dprm.report.figures.ias import beta_figure, frontier_figure, tau_figure
+from dprm.report.figures.ias import beta_figure, budget_figure, frontier_figure, tau_figure
 from dprm.report.figures.style import COLORS, EXTRA_COLORS, PAPER_METHODS, color, save
+from dprm.report.figures.training import training_figure
 
 __all__ = [
     "COLORS",
     "EXTRA_COLORS",
     "PAPER_METHODS",
     "beta_figure",
+    "budget_figure",
     "color",
     "coverage_figure",
     "flexibility_figure",
@@ -34,4 +38,5 @@ __all__ = [
     "reliability_figure",
     "save",
     "tau_figure",
+    "training_figure",
 ]

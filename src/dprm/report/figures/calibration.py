@@ -83,7 +83,8 @@ def flexibility_figure(
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    # below the axes: a curve can pass through any corner of the unit square
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
     ax.set_title(
         title or "Flexibility: a continuous, monotone quantile function vs fixed levels",
         fontsize=10,
@@ -201,8 +202,9 @@ def reliability_figure(
         df, draw, "mean predicted p̂ in bin", "mean observed success rate y", y_max=1, order="bin"
     )
     caption = (
-        "Reliability of the point estimates p̂ (Base: the raw PRM score; OT and other "
-        "distributions: the mean of Q; QR: its median) on the 12 ECE bins: mean observed success "
+        "Reliability of the point estimates p̂ (Base: the raw PRM score; calibrators with a "
+        "quantile function: the mean of Q; with fixed levels: the median; point calibrators: "
+        "their estimate) on the 12 ECE bins: mean observed success "
         "rate against mean prediction, marker area proportional to the bin's share of records. "
         "Points below the diagonal are over-confident; ECE is the count-weighted mean vertical gap."
     )

@@ -17,9 +17,13 @@ from dprm.report.figures.style import (
     _method_curve,
     _panel_grid,
     _plt,
+    _seed_band,
     _select,
+    color,
+    panel_title,
+    save_data,
 )
-from dprm.report.tables import DATASET_LABELS, display, method_order
+from dprm.report.tables import dataset_label, display, method_order
 
 
 def frontier_figure(
@@ -37,9 +41,10 @@ def frontier_figure(
     Returns:
         (the written files, the caption).
     """
-    df = _mean_over_seeds(
+    df = _seed_band(
         ias[ias["sweep"] == "C"], ["dataset", "generator", "method", "C"], ["cost", "accuracy"]
     )
+    banded = bool((df["n_seeds"] > 1).any())
 
     def reference(ax, gen: str, dataset: str) -> None:
         u = uniform[(uniform["dataset"] == dataset) & (uniform["generator"] == gen)]
@@ -50,6 +55,17 @@ def frontier_figure(
 
     def draw(ax, m: str, sel: pd.DataFrame, methods: list[str]) -> None:
         _method_curve(ax, m, methods, sel["cost"], sel["accuracy"], marker="o", markersize=3.5)
+        if (sel["n_seeds"] > 1).any():  # min-max over training seeds, both axes
+            ax.errorbar(
+                sel["cost"],
+                sel["accuracy"],
+                xerr=[sel["cost"] - sel["cost_min"], sel["cost_max"] - sel["cost"]],
+                yerr=[sel["accuracy"] - sel["accuracy_min"], sel["accuracy_max"] - sel["accuracy"]],
+                fmt="none",
+                ecolor=color(m, methods),
+                elinewidth=0.8,
+                alpha=0.6,
+            )
 
     fig, axes = _panel_grid(
         df,
@@ -66,9 +82,16 @@ def frontier_figure(
         "the mixture over 100 quantile levels); the answer is always the candidate with the "
         "highest raw PRM score. A wider horizontal span means the method's budgets respond to C; "
         "grey: the same n for every question, for reference."
+        + (
+            " Markers are seed means; bars span the min–max over training seeds (cost and "
+            "accuracy); the plotted numbers are in the CSV beside the figure."
+            if banded
+            else ""
+        )
     )
     title = title or "Instance-adaptive best-of-N: cost–accuracy frontier over C ∈ [0.5, 0.999]"
-    return _finish(fig, axes, stem, title, caption)
+    files, caption = _finish(fig, axes, stem, title, caption)
+    return [*files, save_data(df, stem)], caption
 
 
 def beta_figure(
@@ -95,6 +118,8 @@ def beta_figure(
     datasets, generators = _datasets(df), _generators(df)
     fig, axes = _grid(1, len(datasets), width=5.2, height=4.0)
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     gen_colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, max(len(generators), 1)))
     for c, dataset in enumerate(datasets):
         ax = axes[0, c]
@@ -121,7 +146,12 @@ def beta_figure(
                         xytext=(3, -8),
                         textcoords="offset points",
                     )
-        ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
+        ax.set_title(panel_title(dataset_label(dataset)), fontsize=10)
+        # few ticks and no offset text: narrow cost ranges (0.0172 ... 0.0198) otherwise crowd
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(nbins=5))
+            axis.get_major_formatter().set_useOffset(False)
+        ax.tick_params(axis="x", labelrotation=30)
         ax.set_xlabel("normalised cost  mean draws / N_max")
         ax.set_ylabel("accuracy (exact expectation)")
         ax.grid(alpha=0.3)
@@ -185,7 +215,7 @@ def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[li
             ax.set_ylabel("accuracy (exact)" if value == "accuracy" else "cost  mean N / N_max")
             ax.grid(alpha=0.3)
             if r == 0:
-                ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=10)
+                ax.set_title(panel_title(dataset_label(dataset)), fontsize=10)
     caption = (
         "Accuracy (top) and cost (bottom) when the per-question budget is N(Q(τ | h_i), 0.99) for "
         "each quantile level τ. Continuous calibrators can be queried at 100 levels; QR only at its "
@@ -194,3 +224,63 @@ def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[li
     )
     title = title or "IAS at C = 0.99 with the budget set from Q(τ | h)"
     return _finish(fig, axes, stem, title, caption)
+
+
+def budget_figure(
+    budgets: pd.DataFrame, stem: str | Path, n_max: int, c: float, title: str = ""
+) -> tuple[list[Path], str]:
+    """How many candidates each question gets at one C: a histogram per method and panel.
+
+    Args:
+        budgets: rows ``dataset, generator, method, question_id, n`` (and ``seed``, pooled) of
+            the C sweep at the target ``c``.
+        stem: output path without suffix.
+        n_max: the pool size (largest budget).
+        c: the target C the budgets were set for (named in the caption).
+        title: figure title.
+
+    Returns:
+        (the written files, the caption).
+    """
+    edges = np.unique(np.round(np.geomspace(1, n_max + 1, 13)))
+    df = budgets.copy()
+    # every (method, seed) run counts once: a question's weight is 1 / (questions x seeds)
+    size = df.groupby(["dataset", "generator", "method"], sort=False)["n"].transform("size")
+    df["weight"] = 1.0 / size
+
+    def draw(ax, m: str, sel: pd.DataFrame, methods: list[str]) -> None:
+        ax.hist(
+            sel["n"],
+            bins=edges,
+            weights=sel["weight"],
+            histtype="step",
+            linewidth=1.6 if m in ("base", "ot", "qr") else 1.0,
+            linestyle="--" if m == "truth" else "-",
+            color=color(m, methods),
+            label=display(m),
+        )
+        ax.set_xscale("log", base=2)
+
+    fig, axes = _panel_grid(
+        df,
+        draw,
+        xlabel="budget n_i (candidates for the question; log scale)",
+        ylabel="share of questions",
+        xlim=(1, n_max + 1),
+    )
+    caption = (
+        f"Per-question budgets at C = {c:g}: the share of questions that get n_i candidates "
+        f"(n_i from 1 to N_max = {n_max}, log-spaced bins), one outline per method, training "
+        "seeds pooled. A calibrator whose estimates separate easy from hard questions spreads "
+        "its budgets; one that cannot piles them at a single n. Per-question budgets of every "
+        "C, τ and β are in `ias/**/budgets.parquet`."
+    )
+    title = title or f"Per-question budgets at C = {c:g}"
+    files, caption = _finish(fig, axes, stem, title, caption)
+    summary = (
+        df.groupby(["dataset", "generator", "method"], sort=False)["n"]
+        .describe()
+        .reset_index()
+        .assign(C=c)
+    )
+    return [*files, save_data(summary, stem)], caption

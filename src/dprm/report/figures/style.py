@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from dprm.report.tables import DATASET_LABELS, display, method_order
+from dprm.report.tables import dataset_label, dataset_order, display, method_order
 
 COLORS = {
     "base": "0.35",
@@ -125,12 +125,44 @@ def _mean_over_seeds(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd
     return df.groupby(keys, sort=False, dropna=False)[values].mean().reset_index()
 
 
+def _seed_band(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
+    """Per ``keys``: the seed mean of each value, its min and max over seeds, and ``n_seeds``.
+
+    Columns ``{value}`` (mean), ``{value}_min``, ``{value}_max`` and ``n_seeds`` (1 when the
+    frame has no ``seed`` column).
+    """
+    keys = [k for k in keys if k in df.columns]
+    grouped = df.groupby(keys, sort=False, dropna=False)
+    out = grouped[values].mean()
+    for v in values:
+        out[f"{v}_min"] = grouped[v].min()
+        out[f"{v}_max"] = grouped[v].max()
+    out["n_seeds"] = grouped["seed"].nunique() if "seed" in df.columns else 1
+    return out.reset_index()
+
+
+def save_data(frame: pd.DataFrame, stem: str | Path) -> Path:
+    """Write a figure's plotted numbers as ``stem.csv`` beside it (atomically)."""
+    from dprm.io import atomic_path
+
+    stem = Path(stem)
+    path = stem.parent / f"{stem.name}.csv"
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+    return path
+
+
+def panel_title(text: str, width: int = 44) -> str:
+    """``text`` wrapped to lines of at most ``width`` characters (titles never run into the
+    neighbouring panel: a recipe's set names can be long)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
 def _datasets(df: pd.DataFrame) -> list[str]:
-    """The datasets of ``df`` in the order of ``DATASET_LABELS``, unknown ones last."""
-    found = list(dict.fromkeys(df["dataset"]))
-    return sorted(
-        found, key=lambda d: (list(DATASET_LABELS).index(d) if d in DATASET_LABELS else 99, d)
-    )
+    """The datasets of ``df`` in table order (train, id, ood), unknown ones last."""
+    return sorted(dict.fromkeys(df["dataset"]), key=dataset_order)
 
 
 def _generators(df: pd.DataFrame) -> list[str]:
@@ -204,7 +236,7 @@ def _panel_grid(
             ax.set_xlim(*xlim)
             if ylim is not None:
                 ax.set_ylim(*ylim)
-            ax.set_title(f"{gen} · {DATASET_LABELS.get(dataset, dataset)}", fontsize=9)
+            ax.set_title(panel_title(f"{gen} · {dataset_label(dataset)}"), fontsize=9)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)

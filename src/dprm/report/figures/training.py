@@ -1,0 +1,66 @@
+"""Training curves of the gradient-trained calibrators: validation score and loss against step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from dprm.report.figures.style import _finish, _grid, color
+from dprm.report.tables import display, method_order
+
+
+def training_figure(
+    history: pd.DataFrame, stem: str | Path, title: str = ""
+) -> tuple[list[Path], str]:
+    """A column per method: validation score (top) and training loss (bottom) against step.
+
+    Every seed is one thin line; the checkpoint kept (the best eligible validation score) is a
+    marker on the validation curve. Methods fitted in closed form have no steps and no column.
+
+    Args:
+        history: rows ``method, seed, step, validation, metric, loss, loss_name, best_step``
+            of one world (``dprm.report.document.collect``'s ``history``).
+        stem: output path without suffix.
+        title: figure title.
+
+    Returns:
+        (the written files, the caption).
+    """
+    methods = method_order(history["method"])
+    fig, axes = _grid(2, len(methods), width=3.8, height=2.8)
+    for c, m in enumerate(methods):
+        rows = history[history["method"] == m]
+        metric = str(rows["metric"].dropna().iloc[0]) if rows["metric"].notna().any() else "?"
+        loss_name = (
+            str(rows["loss_name"].dropna().iloc[0]) if rows["loss_name"].notna().any() else "loss"
+        )
+        n = rows["seed"].nunique()
+        for i, (_seed, run) in enumerate(rows.groupby("seed", sort=True)):
+            run = run.sort_values("step")
+            kw = {"color": color(m), "linewidth": 0.9, "alpha": 0.8}
+            label = f"{display(m)} ({n} seed{'s' if n > 1 else ''})" if i == 0 else None
+            axes[0, c].plot(run["step"], run["validation"], label=label, **kw)
+            best = run[run["step"] == run["best_step"]]
+            if not best.empty:
+                axes[0, c].plot(best["step"], best["validation"], "*", color=color(m), markersize=9)
+            loss = run.dropna(subset=["loss"])
+            axes[1, c].plot(loss["step"], loss["loss"], **kw)
+        axes[0, c].set_title(display(m), fontsize=10)
+        axes[0, c].set_ylabel(f"validation {metric}")
+        axes[1, c].set_ylabel(f"training {loss_name}")
+        axes[1, c].set_xlabel("step")
+        for r in range(2):
+            axes[r, c].grid(alpha=0.3)
+    n_seeds = history.groupby("method")["seed"].nunique().max()
+    caption = (
+        "Training of each gradient-trained calibrator: the validation score used for early "
+        "stopping (top; on the 20% of the train questions held back, lower is better; ★ = the "
+        "checkpoint kept) and the mean training loss since the previous evaluation (bottom), "
+        f"against the optimisation step; one thin line per training seed ({n_seeds} seed(s)). "
+        "Methods fitted in closed form (isotonic, Platt, ...) have no curve."
+    )
+    return _finish(fig, axes, stem, title or "Training curves", caption)
+
+
+__all__ = ["training_figure"]
