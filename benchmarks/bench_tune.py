@@ -1,0 +1,127 @@
+"""Wall time of ``dprm tune`` (ot, qr, mono, binomial) on one paper-size world (D = 3584).
+
+Issue 19's target: 50 trials of each of the four gradient-trained calibrators within 30 minutes
+on 2 cores. Runs :func:`dprm.models.tune.tune` on the world's *training* split with ``--jobs``
+worker processes (1 torch thread each), then prints per method the finished trials (complete /
+pruned), the mean seconds of a complete and of a pruned trial, and the search's wall time. With
+fewer than ``--target-trials`` trials it also prints an extrapolation to the target, labelled
+as such: (wall time of the trials) x target / trials, per worker, plus the refits.
+
+    python benchmarks/bench_tune.py --world W --trials 50 --jobs 2 --out /tmp/tune-bench
+    python benchmarks/bench_tune.py --preset llama-3.1-8b__qwen-prm --trials 8 --out /tmp/tb
+
+``--world`` is a directory written by ``dprm synth --size paper`` (its ``train/calib`` is
+tuned); without it the preset is synthesised into ``OUT/world`` first (not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world", help="a paper-size synthetic world directory")
+    parser.add_argument("--preset", default="llama-3.1-8b__qwen-prm")
+    parser.add_argument("--out", required=True, help="scratch directory (replaced)")
+    parser.add_argument("--methods", default="ot,qr,mono,binomial")
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--target-trials", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from dprm.models.tune import TuneSettings, clear, tune
+
+    out = Path(args.out)
+    world = Path(args.world) if args.world else out / "world"
+    if not args.world and not (world / "train" / "calib" / "meta.json").exists():
+        from dprm.data.synth import write_world
+
+        write_world(world, args.preset, size="paper", progress=False)
+    search = out / "search"
+    if search.exists():
+        clear(search)
+    methods = [m for m in args.methods.split(",") if m]
+    settings = TuneSettings(trials=args.trials, seed=args.seed, max_steps=args.max_steps)
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    best = tune(
+        world / "train" / "calib",
+        search,
+        methods=methods,
+        settings=settings,
+        jobs=args.jobs,
+        threads=1,
+        progress=False,
+    )
+    wall = time.perf_counter() - started
+    load_after = os.getloadavg()
+    with open(search / "trials.csv") as handle:
+        trials = list(csv.DictReader(handle))
+    rows = {}
+    for method in methods:
+        mine = [t for t in trials if t["method"] == method]
+        done = [float(t["seconds"]) for t in mine if t["state"] == "complete"]
+        pruned = [float(t["seconds"]) for t in mine if t["state"] == "pruned"]
+        entry = best["methods"][method]
+        rows[method] = {
+            "complete": len(done),
+            "pruned": len(pruned),
+            "trial_seconds": round(sum(done) + sum(pruned), 1),
+            "mean_complete_s": round(sum(done) / max(len(done), 1), 2),
+            "mean_pruned_s": round(sum(pruned) / max(len(pruned), 1), 2),
+            "method_seconds": entry.get("seconds"),
+            "validation": entry.get("validation"),
+        }
+    print(
+        f"world {world} ({best['data']}), {args.trials} trials x {len(methods)} methods, "
+        f"jobs {args.jobs}, 1 thread each, cpus {os.cpu_count()}, {platform.processor() or '?'}"
+    )
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
+    print("method     complete pruned  mean complete s  mean pruned s  trials s  method s (+refit)")
+    for method, r in rows.items():
+        print(
+            f"{method:10s} {r['complete']:8d} {r['pruned']:6d} {r['mean_complete_s']:16.2f} "
+            f"{r['mean_pruned_s']:14.2f} {r['trial_seconds']:9.1f} {r['method_seconds']:9.1f}"
+        )
+    print(f"measured wall time: {wall:.1f} s ({wall / 60:.1f} min)")
+    extrapolated = None
+    if args.trials < args.target_trials:
+        # Each worker's share scales with its trials; the refits (one per method) do not.
+        scale = args.target_trials / args.trials
+        per_method = {
+            m: r["trial_seconds"] * scale + (r["method_seconds"] - r["trial_seconds"])
+            for m, r in rows.items()
+        }
+        workers = [0.0] * max(1, min(args.jobs, len(methods)))
+        from dprm.models.tune import FIT_SECONDS
+
+        for m in sorted(per_method, key=lambda m: -FIT_SECONDS.get(m, 0.0)):
+            workers[workers.index(min(workers))] += per_method[m]
+        extrapolated = max(workers)
+        print(
+            f"EXTRAPOLATED (not measured) to {args.target_trials} trials per method: "
+            f"{extrapolated:.0f} s ({extrapolated / 60:.1f} min) on {len(workers)} workers"
+        )
+    record = {
+        "trials": args.trials,
+        "jobs": args.jobs,
+        "methods": rows,
+        "wall_seconds": round(wall, 1),
+        "extrapolated_seconds": extrapolated,
+        "load_before": load_before,
+        "load_after": load_after,
+    }
+    (out / "bench_tune.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
