@@ -71,6 +71,7 @@ def main() -> None:
         mine = [t for t in trials if t["method"] == method]
         done = [float(t["seconds"]) for t in mine if t["state"] == "complete"]
         pruned = [float(t["seconds"]) for t in mine if t["state"] == "pruned"]
+        cpu = [float(t["cpu_seconds"] or 0) for t in mine if t["state"] in ("complete", "pruned")]
         entry = best["methods"][method]
         rows[method] = {
             "complete": len(done),
@@ -79,6 +80,8 @@ def main() -> None:
             "mean_complete_s": round(sum(done) / max(len(done), 1), 2),
             "mean_pruned_s": round(sum(pruned) / max(len(pruned), 1), 2),
             "method_seconds": entry.get("seconds"),
+            "trial_cpu_seconds": round(sum(cpu), 1),
+            "method_cpu_seconds": entry.get("cpu_seconds"),
             "validation": entry.get("validation"),
         }
     print(
@@ -86,41 +89,58 @@ def main() -> None:
         f"jobs {args.jobs}, 1 thread each, cpus {os.cpu_count()}, {platform.processor() or '?'}"
     )
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min)")
-    print("method     complete pruned  mean complete s  mean pruned s  trials s  method s (+refit)")
+    print(
+        "method     complete pruned  mean complete s  mean pruned s  trials s  method s  "
+        "trials cpu s  method cpu s"
+    )
     for method, r in rows.items():
         print(
             f"{method:10s} {r['complete']:8d} {r['pruned']:6d} {r['mean_complete_s']:16.2f} "
-            f"{r['mean_pruned_s']:14.2f} {r['trial_seconds']:9.1f} {r['method_seconds']:9.1f}"
+            f"{r['mean_pruned_s']:14.2f} {r['trial_seconds']:9.1f} {r['method_seconds']:9.1f} "
+            f"{r['trial_cpu_seconds']:13.1f} {r['method_cpu_seconds']:13.1f}"
         )
-    print(f"measured wall time: {wall:.1f} s ({wall / 60:.1f} min)")
+    print(f"MEASURED wall time: {wall:.1f} s ({wall / 60:.1f} min)")
+    n_workers = max(1, min(args.jobs, len(methods)))
+    cpu_wall = schedule({m: r["method_cpu_seconds"] for m, r in rows.items()}, n_workers)
+    print(
+        f"ESTIMATE for {n_workers} dedicated cores (each worker's CPU seconds, 1 thread, as if "
+        f"it had its core alone): {cpu_wall:.0f} s ({cpu_wall / 60:.1f} min)"
+    )
     extrapolated = None
     if args.trials < args.target_trials:
-        # Each worker's share scales with its trials; the refits (one per method) do not.
+        # Each method's trials scale with their number; its set-up and refit do not.
         scale = args.target_trials / args.trials
         per_method = {
-            m: r["trial_seconds"] * scale + (r["method_seconds"] - r["trial_seconds"])
+            m: r["trial_cpu_seconds"] * scale + (r["method_cpu_seconds"] - r["trial_cpu_seconds"])
             for m, r in rows.items()
         }
-        workers = [0.0] * max(1, min(args.jobs, len(methods)))
-        from dprm.models.tune import FIT_SECONDS
-
-        for m in sorted(per_method, key=lambda m: -FIT_SECONDS.get(m, 0.0)):
-            workers[workers.index(min(workers))] += per_method[m]
-        extrapolated = max(workers)
+        extrapolated = schedule(per_method, n_workers)
         print(
-            f"EXTRAPOLATED (not measured) to {args.target_trials} trials per method: "
-            f"{extrapolated:.0f} s ({extrapolated / 60:.1f} min) on {len(workers)} workers"
+            f"EXTRAPOLATED (not measured) to {args.target_trials} trials per method, CPU "
+            f"seconds on {n_workers} dedicated cores: {extrapolated:.0f} s "
+            f"({extrapolated / 60:.1f} min)"
         )
     record = {
         "trials": args.trials,
         "jobs": args.jobs,
         "methods": rows,
         "wall_seconds": round(wall, 1),
+        "dedicated_cores_estimate_seconds": round(cpu_wall, 1),
         "extrapolated_seconds": extrapolated,
         "load_before": load_before,
         "load_after": load_after,
     }
     (out / "bench_tune.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def schedule(seconds: dict[str, float], workers: int) -> float:
+    """Finish time of the methods on ``workers`` processes, heaviest first (as tune() submits)."""
+    from dprm.models.tune import FIT_SECONDS
+
+    loads = [0.0] * workers
+    for m in sorted(seconds, key=lambda m: -FIT_SECONDS.get(m, 0.0)):
+        loads[loads.index(min(loads))] += seconds[m]
+    return max(loads)
 
 
 if __name__ == "__main__":

@@ -314,6 +314,7 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
         trial.set_user_attr("overrides", overrides)
         config = resolve_config(method, None, overrides)
         best = math.inf
+        cpu_started = time.process_time()
 
         def report(step: int, metrics: dict[str, float]) -> None:
             nonlocal best
@@ -322,6 +323,8 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
             best = min(best, metrics[config.select_metric])
             trial.report(best, step)
             trial.set_user_attr("last_step", step)
+            # this process's CPU time (all threads): the trial's cost whatever else runs
+            trial.set_user_attr("cpu_seconds", round(time.process_time() - cpu_started, 3))
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at step {step}")
 
@@ -344,6 +347,7 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
                 trial.set_user_attr("error", "collapsed")
                 raise optuna.TrialPruned("collapsed")
         summary = model.info["training"]
+        trial.set_user_attr("cpu_seconds", round(time.process_time() - cpu_started, 3))
         trial.set_user_attr("best_step", summary["best_step"])
         trial.set_user_attr("steps", summary["steps"])
         return float(summary["best_score"])
@@ -487,13 +491,16 @@ def tune_method(
 
         data = read_calibration_set(data)
     out = Path(out)
+    started, cpu_started = time.perf_counter(), time.process_time()
     split = split or split_for_tuning(data)
-    started = time.perf_counter()
     study = run_study(
         method, split, data, out, settings, restart=restart, progress=progress, position=position
     )
     entry = fit_tuned(method, study, split, data, out, settings)
-    return entry | {"seconds": round(time.perf_counter() - started, 3)}
+    return entry | {
+        "seconds": round(time.perf_counter() - started, 3),
+        "cpu_seconds": round(time.process_time() - cpu_started, 3),
+    }
 
 
 def tuned_overrides(
@@ -659,6 +666,7 @@ def write_trials_csv(out: Path, methods: Iterable[str]) -> None:
                 "value": t.value,
                 "seconds": None if duration is None else round(duration, 3),
                 "last_step": t.user_attrs.get("last_step"),
+                "cpu_seconds": t.user_attrs.get("cpu_seconds"),
                 "error": t.user_attrs.get("error", ""),
             }
             for k, v in t.params.items():
