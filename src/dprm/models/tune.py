@@ -504,7 +504,12 @@ def tune_method(
 
 
 def tuned_overrides(
-    method: str, data: CalibrationSet, out: str | Path, trials: int, seed: int = 0
+    method: str,
+    data: CalibrationSet,
+    out: str | Path,
+    trials: int,
+    seed: int = 0,
+    max_steps: int = 0,
 ) -> dict[str, Any]:
     """The best config overrides of ``method`` from a (resumed) search of ``trials`` trials.
 
@@ -519,7 +524,7 @@ def tuned_overrides(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = TuneSettings(trials=trials, seed=seed)
+    settings = TuneSettings(trials=trials, seed=seed, max_steps=max_steps)
     with open(out / f".{method}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -122,7 +122,9 @@ def train_one(
     if tune_trials > 0:
         from dprm.models.tune import tuned_overrides
 
-        overrides = tuned_overrides(method, data, tune_dir, tune_trials) | dict(overrides)
+        steps = int(overrides.get("max_steps", 0))  # the run's step cap also caps the trials
+        tuned = tuned_overrides(method, data, tune_dir, tune_trials, max_steps=steps)
+        overrides = tuned | dict(overrides)
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
     model.save(out)
     return {
