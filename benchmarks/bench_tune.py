@@ -36,7 +36,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--max-steps", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--partial",
+        action="store_true",
+        help="run nothing: summarise the finished trials of an interrupted OUT/search/study.db",
+    )
     args = parser.parse_args()
+    if args.partial:
+        partial(Path(args.out) / "search", args)
+        return
 
     from dprm.models.tune import TuneSettings, clear, tune
 
@@ -131,6 +139,46 @@ def main() -> None:
         "load_after": load_after,
     }
     (out / "bench_tune.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def partial(search: Path, args) -> None:
+    """Per-trial CPU seconds of the finished trials of an unfinished search, extrapolated.
+
+    Extrapolation (labelled): per method, target x mean CPU seconds of its finished trials,
+    plus one complete trial for the refit; the one-off split / standardisation is not counted.
+    """
+    import optuna
+
+    from dprm.models.tune import storage_url
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    per_method = {}
+    print("PARTIAL search (interrupted): finished trials only")
+    print("method     complete pruned  mean cpu s/trial  mean wall s/trial  mean complete cpu s")
+    for s in optuna.get_all_study_summaries(storage_url(search)):
+        study = optuna.load_study(study_name=s.study_name, storage=storage_url(search))
+        done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+        if not done:
+            continue
+        cpu = [float(t.user_attrs.get("cpu_seconds", 0.0)) for t in done]
+        wall = [t.duration.total_seconds() for t in done]
+        full = [
+            float(t.user_attrs.get("cpu_seconds", 0.0)) for t in done if t.state.name == "COMPLETE"
+        ]
+        n_pruned = sum(t.state.name == "PRUNED" for t in done)
+        mean_cpu, mean_full = sum(cpu) / len(cpu), sum(full) / max(len(full), 1)
+        print(
+            f"{s.study_name:10s} {len(done) - n_pruned:8d} {n_pruned:6d} {mean_cpu:17.2f} "
+            f"{sum(wall) / len(wall):18.2f} {mean_full:20.2f}"
+        )
+        per_method[s.study_name] = args.target_trials * mean_cpu + mean_full
+    n_workers = max(1, min(args.jobs, len(per_method)))
+    total = schedule(per_method, n_workers)
+    print(
+        f"EXTRAPOLATED (not measured) to {args.target_trials} trials per method from the mean "
+        f"CPU seconds per finished trial, on {n_workers} dedicated cores: {total:.0f} s "
+        f"({total / 60:.1f} min)"
+    )
 
 
 def schedule(seconds: dict[str, float], workers: int) -> float:

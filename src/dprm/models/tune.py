@@ -274,8 +274,7 @@ def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings
     """
     optuna = _optuna()
     storage = storage_url(out)
-    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
-    if method in names:
+    if method in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=method, storage=storage)
         stored = study.user_attrs.get("settings")
         if stored != fingerprint:
@@ -296,8 +295,9 @@ def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings
         pruner=optuna.pruners.MedianPruner(n_startup_trials=settings.prune_startup),
     )
     study.set_user_attr("settings", fingerprint)
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for trial in running:  # left by a killed process: failed, re-run, not counted
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
     return study
 
 
