@@ -310,11 +310,17 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
     optuna = _optuna()
 
     def objective(trial) -> float:
+        cpu_started = time.process_time()
+        try:
+            return train_trial(trial)
+        finally:  # this process's CPU time (all threads): the trial's cost whatever else runs
+            trial.set_user_attr("cpu_seconds", round(time.process_time() - cpu_started, 3))
+
+    def train_trial(trial) -> float:
         overrides = suggest_overrides(method, trial) | settings.fixed()
         trial.set_user_attr("overrides", overrides)
         config = resolve_config(method, None, overrides)
         best = math.inf
-        cpu_started = time.process_time()
 
         def report(step: int, metrics: dict[str, float]) -> None:
             nonlocal best
@@ -323,8 +329,6 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
             best = min(best, metrics[config.select_metric])
             trial.report(best, step)
             trial.set_user_attr("last_step", step)
-            # this process's CPU time (all threads): the trial's cost whatever else runs
-            trial.set_user_attr("cpu_seconds", round(time.process_time() - cpu_started, 3))
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned at step {step}")
 
@@ -347,7 +351,6 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
                 trial.set_user_attr("error", "collapsed")
                 raise optuna.TrialPruned("collapsed")
         summary = model.info["training"]
-        trial.set_user_attr("cpu_seconds", round(time.process_time() - cpu_started, 3))
         trial.set_user_attr("best_step", summary["best_step"])
         trial.set_user_attr("steps", summary["steps"])
         return float(summary["best_score"])
