@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_train_units_tune_only_when_asked(tmp_path):
     from dprm.report import stages
     from dprm.report.grid import resolve
-    from dprm.report.runner import Pipeline
+    from dprm.runner.pipeline import Pipeline
 
     plain = resolve("tiny", methods=["qr", "isotonic"], keep_worlds=False)
     assert plain.tune_trials == 0

@@ -23,7 +23,7 @@ AUTO = "auto"
 
 def _train(args: argparse.Namespace) -> int:
     # before any work: never discover it after training, never replace the data with a model
-    out = check_out(args, directory=True, inputs=input_paths(args, "--data", "--config"))
+    out = check_out(args, directory=True, inputs=input_paths(args, "--data", "--config", "--tune"))
     apply_threads(args)
     from dprm.config import parse_overrides
     from dprm.data import read_calibration_set

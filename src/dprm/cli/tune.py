@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 
 from dprm.cli._common import (
     add_output_flags,
@@ -10,9 +11,13 @@ from dprm.cli._common import (
     add_threads_flag,
     apply_threads,
     check_out,
+    claim_run_folder,
+    input_paths,
     integer_at_least,
     show_progress,
 )
+
+COMMAND = "tune"
 
 #: the methods tuned when --methods is not given (dprm.models.tune.TUNED_METHODS; not imported
 #: here so that building the parser stays free of torch)
@@ -20,16 +25,23 @@ DEFAULT_METHODS = "ot,qr,mono,binomial"
 
 
 def _tune(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=True, resumable=True)
+    inputs = input_paths(args, "--data")
+    if args.overwrite:  # only a folder dprm wrote is replaced; it is this command's at once
+        out = check_out(args, directory=True, resumable=True, inputs=inputs)
+        from dprm.io import write_marker
+
+        if out.exists():
+            shutil.rmtree(out)
+        write_marker(out, COMMAND)
+    else:  # a new or empty folder, or one `dprm tune` made (resumed); locked till the end
+        out = claim_run_folder(args.out, COMMAND, inputs=inputs)
     apply_threads(args)
     from dprm.data import read_calibration_set
-    from dprm.models.tune import TuneSettings, clear, tune
+    from dprm.models.tune import TuneSettings, tune
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     settings = TuneSettings(trials=args.trials, seed=args.seed, max_steps=args.max_steps)
     data = read_calibration_set(args.data)
-    if args.overwrite and out.exists():
-        clear(out)
     best = tune(
         data,
         out,

@@ -123,5 +123,10 @@ def test_train_auto_flags(search, calib, tmp_path, capsys):
     assert "--method auto" in capsys.readouterr().err
     assert main([*base, "--method", "qr", "--tune", str(search)]) == 2
     assert "--tune is only read with --method auto" in capsys.readouterr().err
-    assert main([*base, "--method", "auto", "--tune", str(tmp_path)]) == 2
+    (tmp_path / "no_search").mkdir()
+    assert main([*base, "--method", "auto", "--tune", str(tmp_path / "no_search")]) == 2
     assert "best.json" in capsys.readouterr().err
+    # the model's --out may not lie inside the search it reads
+    inside = ["train", "--data", calib, "--out", str(search / "m"), "--quiet"]
+    assert main([*inside, "--method", "auto", "--tune", str(search)]) == 2
+    assert "lies inside the input --tune" in capsys.readouterr().err
