@@ -119,7 +119,7 @@ def test_report_wall_time_is_the_clis(park_run):
     """The wall time in report.md and run.json is the one the command prints.
 
     The report's figure is taken just before its files are written; what the command does after
-    (results.json, report.md, state.json, run.json: a few atomic, fsynced writes) takes
+    (results.json, report.md, state.json, run.json: a few atomic writes) takes
     milliseconds, up to a few hundred on a loaded machine: 1 s of tolerance (on 3597380 the
     report missed the tables and figures stages: 5.9 s vs the command's 11.4 s)."""
     out, stdout = park_run
