@@ -33,6 +33,24 @@ def ray_instance():
     ray.shutdown()
 
 
+def test_ctrl_c_leaves_no_ray_process(tmp_path, tiny_dirs, question_files):
+    """SIGINT to a driver that started its own Ray instance: its tasks are cancelled and every
+    Ray process (GCS, raylet, workers) ends with it, checked by pid."""
+    from .interrupt import cmdlines, interrupt_run
+    from .test_park_source import park_recipe
+
+    path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    out = tmp_path / "out"
+
+    def working(children, out) -> bool:  # Ray is up and has finished a unit
+        return (out / "state.json").exists() and any("raylet" in c for c in cmdlines(children))
+
+    args = [str(path), "--executor", "ray", "--out", str(out), "--quiet"]
+    code, seen, err = interrupt_run(args, working, out, env={"RAY_AUTH_MODE": "disabled"})
+    assert code == 130, err
+    assert len(seen) >= 3  # GCS, raylet and workers at least, all gone
+
+
 def die_after_first_part(marker: str, parts: str, work):
     """The first time: run ``work`` but kill this process once its first part is stored."""
     if not os.path.exists(marker):

@@ -47,3 +47,34 @@ def test_slurm_executor_through_submitit_local(tmp_path, tiny_dirs, question_fil
     assert embed["tasks"] == 6 and len(set(embed["job_ids"])) == 6  # 3 splits x 2 shards
     assert embed["resources"]["name"] == "dprm-embed" and embed["resources"]["gpus_per_node"] == 0
     assert embed["resources"]["timeout_min"] == 240
+
+
+def test_slurm_without_a_scheduler_says_so_before_any_work(
+    tmp_path, tiny_dirs, question_files, capsys, monkeypatch
+):
+    """No sbatch here: one line, exit 2, nothing written (not ten local processes instead)."""
+    from dprm.cli import main
+
+    path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--executor", "slurm", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sbatch" in err and "--slurm-cluster local" in err
+    assert not out.exists()
+
+
+def test_ctrl_c_cancels_every_job_and_leaves_no_process(tmp_path, tiny_dirs, question_files):
+    """SIGINT to the driver alone (submitit's local mode): every job process it started ends."""
+    from .interrupt import cmdlines, interrupt_run
+
+    path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    out = tmp_path / "out"
+
+    def tasks_running(children, out) -> bool:
+        return any("submitit.core._submit" in c for c in cmdlines(children))
+
+    args = [str(path), "--executor", "slurm", "--slurm-cluster", "local", "--out", str(out)]
+    code, seen, err = interrupt_run([*args, "--quiet"], tasks_running, out)
+    assert code == 130, err
+    assert len(seen) >= 2  # a controller and its task at least, all gone
