@@ -35,9 +35,11 @@ def interrupt_run(
     env: dict[str, str] | None = None,
     start_timeout: float = 120.0,
     end_timeout: float = 30.0,
+    sig: int = signal.SIGINT,
 ) -> tuple[int, set[int], str]:
-    """Start ``dprm run ARGS``, send SIGINT to the driver alone once ``ready(descendants, out)``,
-    and wait for every process it started to end.
+    """Start ``dprm run ARGS``, send ``sig`` (Ctrl-C; SIGTERM, SIGKILL: the driver's death) to
+    the driver alone once ``ready(descendants, out)``, and wait for every process it started to
+    end.
 
     Returns:
         The driver's exit code, the pids seen under it, and its stderr.
@@ -79,7 +81,7 @@ def interrupt_run(
                 if ready(children, out):
                     break
                 time.sleep(0.1)
-            os.kill(driver.pid, signal.SIGINT)
+            os.kill(driver.pid, sig)
             code = driver.wait(timeout=end_timeout)
         except BaseException:
             driver.kill()
@@ -105,3 +107,24 @@ def cmdlines(processes: list[psutil.Process]) -> list[str]:
         with contextlib.suppress(psutil.Error):
             out.append(" ".join(p.cmdline()))
     return out
+
+
+def endless_labels(park: Path) -> None:
+    """Make one of a fake Park copy's ``data.json`` files a FIFO nobody writes: the labels job
+    that reads it blocks for ever, so a job cancelled by nobody is still there when the test
+    looks (and the test needs no slow stage before it)."""
+    path = park / "mathtrain" / "Tiny-LM-Instruct" / "data.json"
+    path.unlink()
+    os.mkfifo(path)
+
+
+def stage_started(out: Path, stage: str) -> bool:
+    """``stage`` was submitted (SLURM: OUT/slurm/jobs.json lists its array)."""
+    import json
+
+    jobs = out / "slurm" / "jobs.json"
+    try:
+        arrays = json.loads(jobs.read_text())["arrays"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return any(a["stage"] == stage for a in arrays)

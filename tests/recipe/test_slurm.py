@@ -4,6 +4,8 @@ the job arrays it submitted are recorded with their resources and stage order.""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from dprm.io import read_json
@@ -64,17 +66,25 @@ def test_slurm_without_a_scheduler_says_so_before_any_work(
     assert not out.exists()
 
 
-def test_ctrl_c_cancels_every_job_and_leaves_no_process(tmp_path, tiny_dirs, question_files):
-    """SIGINT to the driver alone (submitit's local mode): every job process it started ends."""
-    from .interrupt import cmdlines, interrupt_run
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)],
+    ids=["int", "kill"],
+)
+def test_ctrl_c_or_death_of_the_driver_ends_every_job(tmp_path, tiny_dirs, question_files, sig):
+    """SIGINT (Ctrl-C) or SIGKILL to the driver alone, in submitit's local mode, while a labels job
+    that never ends by itself is running: every process of the run ends (checked by pid)."""
+    from .interrupt import cmdlines, endless_labels, interrupt_run, stage_started
 
     path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    endless_labels(tmp_path / "prm_calibration")
     out = tmp_path / "out"
 
-    def tasks_running(children, out) -> bool:
-        return any("submitit.core._submit" in c for c in cmdlines(children))
+    def blocked(children, out) -> bool:
+        task = any("submitit.core._submit" in c for c in cmdlines(children))
+        return task and stage_started(out, "labels")
 
     args = [str(path), "--executor", "slurm", "--slurm-cluster", "local", "--out", str(out)]
-    code, seen, err = interrupt_run([*args, "--quiet"], tasks_running, out)
-    assert code == 130, err
+    code, seen, err = interrupt_run([*args, "--quiet"], blocked, out, sig=sig)
+    assert code == (130 if sig == signal.SIGINT else -signal.SIGKILL), err
     assert len(seen) >= 2  # a controller and its task at least, all gone
