@@ -217,6 +217,9 @@ class SlurmSection:
     array_parallelism: int = in_range(64, ge=1)
     #: submitit's job folder (logs, pickled tasks), relative to the run directory
     folder: str = "slurm"
+    #: "" = SLURM (``sbatch`` must be on PATH); "local" = submitit's local executor, every task
+    #: a process on this machine (tests, dry runs): never chosen silently
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -369,6 +372,11 @@ def check(recipe: Recipe, source: str) -> None:
                     f"{source} [generators][{i}]: model is required (it generates "
                     f"{'trajectories' if recipe.data.source == 'generate' else 'BoN pools'})"
                 )
+    if recipe.executor.slurm.cluster not in ("", "slurm", "local", "debug"):
+        raise ConfigError(
+            f"{source} [executor.slurm]: cluster = {recipe.executor.slurm.cluster!r}; expected "
+            "'' (SLURM), 'local' or 'debug' (submitit's local executors)"
+        )
     if recipe.rollout.boxed_prefix not in ("grade", "drop"):
         raise ConfigError(f"{source} [rollout]: boxed_prefix must be 'grade' or 'drop'")
     from dprm.models import REGISTRY
