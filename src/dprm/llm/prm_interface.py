@@ -219,13 +219,12 @@ class PRM:
                 cols += encoded[i].positions
             with torch.inference_mode():
                 index = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))
-                picked = self._states(ids, index, adapter=False)
-                scores = self.readout(picked).float().cpu().numpy()
+                picked, scores = self._pass(ids, index, adapter=False)
+                scores = scores.float().cpu().numpy()
                 hidden = picked.float().cpu().numpy()
                 quantiles = None
                 if self.adapter is not None:
-                    tuned = self._states(ids, index, adapter=True)
-                    quantiles = self.adapter.readout(tuned).float().cpu().numpy()
+                    quantiles = self._pass(ids, index, adapter=True)[1].float().cpu().numpy()
             offset = 0
             for i in batch:
                 t = len(encoded[i].positions)
@@ -238,12 +237,13 @@ class PRM:
                 offset += t
         return results  # type: ignore[return-value]
 
-    def _states(self, ids: Any, index: tuple[Any, Any], adapter: bool) -> Any:
-        """Last hidden states [P, D] at ``index`` (rows, cols) of the padded batch ``ids``.
+    def _pass(self, ids: Any, index: tuple[Any, Any], adapter: bool) -> tuple[Any, Any]:
+        """(last hidden states [P, D], readout) at ``index`` (rows, cols) of the batch ``ids``.
 
-        With an adapter loaded, ``adapter=False`` runs the base PRM (the adapter disabled) and
-        ``adapter=True`` the calibrated one. Under a device map the states come off the last
-        shard; they are moved to the readout head's device.
+        Without an adapter the readout is :meth:`readout` (scores [P]). With one loaded,
+        ``adapter=False`` runs the base PRM (LoRA off, the original head: raw scores [P]) and
+        ``adapter=True`` the calibrated one (its quantiles [P, M]). Under a device map the
+        states come off the last shard; accelerate's hooks move them to the head's device.
         """
         import contextlib
 
@@ -252,8 +252,13 @@ class PRM:
             context = self.adapter.disabled()
         with context:
             out = self.body()(input_ids=ids.to(self.device), use_cache=False)
-        states = out.last_hidden_state
-        return states[index[0].to(states.device), index[1].to(states.device)]
+            states = out.last_hidden_state
+            picked = states[index[0].to(states.device), index[1].to(states.device)]
+            if self.adapter is None:
+                return picked, self.readout(picked)
+            if adapter:
+                return picked, self.adapter.readout(picked)
+            return picked, self.adapter.base_readout(picked)
 
     def score_steps(self, question: str, steps_list: list[list[str]]) -> list[StepOutput]:
         """Scores [T] and hidden states [T, D] at every step of each trajectory (one pass each).

@@ -104,3 +104,16 @@ def skywork_prm_class() -> type:
             self.post_init()
 
     return SkyworkPRM
+
+
+def _inputs_for_generation(input_ids: Any, **kwargs: Any) -> dict:
+    return {"input_ids": input_ids, **kwargs}
+
+
+def peft_ready(model: Any) -> Any:
+    """``model`` with a ``prepare_inputs_for_generation`` attribute, which peft's CAUSAL_LM
+    wrapper reads on construction (Park et al.'s adapters are saved with that task type;
+    transformers < 4.50 gave every model one). Set on the instance: the PRM never generates."""
+    if not hasattr(model, "prepare_inputs_for_generation"):
+        model.prepare_inputs_for_generation = _inputs_for_generation
+    return model
