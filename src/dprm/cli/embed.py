@@ -119,21 +119,6 @@ def _park_labels(path: Path, n_rollouts: int):
     return park_to_labels(read_park_json(path), n_rollouts, source=path)
 
 
-def parse_max_memory(text: str | None) -> dict | None:
-    """``"0=70GiB,1=70GiB,cpu=100GiB"`` -> ``{0: "70GiB", 1: "70GiB", "cpu": "100GiB"}``."""
-    from dprm.io import DataError
-
-    if not text:
-        return None
-    out: dict = {}
-    for item in text.split(","):
-        device, sep, size = item.strip().partition("=")
-        if not sep or not device or not size:
-            raise DataError(None, f"--max-memory {text!r}: expected DEV=SIZE[,DEV=SIZE...]")
-        out[int(device) if device.isdigit() else device] = size
-    return out
-
-
 def cmd_embed(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -141,6 +126,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from dprm.io import DataError
     from dprm.llm.embed import EmbedConfig, run_embed
     from dprm.llm.prm import load_prm
+    from dprm.llm.prm_interface import parse_max_memory
     from dprm.llm.rollout import check_trajectories
     from dprm.llm.shard import Shard, output_path, read_output_meta
 

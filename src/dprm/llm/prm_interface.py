@@ -290,3 +290,17 @@ def _plain_map(device_map: Any) -> Any:
     if not isinstance(device_map, dict):
         return device_map
     return {str(k): (v if isinstance(v, int | str) else str(v)) for k, v in device_map.items()}
+
+
+def parse_max_memory(text: str | None) -> dict | None:
+    """``"0=70GiB,1=70GiB,cpu=100GiB"`` -> ``{0: "70GiB", 1: "70GiB", "cpu": "100GiB"}``
+    (accelerate's ``max_memory``; ``--max-memory`` and a recipe's ``[[prms]] max_memory``)."""
+    if not text:
+        return None
+    out: dict = {}
+    for item in text.split(","):
+        device, sep, size = item.strip().partition("=")
+        if not sep or not device or not size:
+            raise DataError(None, f"max_memory {text!r}: expected DEV=SIZE[,DEV=SIZE...]")
+        out[int(device) if device.isdigit() else device] = size
+    return out
