@@ -29,28 +29,6 @@ pytest.importorskip("peft", reason="the llm extra installs peft")
 SYSTEM = "Please reason step by step, and put your final answer in \\boxed{}."
 
 
-def _make_adapter(prm_dir: Path, out: Path, seed: int = 1) -> Path:
-    from peft import LoraConfig, get_peft_model
-
-    from dprm.llm.park_adapter import quantile_head
-    from dprm.llm.prm_models import peft_ready, qwen_prm_class
-
-    model = qwen_prm_class().from_pretrained(prm_dir)
-    model.score[2] = quantile_head(model.score[2])
-    config = LoraConfig(
-        r=2, lora_alpha=32, lora_dropout=0.1, bias="none", task_type="CAUSAL_LM",
-        target_modules=["score.0", "score.2", "q_proj", "v_proj"],
-    )  # fmt: skip
-    peft_model = get_peft_model(peft_ready(model), config)
-    torch.manual_seed(seed)
-    with torch.no_grad():  # a trained adapter: LoRA B is no longer zero
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.5)
-    peft_model.save_pretrained(out)
-    return out
-
-
 def _labels(n_questions: int = 12) -> pd.DataFrame:
     from dprm.llm.prompts import join_steps
 
@@ -79,7 +57,7 @@ def world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("park")
     prm_dir = real_prms.build_qwen_prm(root / "qwen2.5-math-prm-tiny")
-    adapter = _make_adapter(prm_dir, root / "adapter")
+    adapter = real_prms.make_park_adapter(prm_dir, root / "adapter")
     labels = _labels()
     labels.to_parquet(root / "labels.parquet")
     common = ["embed", "--labels", str(root / "labels.parquet"), "--prm", str(prm_dir),

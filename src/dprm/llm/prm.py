@@ -264,7 +264,12 @@ class SkyworkPRM(PRM):
     step_token = "\n"
 
     def _load(self, path: str) -> tuple[Any, Any]:
-        model = skywork_prm_class().from_pretrained(path, **self.load_kwargs())
+        model, info = skywork_prm_class().from_pretrained(
+            path, output_loading_info=True, **self.load_kwargs()
+        )
+        missing = [k for k in info.get("missing_keys", []) if "v_head" in k]
+        if missing:  # transformers would start them at random with only a warning
+            raise DataError(path, f"skywork-prm: the checkpoint lacks the value head {missing}")
         return _tokenizer(path), model
 
     def _setup(self) -> None:
