@@ -479,8 +479,10 @@ def load_prm(
         kind: one of :data:`PRM_REGISTRY` (default: inferred from the name / config.json).
         device: torch device (default: cuda if available).
         dtype: torch dtype or name (default: bf16/fp16 on GPU, fp32 on CPU).
-        **options: ``max_tokens``, ``batch_tokens``; for ``token-classification`` also
-            ``separator`` and ``positive_label``.
+        **options: ``max_tokens``, ``batch_tokens``; ``device_map`` (``"auto"``),
+            ``max_memory`` and ``offload_folder`` to shard a PRM larger than one GPU; for
+            ``token-classification`` also ``separator`` and ``positive_label``; for ``qwen-prm``
+            ``prompt``.
 
     Raises:
         DataError: unknown ``kind`` (the message lists the registry).
