@@ -147,6 +147,12 @@ def cmd_embed(args: argparse.Namespace) -> int:
             raise DataError(
                 source, "missing column 'correct' (a BoN pool is `dprm generate` output)"
             )
+    if args.adapter is not None and kind != "calibration":
+        raise DataError(
+            args.adapter,
+            "--adapter writes Park et al.'s quantiles into calibration sets (--labels); "
+            "BoN sets do not carry them yet",
+        )
     quick = {**input_id(source), "stage": f"embed-{kind}", "prm": args.prm, "hidden_dtype": args.hidden_dtype,
              "questions_per_part": args.questions_per_part, "shard": str(shard)}  # fmt: skip
     if args.prm_prompt != "park":  # the park default keeps fingerprints of earlier runs valid

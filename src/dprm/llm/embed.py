@@ -355,10 +355,11 @@ def run_embed(
 
     if kind not in ("calibration", "bon"):
         raise ValueError(f"kind={kind!r}: expected 'calibration' or 'bon'")
+    placement = ("prm_device_map",)  # where the layers sit does not change the numbers
     fingerprint = {
         **(fingerprint or {}),
         "stage": f"embed-{kind}",
-        **prm.provenance(),
+        **{k: v for k, v in prm.provenance().items() if k not in placement},
         "hidden_dtype": config.hidden_dtype,
         "questions_per_part": config.questions_per_part,
         "shard": str(shard),
