@@ -156,3 +156,16 @@ def test_adapter_needs_a_qwen_prm_and_park_qr_needs_the_columns(world, tmp_path)
     code = main(["train", "--method", "park-qr", "--data", str(root / "calib-plain"), "--out",
                  str(tmp_path / "pq"), "--quiet"])  # fmt: skip
     assert code == 2 and not (tmp_path / "pq").exists()
+
+
+def test_adapter_is_refused_for_bon_sets(world, toy_trajectories, tmp_path, capsys):
+    from dprm.cli import main
+
+    _, prm_dir, adapter, _ = world
+    pool = toy_trajectories.assign(correct=[True, False] * 3, response_id=lambda f: f.response_id)
+    pool.to_parquet(tmp_path / "pool.parquet")
+    code = main(["embed", "--bon", str(tmp_path / "pool.parquet"), "--prm", str(prm_dir),
+                 "--device", "cpu", "--adapter", str(adapter), "--out", str(tmp_path / "bon"),
+                 "--no-progress"])  # fmt: skip
+    assert code == 2 and "BoN sets do not carry them" in capsys.readouterr().err
+    assert not (tmp_path / "bon").exists()

@@ -38,6 +38,12 @@ def test_a_split_prm_scores_like_the_whole_one(qwen_prm_dir, qwen_prm, tmp_path)
         np.testing.assert_allclose(b.hidden, a.hidden, atol=1e-6)
 
 
+def test_the_72b_is_a_qwen_prm():
+    from dprm.llm.prm import infer_kind
+
+    assert infer_kind("Qwen/Qwen2.5-Math-PRM-72B") == "qwen-prm"
+
+
 def test_max_memory_flag():
     assert parse_max_memory("0=70GiB,1=70GiB,cpu=100GiB") == {
         0: "70GiB",
