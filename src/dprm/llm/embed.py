@@ -21,6 +21,11 @@ it in ``meta.json`` ``unscorable`` (question, response, reason), ``stats`` count
 the counts, and every other row of the part is written. ``strict=True`` (``--strict``) stops
 at the first one instead, naming the response.
 
+**Park et al.'s adapters.** With an adapter attached to the PRM (``dprm embed --adapter``,
+:mod:`dprm.llm.park_adapter`), calibration records get ``park_q10``, ``park_q50`` and
+``park_q90`` (its quantiles at tau = 0.1 / 0.5 / 0.9) right after ``prm_score``; the raw score
+and the hidden state stay the base PRM's, so every other calibrator sees the same inputs.
+
 **Resume.** Work is cut into parts of ``questions_per_part`` questions; each part is a small set
 directory written atomically; a rerun skips finished parts, and the shard output is joined
 from the parts at the end (duplicate keys are rejected).
@@ -38,6 +43,7 @@ import pandas as pd
 
 from dprm.data.contract import write_bon_set, write_calibration_set
 from dprm.io import DataError, read_json
+from dprm.llm.park_adapter import PARK_COLUMNS
 from dprm.llm.prm_interface import PRM, Encoded, UnscorableError
 from dprm.llm.prompts import split_steps
 from dprm.llm.shard import (
@@ -197,11 +203,18 @@ def embed_label_part(
     rows = np.flatnonzero(keep)
     hidden = np.zeros((len(rows), prm.hidden_dim), dtype=np.float32)
     scores = np.zeros(len(rows), dtype=np.float32)
+    park = np.zeros((len(rows), len(PARK_COLUMNS)), dtype=np.float32)
     for j, r in enumerate(rows):
         out = outputs[slot[r]]
         hidden[j], scores[j] = out.hidden[offset[r]], out.scores[offset[r]]
+        if out.quantiles is not None:
+            park[j] = out.quantiles[offset[r]]
     records = labels.iloc[rows].reset_index(drop=True)
-    records.insert(records.columns.get_loc("step") + 1, "prm_score", np.clip(scores, 0.0, 1.0))
+    at = records.columns.get_loc("step") + 1
+    records.insert(at, "prm_score", np.clip(scores, 0.0, 1.0))
+    if prm.adapter is not None:  # Park et al.'s calibrated quantiles next to the raw score
+        for k, column in enumerate(PARK_COLUMNS):
+            records.insert(at + 1 + k, column, park[:, k])
     stats = {
         "rows": int(len(rows)),
         "rows_truncated": int((~keep & scorable).sum()),
@@ -342,10 +355,11 @@ def run_embed(
 
     if kind not in ("calibration", "bon"):
         raise ValueError(f"kind={kind!r}: expected 'calibration' or 'bon'")
+    placement = ("prm_device_map",)  # where the layers sit does not change the numbers
     fingerprint = {
         **(fingerprint or {}),
         "stage": f"embed-{kind}",
-        **prm.provenance(),
+        **{k: v for k, v in prm.provenance().items() if k not in placement},
         "hidden_dtype": config.hidden_dtype,
         "questions_per_part": config.questions_per_part,
         "shard": str(shard),

@@ -169,6 +169,10 @@ class PrmSpec:
     kind: str = ""
     gpus: float = in_range(1.0, ge=0)
     device: str = ""
+    #: "auto" shards a PRM larger than one GPU over its ``gpus`` (e.g. 4 for
+    #: Qwen2.5-Math-PRM-72B); ``max_memory`` as ``dprm embed --max-memory`` ("0=70GiB,...")
+    device_map: str = ""
+    max_memory: str = ""
     dtype: str = ""
     max_tokens: int = in_range(4096, ge=1)
     batch_tokens: int = in_range(16384, ge=1)
