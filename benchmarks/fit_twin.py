@@ -63,9 +63,9 @@ def cell_draws(gen: S.SynthGenerator, prm: S.SynthPRM, kind: str, size: str = "p
     for index, split in enumerate(world.splits):
         if split.kind != kind:
             continue
-        rng, prm_rng = S.split_rngs(seed, index, prm)
+        rng, prm_rng, mask_rng = S.split_rngs(seed, index, prm)
         draws = S.draw_generator(rng, gen, split, world, split.n_questions)
-        out.append(SplitDraws(split.name, draws, S.draw_prm(prm_rng, draws)))
+        out.append(SplitDraws(split.name, draws, S.draw_prm(prm_rng, draws, mask_rng)))
     return out
 
 

@@ -123,9 +123,11 @@ def test_hidden_state_carries_more_success_signal_for_qwen_prm_than_shepherd():
     def explained(prm_name: str) -> float:
         gen, prm = S.GENERATORS["qwen-2.5-7b"], S.PRMS[prm_name]
         split, size = S.SIZES["paper"].splits[0], S.SIZES["paper"]
-        rng, prm_rng = S.split_rngs(5, 0, prm)
+        rng, prm_rng, mask_rng = S.split_rngs(5, 0, prm)
         draws = S.draw_generator(rng, gen, split, size, 300)
-        rec = S.simulate(gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws), 20)
+        rec = S.simulate(
+            gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws, mask_rng), 20
+        )
         logit = np.log(rec.true_p / (1 - rec.true_p))
         return 1 - np.mean(rec.true_sigma**2) / np.var(logit)
 
@@ -141,9 +143,11 @@ def test_difficulty_is_skewed_and_r1_trajectories_are_long():
     steps = {}
     for name in ("qwen-2.5-7b", "r1-qwen-7b"):
         gen, prm = S.GENERATORS[name], S.PRMS["qwen-prm"]
-        rng, prm_rng = S.split_rngs(1, 0, prm)
+        rng, prm_rng, mask_rng = S.split_rngs(1, 0, prm)
         draws = S.draw_generator(rng, gen, size.splits[0], size, 500)
-        rec = S.simulate(gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws), 20)
+        rec = S.simulate(
+            gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws, mask_rng), 20
+        )
         p_question = rec.true_p[draws.step == 0][:: size.n_responses]  # one per question
         assert np.mean((p_question < 0.05) | (p_question > 0.95)) > 0.3
         steps[name] = np.mean(np.bincount(draws.question * 8 + draws.response))
@@ -192,9 +196,11 @@ def test_truth_is_exact_given_h_in_and_out_of_distribution(prm_name, split_index
 
     gen, prm, size = S.GENERATORS["r1-llama-8b"], S.PRMS[prm_name], S.SIZES["paper"]
     split = size.splits[split_index]
-    rng, prm_rng = S.split_rngs(7, split_index, prm)
+    rng, prm_rng, mask_rng = S.split_rngs(7, split_index, prm)
     draws = S.draw_generator(rng, gen, split, size, 400)
-    rec = S.simulate(gen, prm, S.DEFAULT_CELL, split.kind, draws, S.draw_prm(prm_rng, draws), 20)
+    rec = S.simulate(
+        gen, prm, S.DEFAULT_CELL, split.kind, draws, S.draw_prm(prm_rng, draws, mask_rng), 20
+    )
     last = np.flatnonzero(np.diff(np.append(draws.step, 0)) <= 0)  # last prefix of each response
     logit = np.log(rec.true_p[last] / (1 - rec.true_p[last]))
     z = (logit - rec.true_mu[last]) / rec.true_sigma[last]
