@@ -64,20 +64,18 @@ SYNTH_FORMAT = 2
 N_SIGNAL = 3
 N_NUISANCE = 11
 #: latent layout (:func:`assemble_latent`): masked linear channel m [3], raw readings z [3],
-#: step feature, score quirk, then N_NUISANCE nuisance features
+#: the key s (+-1), step feature, score quirk, then N_NUISANCE nuisance features
 LINEAR_COLS = slice(0, N_SIGNAL)
 RAW_COLS = slice(N_SIGNAL, 2 * N_SIGNAL)
-STEP_COL = 2 * N_SIGNAL
-QUIRK_COL = 2 * N_SIGNAL + 1
-LATENT_DIM = 2 * N_SIGNAL + 2 + N_NUISANCE
+KEY_COL = 2 * N_SIGNAL
+STEP_COL = 2 * N_SIGNAL + 1
+QUIRK_COL = 2 * N_SIGNAL + 2
+LATENT_DIM = 2 * N_SIGNAL + 3 + N_NUISANCE
 #: tanh units read the masked linear channel, the step, the quirk and the nuisance features;
-#: periodic units read the raw readings only, through cos(2 pi (z . w) / PERIOD + phase)
+#: keyed units read the raw readings only, as tanh((s z) . a_k + s b_k): odd in s
 TANH_WIDTH = 96
-PERIODIC_WIDTH = 32
-EMBED_WIDTH = TANH_WIDTH + PERIODIC_WIDTH
-#: period of the periodic units, in units of the readings' scale (about one standard
-#: deviation): a linear readout of such units carries almost nothing of a monotone trend
-PERIOD = 1.0
+KEYED_WIDTH = 32
+EMBED_WIDTH = TANH_WIDTH + KEYED_WIDTH
 #: weight of the visible response style in the success logit
 STYLE_WEIGHT = 0.5
 #: step at which the trajectory reading o_2 reaches the PRM's visibility kappa
@@ -336,10 +334,12 @@ class Embedding:
       step, the score quirk and the nuisance features. Their first-layer rows are scaled so that
       m carries a share ``prm.signal_share`` of the pre-activation variance: most of h's
       variance comes from directions that have nothing to do with success.
-    * ``PERIODIC_WIDTH`` periodic units cos(2 pi (z . w_k) / PERIOD + phi_k) read the raw
-      readings z along random unit directions w_k. Together they determine z (32 generic
-      directions in 3 dimensions leave no other solution), but only through an oscillatory
-      inverse: a linear readout of them carries almost nothing of a monotone trend in z.
+    * ``KEYED_WIDTH`` keyed units tanh((s z) . a_k + s b_k) read the raw readings z through a
+      visible random key s = +-1 (independent of everything else, P(s = 1) = 1/2). Each unit is
+      odd in s, so for any function g, E[g(z) unit_k] = 0: a linear readout of these units
+      carries nothing about success. Products of two of them do not depend on s
+      (unit_k unit_l = tanh(z . a_k + b_k) tanh(z . a_l + b_l)): a quadratic readout, or any
+      network that can multiply, recovers z, and h determines z exactly.
 
     The map is fixed per (PRM, hidden_dim); how informative h is about success is set by the
     latent (the cell's ``linear_share``), not here, so one PRM embeds every generator alike.
@@ -350,15 +350,14 @@ class Embedding:
         reads = np.zeros(LATENT_DIM, bool)
         reads[LINEAR_COLS] = True
         others = np.ones(LATENT_DIM, bool)
-        others[LINEAR_COLS] = others[RAW_COLS] = False
+        others[LINEAR_COLS] = others[RAW_COLS] = others[KEY_COL] = False
         row_var = np.zeros(LATENT_DIM)
         row_var[reads] = prm.signal_share / reads.sum()
         row_var[others] = (1 - prm.signal_share) / others.sum()
         self.first = rng.normal(0, 1, (LATENT_DIM, TANH_WIDTH)) * np.sqrt(row_var)[:, None] * 1.3
         self.first_bias = rng.normal(0, 0.3, TANH_WIDTH)
-        directions = rng.normal(0, 1, (N_SIGNAL, PERIODIC_WIDTH))
-        self.periodic = directions / np.linalg.norm(directions, axis=0) * (2 * np.pi / PERIOD)
-        self.phase = rng.uniform(0, 2 * np.pi, PERIODIC_WIDTH)
+        self.keyed = rng.normal(0, 1, (N_SIGNAL, KEYED_WIDTH))
+        self.keyed_bias = rng.normal(0, 1, KEYED_WIDTH)
         self.second = rng.normal(0, 1 / np.sqrt(EMBED_WIDTH), (EMBED_WIDTH, hidden_dim))
         # Real hidden states have very different scales and offsets per dimension.
         self.col_scale = np.exp(rng.normal(0, 0.7, hidden_dim))
@@ -367,9 +366,10 @@ class Embedding:
     def features(self, latent: np.ndarray) -> np.ndarray:
         """The EMBED_WIDTH unit activations [n, EMBED_WIDTH] (float32); h is affine in them."""
         latent = np.asarray(latent, dtype=np.float64)
+        key = latent[:, KEY_COL : KEY_COL + 1]
         tanh_units = np.tanh(latent @ self.first + self.first_bias)
-        periodic_units = np.cos(latent[:, RAW_COLS] @ self.periodic + self.phase)
-        return np.concatenate([tanh_units, periodic_units], axis=1).astype(np.float32)
+        keyed_units = np.tanh(key * (latent[:, RAW_COLS] @ self.keyed + self.keyed_bias))
+        return np.concatenate([tanh_units, keyed_units], axis=1).astype(np.float32)
 
     def __call__(self, latent: np.ndarray) -> np.ndarray:
         # float32 throughout: a float64 [chunk, D] temporary would dwarf the output chunk.
@@ -382,6 +382,7 @@ class Embedding:
 def assemble_latent(
     readings: np.ndarray,
     masking: np.ndarray,
+    key: np.ndarray,
     step_feature: np.ndarray,
     quirk: np.ndarray,
     nuisance: np.ndarray,
@@ -393,18 +394,19 @@ def assemble_latent(
         readings: z [n, N_SIGNAL], the PRM's success readings (o_1 / 4, o_2 / 2, style).
         masking: xi [n, N_SIGNAL], unit-variance noise that hides part of z from the linear
             channel (drawn by :func:`draw_prm`; independent of everything else).
+        key: s [n] in {-1, +1}, the keyed units' key (drawn by :func:`draw_prm`).
         step_feature: [n], 2 t / max_steps - 1.
         quirk: [n], the PRM's score quirk (visible).
         nuisance: [n, N_NUISANCE], features unrelated to success.
         linear_share: lambda in [0, 1]: the linear channel is m = sqrt(lambda) z +
-            sqrt(1 - lambda) xi; the raw z reach h only through the periodic units.
+            sqrt(1 - lambda) xi; the raw z reach h only through the keyed units.
 
     Returns:
-        u [n, LATENT_DIM] = [m, z, step_feature, quirk, nuisance].
+        u [n, LATENT_DIM] = [m, z, s, step_feature, quirk, nuisance].
     """
     lam = float(np.clip(linear_share, 0.0, 1.0))
     linear = np.sqrt(lam) * readings + np.sqrt(1 - lam) * masking
-    return np.column_stack([linear, readings, step_feature, quirk, nuisance])
+    return np.column_stack([linear, readings, key, step_feature, quirk, nuisance])
 
 
 @dataclass
@@ -433,6 +435,7 @@ class PRMDraws:
     step_noise: np.ndarray  # e_{q,r,t} / its sd, 0 at step 0
     quirk: np.ndarray  # the PRM's score quirk n (visible), question + record parts
     masking: np.ndarray  # [n, N_SIGNAL] xi of the linear channel, question + record parts
+    key: np.ndarray  # [n] s = +-1 of the keyed units: per question at step 0, else per record
 
 
 def _segments(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -505,12 +508,15 @@ def draw_prm(
         mask_rng.standard_normal((n_q, N_SIGNAL))[draws.question]
         + mask_rng.standard_normal((n, N_SIGNAL)) * later[:, None]
     ) / np.sqrt(2)
+    signs = 2.0 * (mask_rng.random(n_q + n) < 0.5) - 1
+    key = np.where(later, signs[n_q:], signs[:n_q][draws.question])
     return PRMDraws(
         question_noise=_stratified_normal(rng, n_q)[draws.question],
         step_noise=rng.standard_normal(n) * later,
         quirk=(_stratified_normal(rng, n_q)[draws.question] + rng.standard_normal(n) * later)
         / np.sqrt(2),
         masking=masking,
+        key=key,
     )
 
 
@@ -565,6 +571,7 @@ def simulate(
     latent = assemble_latent(
         np.column_stack([o1 / 4, o2 / 2, draws.style]),
         prm_draws.masking,
+        prm_draws.key,
         2 * t / max_steps - 1,
         prm_draws.quirk,
         draws.nuisance,
