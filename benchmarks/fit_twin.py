@@ -193,7 +193,9 @@ def _search_share(evaluate, target: np.ndarray) -> tuple[float, np.ndarray]:
         share = round(float(np.clip(share, 0.0, 1.0)), 4)
         if share not in tried:
             tried[share] = evaluate(share)
-        return float(np.sum(((tried[share] - target) / QR_TOLERANCE) ** 2))
+        scaled = np.abs(tried[share] - target) / QR_TOLERANCE
+        # what the acceptance counts: the excess over the tolerances; then closeness
+        return float(np.sum(np.maximum(scaled - 1, 0) ** 2) + 0.01 * np.sum(scaled**2))
 
     best = min(COARSE_SHARES, key=cost)
     for share in best + FINE_STEP * np.array([-2, -1, 1, 2]):

@@ -15,15 +15,24 @@ record (question q, response r, step t):
   visible, plus the style, the step, the PRM's own score quirk and many nuisance features
   unrelated to success. delta = 0 in distribution; out of it the reading misses a share
   ``ood_blindness`` of the generator's drop in skill, delta = ood_blindness (skill_id -
-  skill_ood): AIME questions look easier than they are. The hidden state is a fixed nonlinear
-  embedding of the visible features, h = (tanh(u A + b) B) * col_scale + col_shift,
-  A [16, 128], B [128, D], fixed per PRM; most of h's variance comes from the nuisance
-  features.
-* **truth**: everything above is jointly Gaussian in logit space, so l | h is exactly
+  skill_ood): AIME questions look easier than they are.
+* **hidden state (twin v2, format 2)**: h is a fixed embedding, per PRM, of a latent u
+  (:func:`assemble_latent`, the one place latents are put together) that carries the
+  readings z = (o_1 / 4, o_2 / 2, style) twice: through a linear channel masked by fresh noise,
+  m = sqrt(lambda) z + sqrt(1 - lambda) xi, and raw through keyed units
+  tanh(s (z . a_k + b_k)) with a visible random key s = +-1. The keyed units are odd in s, so a
+  linear readout of them carries nothing about success, while products of two of them (a
+  quadratic readout, a network) recover z. lambda = ``linear_share`` is fitted per cell so
+  that a converged linear QR matches the paper's QR cells; most of h's variance comes from
+  the nuisance features. h = (units B) * col_scale + col_shift, B [128, D].
+* **truth**: the success distribution given the PRM's readings (o_1, o_2, style, step).
+  Everything is jointly Gaussian in logit space, so l | readings is exactly
   N(true_mu, true_sigma^2) with true_mu = skill + kappa (o_1 - delta - skill) + kappa_t o_2 +
   c_style sin(1.5 c), true_sigma^2 = (1 - kappa) spread^2 + (1 - kappa_t) V_t,
-  V_t = t walk^2, kappa_t = V_t / (V_t + tau^2); Q(tau | h) = sigmoid(true_mu + true_sigma
-  Phi^-1(tau)) in closed form.
+  V_t = t walk^2, kappa_t = V_t / (V_t + tau^2); Q(tau | readings) = sigmoid(true_mu +
+  true_sigma Phi^-1(tau)) in closed form. h determines the readings (the key is visible and
+  the keyed units are injective in z for generic a_k), so this is also the truth given h; a
+  linear calibrator of h reaches it only when lambda = 1.
 * **PRM score** (the Base prediction), a readout of h that knows neither the generator's skill
   nor its own uncertainty: logit r = score_bias + score_gain (difficulty_weight o_1 + o_2) +
   score_noise n, n the PRM's quirk feature. (score_bias, score_gain, score_noise) are fitted
@@ -160,40 +169,40 @@ PRMS: dict[str, SynthPRM] = {
 # BEGIN SCORE_CELLS
 SCORE_CELLS_TABLE = """
 generator      prm         kind  score_bias  score_gain  score_noise  linear_share
-llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248        1.0000
-llama-3.2-1b   qwen-prm    ood       1.4416      0.3111       2.5764        1.0000
-llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032        1.0000
-llama-3.2-1b   reasoneval  ood       1.2148      0.3111       1.6087        1.0000
-llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102        1.0000
-llama-3.2-1b   shepherd    ood      -0.4727      0.3101       0.7649        1.0000
-llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433        1.0000
-llama-3.1-8b   qwen-prm    ood       1.7576      0.2010       3.0023        1.0000
-llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830        1.0000
-llama-3.1-8b   reasoneval  ood       1.1406      0.1996       1.8395        1.0000
-llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711        1.0000
-llama-3.1-8b   shepherd    ood      -0.2699      0.1651       0.8395        1.0000
-qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301        1.0000
-qwen-2.5-1.5b  qwen-prm    ood       2.8017      0.1546       3.7616        1.0000
-qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580        1.0000
-qwen-2.5-1.5b  reasoneval  ood       1.9353      0.1819       2.5474        1.0000
-qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211        1.0000
-qwen-2.5-1.5b  shepherd    ood       0.4151      0.0339       1.2315        1.0000
-qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145        1.0000
-qwen-2.5-7b    qwen-prm    ood       4.0830      1.1770       5.2416        1.0000
-qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831        1.0000
-qwen-2.5-7b    reasoneval  ood       1.5172      0.2297       1.8079        1.0000
+llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248        0.4000
+llama-3.2-1b   qwen-prm    ood       1.4416      0.3111       2.5764        0.0000
+llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032        0.1500
+llama-3.2-1b   reasoneval  ood       1.2148      0.3111       1.6087        0.0000
+llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102        0.8000
+llama-3.2-1b   shepherd    ood      -0.4727      0.3101       0.7649        0.0000
+llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433        0.1500
+llama-3.1-8b   qwen-prm    ood       1.7576      0.2010       3.0023        0.1000
+llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830        0.1000
+llama-3.1-8b   reasoneval  ood       1.1406      0.1996       1.8395        0.1000
+llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711        0.0000
+llama-3.1-8b   shepherd    ood      -0.2699      0.1651       0.8395        0.0000
+qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301        0.5000
+qwen-2.5-1.5b  qwen-prm    ood       2.8017      0.1546       3.7616        0.1000
+qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580        0.1000
+qwen-2.5-1.5b  reasoneval  ood       1.9353      0.1819       2.5474        0.0000
+qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211        0.2500
+qwen-2.5-1.5b  shepherd    ood       0.4151      0.0339       1.2315        0.0000
+qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145        0.5500
+qwen-2.5-7b    qwen-prm    ood       4.0830      1.1770       5.2416        0.7500
+qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831        0.7000
+qwen-2.5-7b    reasoneval  ood       1.5172      0.2297       1.8079        0.3500
 qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378        1.0000
 qwen-2.5-7b    shepherd    ood       0.5572      0.4021       0.7204        1.0000
-r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527        1.0000
-r1-llama-8b    qwen-prm    ood       5.7569      0.5574       4.9152        1.0000
-r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152        1.0000
-r1-llama-8b    reasoneval  ood       5.6626      0.0004       5.4323        1.0000
+r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527        0.6000
+r1-llama-8b    qwen-prm    ood       5.7569      0.5574       4.9152        0.6500
+r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152        0.6500
+r1-llama-8b    reasoneval  ood       5.6626      0.0004       5.4323        0.0000
 r1-llama-8b    shepherd    id       -0.0353      0.4039       0.9265        1.0000
 r1-llama-8b    shepherd    ood      -5.1767      0.0000       5.7878        1.0000
-r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658        1.0000
-r1-qwen-7b     qwen-prm    ood       6.7454      0.3460       5.4301        1.0000
-r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337        1.0000
-r1-qwen-7b     reasoneval  ood       6.5458      0.1697       5.5552        1.0000
+r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658        0.6500
+r1-qwen-7b     qwen-prm    ood       6.7454      0.3460       5.4301        0.4000
+r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337        0.6500
+r1-qwen-7b     reasoneval  ood       6.5458      0.1697       5.5552        0.4500
 r1-qwen-7b     shepherd    id       -0.0277      0.1374       0.0788        1.0000
 r1-qwen-7b     shepherd    ood      -4.4886      0.0001       5.9694        1.0000
 """
