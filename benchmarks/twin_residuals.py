@@ -32,24 +32,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit_twin import PAPER_DATASET, QR_TOLERANCE, TOLERANCE, paper_base, paper_cell
+from fit_twin import (
+    CONVERGED_QR,
+    PAPER_DATASET,
+    QR_TOLERANCE,
+    TOLERANCE,
+    paper_base,
+    paper_cell,
+)
 
 from dprm import metrics as M
 from dprm.data import read_calibration_set
 from dprm.data.synth import GENERATORS, PRMS, SIZES, write_world
-
-#: dprm's QR trained to convergence: long enough that validation WQL stops moving, checkpoint
-#: chosen by validation WQL (the pinball objective QR minimises) rather than calibration area
-CONVERGED_QR = {
-    "max_steps": 4000,
-    "lr": 1e-2,
-    "lr_step_size": 1500,
-    "batch_size": 1024,
-    "eval_every": 100,
-    "warmup_steps": 0,
-    "select_metric": "wql",
-    "patience": 10,
-}
 
 
 def linear_r2(train_hidden, train_target, test_hidden, test_target, alpha: float = 1.0) -> float:
