@@ -53,7 +53,7 @@ def test_ias_writes_the_contract(setup, capsys):
     summary = pd.read_csv(out / "ias.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
     assert list(dict.fromkeys(summary["method"])) == ["base", "ot", "qr"]
-    assert set(summary["sweep"]) == {"C", "tau", "beta"}
+    assert set(summary["sweep"]) == {"C", "tau", "beta", "beta-cal"}  # v2 set: candidate states
     assert summary.loc[summary.sweep == "C", "level"].isna().all()  # written as empty cells
     assert summary.loc[summary.sweep != "C", "level"].notna().all()
     assert len(summary[(summary.method == "ot") & (summary.sweep == "tau")]) == 100
@@ -135,7 +135,7 @@ def test_greedy_sweep_matches_cost_and_maximises_the_success_curves(setup):
     argv = ["ias", "--bon", str(world["id/bon"]), "--model", str(dirs["ot"]), "--out", str(out)]
     assert main([*argv, "--mc-trials", "0", "--greedy", "--quiet"]) == 0
     summary = pd.read_csv(out / "ias.csv")
-    assert set(summary["sweep"]) == {"C", "tau", "beta", "greedy"}
+    assert set(summary["sweep"]) == {"C", "tau", "beta", "beta-cal", "greedy"}
     c_rows = summary[summary.sweep == "C"].set_index(["method", "C"])
     greedy = summary[summary.sweep == "greedy"].set_index(["method", "C"])
     assert set(greedy.index) == set(c_rows.index)

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from dprm.data.contract import write_bon_set, write_calibration_set
-from dprm.llm.answers import canonical_answer, normalise_answer
 from dprm.io import DataError, read_json
+from dprm.llm.answers import canonical_answer, normalise_answer
 from dprm.llm.prm_interface import PRM, Encoded, UnscorableError
 from dprm.llm.prompts import split_steps
 from dprm.llm.shard import (

@@ -1,0 +1,226 @@
+"""Budget allocation on accuracy-vs-n curves: the oracle (headroom) and ``auto``.
+
+Both maximise sum_i curve_i(N_i) subject to sum_i N_i = round(mean_budget x Q), N_i >= n0_i:
+
+* **oracle**: the curves are every question's *true* accuracy of the selected answer under the
+  rule (:class:`dprm.ias.rules.RuleTable`), so its accuracy is the best any allocation of that
+  mean budget can reach on this set: the headroom over uniform.
+* **auto**: the curves are *predicted*, per question, from its calibrated distribution through a
+  selection-accuracy model learnt on a training BoN set (:class:`SelectionModel`):
+  acc_hat_i(n) = E_{p ~ Q(.|h_i)}[g_n(p)] = (1/M) sum_m g_n(Q(beta_m | h_i)), where g_n(p) is
+  the expected accuracy of the rule's pick from n draws for a question whose pool succeeds with
+  probability p. A guaranteed uniform share (every question gets at least
+  ``round(floor_share x mean_budget)`` draws) protects against a poor calibrator; the share is
+  chosen on the training set by cross-fitting (:func:`choose_floor_share`).
+
+Accuracy curves of voting rules need not be concave in n, so the greedy runs on each curve's
+*upper concave hull* (:func:`concave_hull_greedy`): taking hull segments by decreasing slope is
+optimal for the hull (a relaxation: hull >= curve), and every question but the one whose segment
+is cut lands on a hull vertex, where hull = curve. So the allocation's true value is within one
+question's segment of the hull bound; both numbers are returned, the gap states how exact the
+oracle is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dprm.ias.constants import N_MAX
+
+
+def _hull(values: np.ndarray, start: int) -> list[tuple[int, int, float]]:
+    """Upper concave hull segments (n_from, n_to, slope) of points (n, values[n - 1]), n >= start.
+
+    Slopes are strictly decreasing along the returned list.
+    """
+    xs = list(range(start, len(values) + 1))
+    stack: list[int] = []
+    for x in xs:
+        while len(stack) >= 2:
+            a, b = stack[-2], stack[-1]
+            # b lies on or below the chord a -> x: drop it
+            if (values[b - 1] - values[a - 1]) * (x - a) <= (values[x - 1] - values[a - 1]) * (
+                b - a
+            ):
+                stack.pop()
+            else:
+                break
+        stack.append(x)
+    segs = []
+    for a, b in zip(stack[:-1], stack[1:], strict=False):
+        slope = (values[b - 1] - values[a - 1]) / (b - a)
+        if slope > 0:
+            segs.append((a, b, slope))
+    return segs
+
+
+def concave_hull_greedy(
+    curves: np.ndarray, mean_budget: float, floor: np.ndarray | int = 1, *, spend_all: bool = True
+) -> tuple[np.ndarray, float]:
+    """Budgets maximising sum_i hull_i(N_i) under a total budget (see the module docstring).
+
+    Args:
+        curves: [Q, n_max] accuracy-vs-n curves.
+        mean_budget: mean draws per question, in [1, n_max].
+        floor: the least draws per question (scalar or [Q]), >= 1.
+
+    Returns:
+        (int64 budgets [Q] with sum = round(mean_budget x Q) (or the floors' sum if larger), the
+        hull value mean_i hull_i(N_i)). Budget left when no segment gains anything is spread
+        evenly with ``spend_all`` (``auto``: a flat *predicted* curve may still gain), else left
+        unspent (the oracle: the true curve says it cannot gain; voting curves can even fall).
+    """
+    curves = np.asarray(curves, dtype=np.float64)
+    q_count, n_max = curves.shape
+    if not 1.0 <= mean_budget <= n_max:
+        raise ValueError(f"mean_budget must be in [1, {n_max}], got {mean_budget}")
+    start = np.clip(np.broadcast_to(np.asarray(floor, dtype=np.int64), (q_count,)), 1, n_max)
+    budgets = start.copy()
+    left = int(round(mean_budget * q_count)) - int(budgets.sum())
+    segs = [(-slope, i, a, b) for i in range(q_count) for a, b, slope in _hull(curves[i], start[i])]
+    segs.sort()
+    hull_gain = 0.0
+    for neg_slope, i, a, b in segs:
+        if left <= 0:
+            break
+        take = min(b - a, left)
+        budgets[i] += take
+        hull_gain += -neg_slope * take
+        left -= take
+    while spend_all and left > 0:  # no gain left: spread the rest evenly
+        room = np.flatnonzero(budgets < n_max)
+        if len(room) == 0:
+            break
+        add = room[: min(left, len(room))]
+        budgets[add] += 1
+        left -= len(add)
+    hull_value = (curves[np.arange(q_count), start - 1].sum() + hull_gain) / q_count
+    return budgets, float(hull_value)
+
+
+@dataclass
+class SelectionModel:
+    """g_n(p): expected accuracy of a rule's pick from n draws, given the pool's success rate p.
+
+    Fitted on a training BoN set: per question the pool's share of correct candidates p_q and its
+    accuracy curve under the rule; g is a Gaussian-kernel regression of the curves on p_q,
+    evaluated on a grid of p and made non-decreasing in p (a larger share of correct candidates
+    never hurts the pick) by a running maximum.
+
+    Attributes:
+        grid: [G] values of p.
+        table: [G, n_max] g_n(p) on the grid.
+    """
+
+    grid: np.ndarray
+    table: np.ndarray
+
+    @classmethod
+    def fit(
+        cls, share: np.ndarray, curves: np.ndarray, bandwidth: float = 0.05, points: int = 101
+    ) -> SelectionModel:
+        """Fit on training pools: ``share`` [Q] correct share, ``curves`` [Q, n_max]."""
+        share = np.asarray(share, dtype=np.float64)
+        grid = np.linspace(0.0, 1.0, points)
+        w = np.exp(-0.5 * ((grid[:, None] - share[None, :]) / bandwidth) ** 2)  # [G, Q]
+        w_sum = w.sum(axis=1, keepdims=True)
+        table = (w @ curves) / np.maximum(w_sum, 1e-300)
+        # grid points with no training question nearby: g_n(0) = 0, g_n(1) = 1 anchor the ends
+        empty = w_sum[:, 0] < 1e-6
+        if empty.any():
+            ok = ~empty
+            for col in range(table.shape[1]):
+                table[empty, col] = np.interp(
+                    grid[empty],
+                    np.concatenate([[0.0], grid[ok], [1.0]]),
+                    np.concatenate([[0.0], table[ok, col], [1.0]]),
+                )
+        table = np.maximum.accumulate(np.clip(table, 0.0, 1.0), axis=0)
+        return cls(grid, table)
+
+    def predict(self, p: np.ndarray) -> np.ndarray:
+        """g_n(p) for p [...] -> [..., n_max] (linear interpolation on the grid)."""
+        p = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
+        pos = p * (len(self.grid) - 1)
+        lo = np.clip(np.floor(pos).astype(np.int64), 0, len(self.grid) - 2)
+        frac = (pos - lo)[..., None]
+        return self.table[lo] * (1 - frac) + self.table[lo + 1] * frac
+
+    def expected_curve(self, samples: np.ndarray) -> np.ndarray:
+        """E_p[g_n(p)] over per-question samples of p [Q, M] (e.g. quantiles at the M mid-point
+        levels, or M = 1 for a point estimate) -> [Q, n_max]."""
+        samples = np.asarray(samples, dtype=np.float64)
+        if samples.ndim == 1:
+            samples = samples[:, None]
+        return self.predict(samples).mean(axis=1)
+
+
+def auto_budgets(predicted: np.ndarray, mean_budget: float, floor_share: float) -> np.ndarray:
+    """``auto``: a uniform floor of round(floor_share x mean_budget) draws (at least 1), the rest
+    by :func:`concave_hull_greedy` on the predicted curves [Q, n_max] -> budgets [Q]."""
+    floor = max(1, min(int(round(floor_share * mean_budget)), int(np.floor(mean_budget))))
+    return concave_hull_greedy(predicted, mean_budget, floor)[0]
+
+
+def uniform_budgets(q_count: int, mean_budget: float, n_max: int = N_MAX) -> np.ndarray:
+    """The same n for everyone, to the draw: round(mean_budget x Q) spread as evenly as possible
+    (floor or ceil of the mean; the first questions in order get the extra draw)."""
+    total = int(round(mean_budget * q_count))
+    base, extra = divmod(total, q_count)
+    budgets = np.full(q_count, base, dtype=np.int64)
+    budgets[:extra] += 1
+    return np.clip(budgets, 1, n_max)
+
+
+#: floor shares ``auto`` chooses from (1.0 is uniform)
+FLOOR_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: costs (mean budget / n_max) ``auto`` is tuned and reported at
+REPORT_COSTS = (0.05, 0.1, 0.25)
+
+
+def choose_floor_share(
+    share: np.ndarray,
+    curves: np.ndarray,
+    samples: np.ndarray,
+    *,
+    costs: Sequence[float] = REPORT_COSTS,
+    shares: Sequence[float] = FLOOR_SHARES,
+    folds: int = 2,
+    seed: int = 0,
+) -> tuple[float, dict[float, float]]:
+    """The uniform floor share of ``auto``, by cross-fitting on a training BoN set.
+
+    The training questions are cut into ``folds`` folds; for each, g is fitted on the others and
+    ``auto`` allocates on this fold from the calibrator's estimates, scored with the fold's true
+    curves. The chosen share maximises the mean gain over uniform across folds and costs; a
+    share closer to uniform wins ties (within 1e-4).
+
+    Args:
+        share: [Q] training pools' correct share.
+        curves: [Q, n_max] their true accuracy curves under the rule.
+        samples: [Q, M] the calibrator's samples of p for those questions.
+
+    Returns:
+        (chosen share, {share: mean gain over uniform}).
+    """
+    q_count, n_max = curves.shape
+    fold = np.random.default_rng(seed).permutation(q_count) % folds
+    gains = {s: [] for s in shares}
+    for f in range(folds):
+        test, train = fold == f, fold != f
+        model = SelectionModel.fit(share[train], curves[train])
+        pred = model.expected_curve(samples[test])
+        rows = np.arange(int(test.sum()))
+        for cost in costs:
+            mean_budget = float(np.clip(cost * n_max, 1, n_max))
+            uni = curves[test][rows, uniform_budgets(len(rows), mean_budget, n_max) - 1].mean()
+            for s in shares:
+                got = curves[test][rows, auto_budgets(pred, mean_budget, s) - 1].mean()
+                gains[s].append(got - uni)
+    mean_gain = {s: float(np.mean(v)) for s, v in gains.items()}
+    best = max(mean_gain.values())
+    chosen = max(s for s, g in mean_gain.items() if g >= best - 1e-4)
+    return chosen, mean_gain
