@@ -83,8 +83,9 @@ def main() -> None:
                 rule_table(train_cands, "highest-last"), pool_share(train_cands)
             )
             share, _ = allocator.floor_share(train_est)
+            predicted = allocator.predicted(est)
             for cost in COST_GRID:
-                table.accuracy(allocator.budgets(est, cost, share))
+                table.accuracy(allocator.budgets(est, cost, share, predicted=predicted))
 
         def oracle():
             reference_rows(table, COST_GRID)

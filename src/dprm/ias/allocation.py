@@ -31,30 +31,50 @@ import numpy as np
 from dprm.ias.constants import N_MAX
 
 
-def _hull(values: np.ndarray, start: int) -> list[tuple[int, int, float]]:
-    """Upper concave hull segments (n_from, n_to, slope) of points (n, values[n - 1]), n >= start.
+def _hull_segments(
+    curves: np.ndarray, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Upper concave hull segments of every curve from its start, vectorised over questions.
 
-    Slopes are strictly decreasing along the returned list.
+    From vertex a the next vertex is the farthest b > a of largest chord slope
+    (v[b] - v[a]) / (b - a): the hull of the points (n, v[n - 1]), n >= start. Slopes strictly
+    decrease along each question's segments; only segments of positive slope are returned.
+
+    Args:
+        curves: [Q, n_max].
+        start: int [Q] first n (1-based).
+
+    Returns:
+        (question [S], n_from [S], n_to [S], slope [S]).
     """
-    xs = list(range(start, len(values) + 1))
-    stack: list[int] = []
-    for x in xs:
-        while len(stack) >= 2:
-            a, b = stack[-2], stack[-1]
-            # b lies on or below the chord a -> x: drop it
-            if (values[b - 1] - values[a - 1]) * (x - a) <= (values[x - 1] - values[a - 1]) * (
-                b - a
-            ):
-                stack.pop()
-            else:
-                break
-        stack.append(x)
-    segs = []
-    for a, b in zip(stack[:-1], stack[1:], strict=False):
-        slope = (values[b - 1] - values[a - 1]) / (b - a)
-        if slope > 0:
-            segs.append((a, b, slope))
-    return segs
+    q_count, n_max = curves.shape
+    n = np.arange(1, n_max + 1)
+    rows = np.arange(q_count)
+    at = start.astype(np.int64).copy()
+    out_q, out_a, out_b, out_s = [], [], [], []
+    for _ in range(n_max):
+        live = at < n_max
+        if not live.any():
+            break
+        r, a = rows[live], at[live]
+        span = n[None, :] - a[:, None]  # [L, n_max]
+        chord = (curves[r] - curves[r, a - 1][:, None]) / np.where(span > 0, span, 1)
+        chord = np.where(span > 0, chord, -np.inf)
+        best = chord.max(axis=1)
+        # the farthest b attaining the best slope (collinear points are not vertices)
+        ties = chord >= best[:, None] - 1e-15 * np.maximum(1.0, np.abs(best[:, None]))
+        b = n_max - np.argmax(ties[:, ::-1], axis=1)
+        keep = best > 0
+        out_q.append(r[keep])
+        out_a.append(a[keep])
+        out_b.append(b[keep])
+        out_s.append(best[keep])
+        at[live] = np.where(keep, b, n_max)  # a flat or falling hull gains nothing further
+    cat = np.concatenate
+    if not out_q:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, np.zeros(0)
+    return cat(out_q), cat(out_a), cat(out_b), cat(out_s)
 
 
 def concave_hull_greedy(
@@ -80,16 +100,14 @@ def concave_hull_greedy(
     start = np.clip(np.broadcast_to(np.asarray(floor, dtype=np.int64), (q_count,)), 1, n_max)
     budgets = start.copy()
     left = int(round(mean_budget * q_count)) - int(budgets.sum())
-    segs = [(-slope, i, a, b) for i in range(q_count) for a, b, slope in _hull(curves[i], start[i])]
-    segs.sort()
-    hull_gain = 0.0
-    for neg_slope, i, a, b in segs:
-        if left <= 0:
-            break
-        take = min(b - a, left)
-        budgets[i] += take
-        hull_gain += -neg_slope * take
-        left -= take
+    q_idx, a_idx, b_idx, slope = _hull_segments(curves, start)
+    order = np.lexsort((a_idx, q_idx, -slope))  # by decreasing slope; ties: question, then n
+    length = (b_idx - a_idx)[order]
+    before = np.cumsum(length) - length
+    take = np.clip(np.minimum(length, left - before), 0, None) if left > 0 else 0 * length
+    np.add.at(budgets, q_idx[order], take)
+    hull_gain = float((slope[order] * take).sum())
+    left -= int(np.sum(take))
     while spend_all and left > 0:  # no gain left: spread the rest evenly
         room = np.flatnonzero(budgets < n_max)
         if len(room) == 0:
@@ -151,11 +169,25 @@ class SelectionModel:
 
     def expected_curve(self, samples: np.ndarray) -> np.ndarray:
         """E_p[g_n(p)] over per-question samples of p [Q, M] (e.g. quantiles at the M mid-point
-        levels, or M = 1 for a point estimate) -> [Q, n_max]."""
+        levels, or M = 1 for a point estimate) -> [Q, n_max].
+
+        The mean of linear interpolations is a weight matrix W [Q, G] on the grid (each sample
+        splits 1/M between its two grid neighbours), so this is W @ table: no [Q, M, n_max]
+        temporary.
+        """
         samples = np.asarray(samples, dtype=np.float64)
         if samples.ndim == 1:
             samples = samples[:, None]
-        return self.predict(samples).mean(axis=1)
+        q_count, m = samples.shape
+        g = len(self.grid)
+        pos = np.clip(samples, 0.0, 1.0) * (g - 1)
+        lo = np.clip(np.floor(pos).astype(np.int64), 0, g - 2)
+        frac = pos - lo
+        weights = np.zeros((q_count, g))
+        rows = np.repeat(np.arange(q_count), m)
+        np.add.at(weights, (rows, lo.ravel()), (1 - frac).ravel() / m)
+        np.add.at(weights, (rows, lo.ravel() + 1), frac.ravel() / m)
+        return weights @ self.table
 
 
 def auto_budgets(predicted: np.ndarray, mean_budget: float, floor_share: float) -> np.ndarray:

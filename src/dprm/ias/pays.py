@@ -92,9 +92,21 @@ class AutoAllocator:
             self.share, self.curves, estimate_samples(train_estimate), seed=seed
         )
 
-    def budgets(self, estimate: Estimate, cost: float, floor_share: float, n_max: int = N_MAX):
-        """The ``auto`` budgets [Q] of a test estimate at a target cost."""
-        predicted = self.model.expected_curve(estimate_samples(estimate))
+    def predicted(self, estimate: Estimate) -> np.ndarray:
+        """Predicted accuracy-vs-n curves of the selected answer [Q, n_max] for an estimate."""
+        return self.model.expected_curve(estimate_samples(estimate))
+
+    def budgets(
+        self,
+        estimate: Estimate,
+        cost: float,
+        floor_share: float,
+        n_max: int = N_MAX,
+        predicted: np.ndarray | None = None,
+    ):
+        """The ``auto`` budgets [Q] of a test estimate at a target cost (``predicted``: the
+        curves of :meth:`predicted`, if the caller already has them)."""
+        predicted = self.predicted(estimate) if predicted is None else predicted
         return auto_budgets(predicted[:, :n_max], _mean_budget(cost, n_max), floor_share)
 
 
@@ -117,8 +129,9 @@ def auto_rows(
     for est in estimates:
         share, _ = allocator.floor_share(train_estimates[est.method], seed=seed)
         per_cost = []
+        predicted = allocator.predicted(est)
         for cost in costs:
-            b = allocator.budgets(est, cost, share, n_max)
+            b = allocator.budgets(est, cost, share, n_max, predicted)
             acc, se = table.accuracy(b)
             rows.append((est.method, cost, b.mean() / n_max, acc, se, share))
             per_cost.append(b)
