@@ -101,3 +101,24 @@ def test_pays_table_headroom_and_share():
     assert table.loc[("ot", "auto"), "share"] == pytest.approx(0.5)
     assert table.loc[("ot", "C"), "accuracy"] == pytest.approx(0.4 + 0.2 * (0.05 / 0.15))
     assert table.loc[("oracle", "oracle"), "headroom"] == pytest.approx(0.1)
+
+
+def test_run_ias_auto_rows_on_a_twin_world(tiny_world):
+    from dprm.data import read_bon_set
+    from dprm.ias import run_ias, truth_estimate
+
+    paths = tiny_world("llama-3.1-8b__qwen-prm")
+    bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
+    summary, _ = run_ias(
+        bon, {}, mc_trials=0, rules=["highest-last", "majority"], train_bon=train,
+        extra_estimates=[truth_estimate(bon)], vote_trials=16,
+    )  # fmt: skip
+    extra = summary[summary["sweep"].isin(["uniform", "oracle", "oracle-p", "auto"])]
+    assert set(extra["rule"]) == {"highest-last", "majority"}
+    assert set(extra.loc[extra["sweep"] == "auto", "method"]) == {"base", "truth"}
+    ref = extra.pivot_table(index=["rule", "level"], columns="sweep", values="accuracy")
+    assert (ref["oracle"] >= ref["uniform"] - 1e-12).all()
+    assert (ref["oracle"] >= ref["oracle-p"] - 1e-12).all()
+    assert extra["floor_share"].dropna().between(0, 1).all()
+    table = pays_table(summary)
+    assert {"uniform", "oracle", "oracle-p", "auto", "C"} <= set(table["kind"])

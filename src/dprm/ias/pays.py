@@ -11,6 +11,8 @@ At a target cost c (mean draws per question / N_max), on one BoN set and one sel
 * **auto** (per calibrator): the allocation of :mod:`dprm.ias.allocation` on curves predicted
   from the calibrated distribution, with the selection-accuracy model and the uniform floor
   share learnt on a *training* BoN set only;
+* **oracle-p** (synthetic sets): ``auto``'s allocation on each question's *true* success
+  probability (not its pool): what question-level knowledge can reach;
 * **C rule** (per calibrator): the paper's C sweep, its accuracy linearly interpolated along its
   (cost, accuracy) points at c (a mixture of the two neighbouring C allocations reaches it in
   expectation); empty where c lies outside the sweep's cost range.
@@ -144,6 +146,28 @@ def auto_rows(
     return frame, budgets
 
 
+def p_oracle_rows(
+    table: RuleTable, bon, allocator: AutoAllocator, costs: Sequence[float], n_max: int = N_MAX
+) -> pd.DataFrame:
+    """``sweep = oracle-p`` rows (synthetic sets): the allocation of ``auto`` (no floor) on
+    g_n(true p_q), i.e. knowing each question's true success probability but not its pool.
+
+    The gap between it and the oracle is pool luck (which candidates a pool happens to hold),
+    out of reach of any allocation made before drawing; the gap between ``auto`` and it is
+    what the calibrated estimate does not know about p.
+    """
+    predicted = allocator.model.expected_curve(bon.questions["true_p"].to_numpy(np.float64))
+    rows = []
+    for cost in costs:
+        b = auto_budgets(predicted[:, :n_max], _mean_budget(cost, n_max), 0.0)
+        acc, se = table.accuracy(b)
+        rows.append(("oracle-p", cost, b.mean() / n_max, acc, se))
+    frame = pd.DataFrame(rows, columns=["method", "level", "cost", "accuracy", "accuracy_se"])
+    frame.insert(0, "rule", table.rule)
+    frame.insert(2, "sweep", "oracle-p")
+    return frame
+
+
 def pool_share(cands: Candidates) -> np.ndarray:
     """[Q] share of correct candidates in each pool."""
     return cands.correct.sum(axis=1) / cands.size
@@ -157,7 +181,7 @@ def pays_table(
     calibrator (selection ``c_rule``), each at every cost in ``costs``.
 
     Returns:
-        columns ``rule, method, kind (uniform | oracle | auto | C), cost, accuracy, accuracy_se,
+        columns ``rule, method, kind (uniform | oracle | oracle-p | auto | C), cost, accuracy, accuracy_se,
         headroom, gain (over uniform, same rule), share (gain / headroom)``.
     """
     rows = rows.copy()
@@ -170,7 +194,7 @@ def pays_table(
     for cost in costs:
         at = rows[
             np.isclose(rows["level"].astype(float), cost)
-            & rows["sweep"].isin(["uniform", "oracle", "auto"])
+            & rows["sweep"].isin(["uniform", "oracle", "oracle-p", "auto"])
         ]
         for _, r in at.iterrows():
             out.append((r["rule"], r["method"], r["sweep"], cost, r["accuracy"], r["accuracy_se"]))
@@ -250,4 +274,6 @@ def run_pays(
                 table, estimates, train_estimates or {}, allocator, costs, n_max, seed
             )
             frames.append(frame)
+            if "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle
+                frames.append(p_oracle_rows(table, bon, allocator, costs, n_max))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-KIND_ORDER = {"uniform": 0, "C": 1, "auto": 2, "oracle": 3}
+KIND_ORDER = {"uniform": 0, "C": 1, "auto": 2, "oracle-p": 3, "oracle": 4}
 
 
 def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
@@ -75,7 +75,7 @@ def pays_markdown(pays: pd.DataFrame, rule: str = "highest-last") -> str:
                 cells.append("--")
                 continue
             r = row.iloc[0]
-            share = r["share"] if r["kind"] in ("auto", "C") else np.nan
+            share = r["share"] if r["kind"] in ("auto", "C", "oracle-p") else np.nan
             cells.append(_cell(r["accuracy"], r["accuracy_sd"], share))
         kind, method = key[-2], key[-1]
         lines.append("| " + " | ".join([*map(str, key[:-2]), method, kind, *cells]) + " |")
