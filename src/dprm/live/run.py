@@ -305,9 +305,12 @@ def write_bon_export(
     ``questions.parquet`` holds each question's question-only PRM score and
     ``hidden_states.npy`` its state (float32, exactly what the live budget was computed from);
     ``responses.parquet`` holds every generated candidate with its PRM score and grade
-    (``correct`` is False where the question has no gold answer; ``graded`` says which).
+    (``correct`` is False where the question has no gold answer; ``graded`` says which) and
+    its canonical final answer (BoN contract v2's ``answer``, so vote rules run on the export;
+    candidate states are not kept live).
     """
     from dprm.data.contract import write_bon_set
+    from dprm.llm.answers import canonical_answer
 
     table_path = out / f"question_states{suffix}.parquet"
     if not records or not table_path.exists():
@@ -325,6 +328,7 @@ def write_bon_export(
             "correct": bool(c.get("correct") or False),
             "graded": c.get("correct") is not None,
             "n_tokens": c["n_tokens"],
+            "answer": canonical_answer(str(c.get("text") or "")),  # BoN v2: vote rules
         }
         for qid in questions["question_id"]
         for i, c in enumerate(done[qid]["candidates"])
