@@ -32,7 +32,7 @@ RULES = ("highest-last", "majority", "weighted-last", "weighted-calibrated")
 RECOMMENDED = "binomial"  # README "Which calibrator?": meant for IAS
 
 
-def run(root: Path, preset: str, seeds: list[int], vote_trials: int) -> None:
+def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -62,7 +62,7 @@ def run(root: Path, preset: str, seeds: list[int], vote_trials: int) -> None:
             bon = read_bon_set(world / split / "bon", check_hidden=False)
             t0 = time.time()
             summary, budgets = run_ias(
-                bon, models, mc_trials=0, seed=seed, greedy=True, rules=RULES,
+                bon, models, mc_trials=0, seed=seed, greedy=True, rules=rules,
                 train_bon=train, extra_estimates=[truth_estimate(bon)], vote_trials=vote_trials,
             )  # fmt: skip
             write_ias_outputs(res, summary, budgets, meta={"world": preset, "split": split})
@@ -79,6 +79,7 @@ def summarise(root: Path) -> None:
         f = pd.read_csv(Path(path).parent / "ias_full.csv")
         full.append(f.assign(world=world, split=split, seed=int(seed)))
     pays, full = pd.concat(pays), pd.concat(full)
+    pays.to_csv(root / "pays_all.csv", index=False)
     print(f"{pays.world.nunique()} worlds, seeds {sorted(pays.seed.unique())}")
     keys = ["world", "split", "rule", "cost"]
     ref = pays[pays.kind == "oracle"].groupby(keys)["headroom"].mean()
@@ -114,7 +115,6 @@ def summarise(root: Path) -> None:
         print(f"  {world:>24} {split:>3} {method:>8} {sweep:>8}: cost {lo:.3f}-{hi:.3f} "
               f"({hi / lo:5.1f}x), accuracy {g['accuracy'].min():.3f}-{g['accuracy'].max():.3f}, "
               f"non-decreasing {mono}")  # fmt: skip
-    pays.to_csv(root / "pays_all.csv", index=False)
 
 
 def main() -> None:
@@ -124,10 +124,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--vote-trials", type=int, default=96)
     parser.add_argument("--summarise", action="store_true")
+    parser.add_argument("--rules", default=",".join(RULES))
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for preset in args.presets:
-        run(args.root, preset, [int(s) for s in args.seeds.split(",")], args.vote_trials)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        run(args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")))
     if args.summarise:
         summarise(args.root)
 

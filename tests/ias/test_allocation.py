@@ -122,3 +122,14 @@ def test_run_ias_auto_rows_on_a_twin_world(tiny_world):
     assert extra["floor_share"].dropna().between(0, 1).all()
     table = pays_table(summary)
     assert {"uniform", "oracle", "oracle-p", "auto", "C"} <= set(table["kind"])
+
+
+def test_shift_auc_tells_shifted_states_apart():
+    from dprm.ias.allocation import SHIFT_AUC, shift_auc
+
+    rng = np.random.default_rng(5)
+    train = rng.normal(0, 1, (200, 30))
+    same = rng.normal(0, 1, (200, 30))
+    moved = rng.normal(0, 1, (60, 30)) + 0.5
+    assert abs(shift_auc(train, same) - 0.5) < 0.1
+    assert shift_auc(train, moved) > SHIFT_AUC

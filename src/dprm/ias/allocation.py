@@ -256,3 +256,57 @@ def choose_floor_share(
     best = max(mean_gain.values())
     chosen = max(s for s, g in mean_gain.items() if g >= best - 1e-4)
     return chosen, mean_gain
+
+
+#: ``auto`` falls back to uniform when a classifier tells test from training question states
+#: with a held-out AUC above this (set a priori, not tuned on the reported grid)
+SHIFT_AUC = 0.75
+
+
+def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """P(score of a positive > score of a negative), ties counting one half."""
+    scores = np.concatenate([pos, neg])
+    ranks = pd_rank(scores)
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def pd_rank(values: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based) of ``values``, ties averaged."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    sorted_v = values[order]
+    start = 0
+    while start < len(values):
+        stop = start
+        while stop + 1 < len(values) and sorted_v[stop + 1] == sorted_v[start]:
+            stop += 1
+        ranks[order[start : stop + 1]] = (start + stop) / 2 + 1
+        start = stop + 1
+    return ranks
+
+
+def shift_auc(train_hidden: np.ndarray, test_hidden: np.ndarray, seed: int = 0) -> float:
+    """Label-free covariate-shift score of test questions against the training questions.
+
+    A 2-fold mean-difference classifier on standardised question states: the direction
+    w = mean(test) - mean(train) (per-dimension standardised by the training fold) is fitted on
+    one half of each set and scored on the other; the held-out AUC is averaged over the two
+    folds. 0.5: indistinguishable; near 1: the test questions are unlike the training pools,
+    so a selection model learnt there need not hold.
+
+    Args:
+        train_hidden: [Q_train, D] question states of the training BoN set.
+        test_hidden: [Q_test, D] question states of the set to allocate on.
+    """
+    rng = np.random.default_rng(seed)
+    a = np.asarray(train_hidden, dtype=np.float64)
+    b = np.asarray(test_hidden, dtype=np.float64)
+    fa, fb = rng.permutation(len(a)) % 2, rng.permutation(len(b)) % 2
+    aucs = []
+    for f in (0, 1):
+        fit_a, fit_b = a[fa != f], b[fb != f]
+        mu, sd = fit_a.mean(axis=0), fit_a.std(axis=0) + 1e-6
+        w = ((fit_b - mu) / sd).mean(axis=0) - ((fit_a - mu) / sd).mean(axis=0)
+        score_a, score_b = ((a[fa == f] - mu) / sd) @ w, ((b[fb == f] - mu) / sd) @ w
+        aucs.append(_auc(score_b, score_a))
+    return float(np.mean(aucs))

@@ -29,10 +29,12 @@ import pandas as pd
 
 from dprm.ias.allocation import (
     REPORT_COSTS,
+    SHIFT_AUC,
     SelectionModel,
     auto_budgets,
     choose_floor_share,
     concave_hull_greedy,
+    shift_auc,
     uniform_budgets,
 )
 from dprm.ias.constants import N_MAX
@@ -120,8 +122,12 @@ def auto_rows(
     costs: Sequence[float] = COST_GRID,
     n_max: int = N_MAX,
     seed: int = 0,
+    shifted: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """``sweep = auto`` rows of every estimate at each target cost (one rule).
+
+    With ``shifted`` (:func:`dprm.ias.allocation.shift_auc` above its threshold) every estimate
+    falls back to uniform (floor share 1).
 
     Returns:
         (columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, floor_share``;
@@ -130,6 +136,8 @@ def auto_rows(
     rows, budgets = [], {}
     for est in estimates:
         share, _ = allocator.floor_share(train_estimates[est.method], seed=seed)
+        if shifted:  # the selection model was learnt on unlike questions: do not adapt
+            share = 1.0
         per_cost = []
         predicted = allocator.predicted(est)
         for cost in costs:
@@ -253,6 +261,9 @@ def run_pays(
     cands = Candidates.from_bon(bon)
     train_cands = Candidates.from_bon(train_bon) if train_bon is not None else None
     frames = []
+    auc = np.nan
+    if train_bon is not None:
+        auc = shift_auc(train_bon.hidden, bon.hidden, seed)
     for rule in rules:
         variants = [(rule, None)]
         if rule.endswith("-calibrated"):
@@ -271,9 +282,10 @@ def run_pays(
             train_table = rule_table(train_cands, rule, calibrated=tw, **kw)
             allocator = AutoAllocator(train_table, pool_share(train_cands))
             frame, _ = auto_rows(
-                table, estimates, train_estimates or {}, allocator, costs, n_max, seed
-            )
-            frames.append(frame)
+                table, estimates, train_estimates or {}, allocator, costs, n_max, seed,
+                shifted=auc > SHIFT_AUC,
+            )  # fmt: skip
+            frames.append(frame.assign(shift_auc=auc))
             if "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle
                 frames.append(p_oracle_rows(table, bon, allocator, costs, n_max))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -174,13 +174,15 @@ def run_bon(
 
 def auto_budgets(cprm: CalibratedPRM, states: States, train_bon: str, cost: float) -> np.ndarray:
     """Budgets [Q] of ``dprm ias``'s ``auto`` rule (contract selection, highest last score) for
-    live question states: learnt on ``train_bon`` (scored by the same PRM), at mean ``cost``.
+    live question states: learnt on ``train_bon`` (scored by the same PRM), at mean ``cost``;
+    uniform when the questions' states are unlike the training set's (``shift_auc``).
 
     Raises:
         DataError: the training set's hidden size differs from the PRM's (another PRM scored it).
     """
     from dprm.data import read_bon_set
     from dprm.ias import estimate_from_model
+    from dprm.ias.allocation import SHIFT_AUC, shift_auc
     from dprm.ias.pays import AutoAllocator, pool_share
     from dprm.ias.rules import CONTRACT_RULE, Candidates, rule_table
     from dprm.io import DataError
@@ -197,6 +199,9 @@ def auto_budgets(cprm: CalibratedPRM, states: States, train_bon: str, cost: floa
     allocator = AutoAllocator(rule_table(cands, CONTRACT_RULE, n_max=cprm.n_max), pool_share(cands))
     kw = {"beta": cprm.beta, "m": cprm.m_levels}
     share, _ = allocator.floor_share(estimate_from_model(cprm.calibrator, train, **kw))
+    comparable = train.hidden_dim == states.hidden.shape[1] and len(states.hidden) >= 4
+    if comparable and shift_auc(train.hidden, states.hidden) > SHIFT_AUC:  # unlike training
+        share = 1.0
     est = estimate_from_model(cprm.calibrator, _StateTable(states.scores, states.hidden), **kw)
     return allocator.budgets(est, cost, share, cprm.n_max)
 
