@@ -145,3 +145,16 @@ def test_mask_threshold_matches_score_threshold_and_monte_carlo():
     mc = monte_carlo(pools, caps[None], accept=accept[None], trials=4000, seed=5)
     assert abs(mc["accuracy"][0] - a3.mean()) < 4 * mc["accuracy_se"][0] + 1e-3
     assert abs(mc["cost"][0] - d3.mean()) < 0.3
+
+
+def test_mask_threshold_monte_carlo_at_the_full_pool():
+    """No acceptable candidate and a cap of the whole pool: the pick is the pool's best."""
+    rng = np.random.default_rng(7)
+    scores = rng.random((5, 16))
+    correct = (rng.random((5, 16)) < 0.5).astype(float)
+    pools = Pools.from_arrays(list(scores), list(correct))
+    caps = np.full(5, 16)
+    for accept in (np.zeros((5, 16), bool), rng.random((5, 16)) < 0.1):
+        exact, _ = threshold_mask_exact(pools, accept, caps)
+        mc = monte_carlo(pools, caps[None], accept=accept[None], trials=2000, seed=1)
+        assert abs(mc["accuracy"][0] - exact.mean()) < 4 * mc["accuracy_se"][0] + 1e-9

@@ -213,7 +213,7 @@ def monte_carlo(
                 acc_in_order, np.broadcast_to(order[:, None], (t,) + accept.shape), axis=-1
             )
             first = np.where(ok.any(-1), np.argmax(ok, axis=-1) + 1, k)
-            stopped = first <= n  # the pick is the acceptable candidate itself
+            stopped = ok.any(-1) & (first <= n)  # the pick is the acceptable candidate itself
             n = np.minimum(n, first)
             c_t = np.broadcast_to(c[:, None], ok.shape)
             own = np.take_along_axis(c_t, (n - 1)[..., None], axis=-1)[..., 0]
