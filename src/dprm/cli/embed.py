@@ -138,7 +138,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from dprm.llm.rollout import check_trajectories
     from dprm.llm.shard import Shard, output_path, read_output_meta
 
-    claim_stage_out(args, True, "--labels", "--bon", "--prm")
+    claim_stage_out(args, True, "--labels", "--bon", "--prm", "--adapter")
     shard = args.shard or Shard()
     source = args.labels or args.bon
     if args.labels is not None:

@@ -18,7 +18,9 @@ from dprm.cli._common import (
 
 
 def _ias(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=True, inputs=input_paths(args, "--bon", "--model"))
+    out = check_out(
+        args, directory=True, inputs=input_paths(args, "--bon", "--train-bon", "--model")
+    )
     apply_threads(args)
     from dprm.data import read_bon_set
     from dprm.evaluation import model_names
