@@ -8,7 +8,17 @@ import pytest
 
 from dprm.data import read_bon_set
 from dprm.data.contract import RESPONSE_HIDDEN_FILE, write_bon_set
-from dprm.data.synth import GENERATORS, PRMS, SIZES, resolve_preset
+from dprm.data.synth import (
+    GENERATORS,
+    LINEAR_COLS,
+    N_NUISANCE,
+    N_SIGNAL,
+    PRMS,
+    RAW_COLS,
+    SIZES,
+    assemble_latent,
+    resolve_preset,
+)
 from dprm.data.synth_bon import (
     GOLD,
     candidate_latents,
@@ -103,13 +113,32 @@ def test_candidate_states_carry_correctness():
     q, k = 200, 64
     logit = rng.normal(0, 2, q)
     correct = rng.random((q, k)) < 1 / (1 + np.exp(-logit[:, None]))
-    qvis = rng.normal(0, 1, (q, 16))
-    visible, length = candidate_latents(
-        rng, gen, prm, logit, qvis, correct, 20, 3, 5, 0.5, 0.35, SIZES["paper"].max_steps
+    lam = 0.4
+    z_question = np.column_stack([rng.normal(0, 1, q), np.zeros(q), np.zeros(q)])
+    qlat = assemble_latent(
+        z_question,
+        rng.normal(0, 1, (q, N_SIGNAL)),
+        2.0 * (rng.random(q) < 0.5) - 1,
+        np.full(q, -1.0),
+        rng.normal(0, 1, q),
+        rng.normal(0, 1, (q, N_NUISANCE)),
+        lam,
     )
-    o2 = visible[:, 1].reshape(q, k)
+    latent, length = candidate_latents(
+        rng, gen, prm, logit, qlat, correct, lam, 20, 3, 5, 0.5, 0.35, SIZES["paper"].max_steps
+    )
+    raw = latent[:, RAW_COLS]
+    o2 = raw[:, 1].reshape(q, k)
     assert o2[correct].mean() > o2[~correct].mean() + 0.1  # the PRM's reading tracks success
-    np.testing.assert_array_equal(visible[:, 0].reshape(q, k), np.repeat(qvis[:, :1], k, 1))
+    # the question's own reading o_1 is every candidate's
+    np.testing.assert_array_equal(
+        raw[:, 0].reshape(q, k), np.repeat(qlat[:, RAW_COLS][:, :1], k, 1)
+    )
+    # the linear channel keeps the question's share of masking noise: m - sqrt(lam) z
+    # averages (over candidates) to the question's own sqrt(1 - lam) xi_q
+    noise = (latent[:, LINEAR_COLS] - np.sqrt(lam) * raw).reshape(q, k, N_SIGNAL).mean(axis=1)
+    question_noise = qlat[:, LINEAR_COLS] - np.sqrt(lam) * qlat[:, RAW_COLS]
+    assert np.corrcoef(noise[:, 0], question_noise[:, 0])[0, 1] > 0.95
     assert length.min() >= 3 and length.max() <= 20
 
 

@@ -712,7 +712,8 @@ def write_world(
             fill_hidden(writer, q_rec.latent)
             writer.records = questions
             writer.responses = synth_bon.add_v2(writer, responses, seed, split_index, gen, prm,
-                                                p_q, q_rec.visible, correct, embed, world)  # fmt: skip
+                                                p_q, q_rec.latent, correct, embed, world,
+                                                cell.linear_share)  # fmt: skip
             writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
         written[f"{split.name}/bon"] = path
         bar.update()

@@ -81,8 +81,9 @@ def candidate_latents(
     gen,
     prm,
     question_logit: np.ndarray,
-    question_visible: np.ndarray,
+    question_latent: np.ndarray,
     correct: np.ndarray,
+    linear_share: float,
     max_steps: int,
     min_steps: int,
     reference_step: int,
@@ -90,14 +91,17 @@ def candidate_latents(
     length_spread: float,
     paper_max_steps: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Visible features [Q * K, LATENT_DIM] of each candidate's final state, and its length [Q, K].
+    """Latents [Q * K, LATENT_DIM] of each candidate's final state, and its length [Q, K].
 
     Args:
         rng: the v2 stream.
         gen, prm: the world's :class:`~dprm.data.synth.SynthGenerator` / ``SynthPRM``.
         question_logit: a_q [Q].
-        question_visible: the question-only features [Q, LATENT_DIM] (o_1, quirk, nuisance).
+        question_latent: the question-only latents [Q, LATENT_DIM] (twin v2 layout,
+            :func:`dprm.data.synth.assemble_latent`): o_1, the question parts of the masking
+            noise and of the quirk, the nuisance.
         correct: [Q, K] candidate correctness.
+        linear_share: the cell's lambda (the share of the readings in the linear channel).
         max_steps, min_steps, reference_step, style_weight, length_spread, paper_max_steps:
             the world's constants (passed in, so this module does not import synth).
     """
@@ -121,16 +125,41 @@ def candidate_latents(
     kappa = prm.visibility
     tau2 = reference_step * gen.walk**2 * (1 - kappa) / kappa
     o2 = gen.walk * w + np.sqrt(tau2) * rng.standard_normal((q_count, k))
-    visible = np.repeat(question_visible[:, None, :], k, axis=1).copy()  # [Q, K, LATENT_DIM]
-    visible[..., 1] = o2 / 2
-    visible[..., 2] = 2 * t / max_steps - 1
-    visible[..., 3] = c
-    visible[..., 4] += rng.standard_normal((q_count, k)) / np.sqrt(2)  # record part of the quirk
-    n_nuisance = visible.shape[-1] - 5
-    visible[..., 5:] += rng.normal(0, 0.7, (q_count, k, n_nuisance)) + rng.normal(
-        0, 0.3, (q_count, k, n_nuisance)
+    from dprm.data import synth  # the latent layout is synth's (imported late: synth imports us)
+
+    q_lat = np.asarray(question_latent, dtype=np.float64)
+    z_question = q_lat[:, synth.RAW_COLS]  # (o_1 / 4, 0, 0) at step 0
+    readings = np.repeat(z_question[:, None, :], k, axis=1)  # [Q, K, N_SIGNAL]
+    readings[..., 1] = o2 / 2
+    readings[..., 2] = c
+    # masking noise as draw_prm makes it: the question's part (recovered from its linear
+    # channel m = sqrt(lam) z + sqrt(1 - lam) xi) plus a record part, / sqrt(2) each
+    lam = float(np.clip(linear_share, 0.0, 1.0))
+    xi_question = (
+        (q_lat[:, synth.LINEAR_COLS] - np.sqrt(lam) * z_question) / np.sqrt(1 - lam)
+        if lam < 1
+        else np.zeros_like(z_question)
     )
-    return visible.reshape(q_count * k, -1), length
+    masking = xi_question[:, None, :] + rng.standard_normal((q_count, k, synth.N_SIGNAL)) / np.sqrt(
+        2
+    )
+    key = 2.0 * (rng.random((q_count, k)) < 0.5) - 1  # a fresh key per record, as from step 1
+    quirk = q_lat[:, None, synth.QUIRK_COL] + rng.standard_normal((q_count, k)) / np.sqrt(2)
+    nuisance = q_lat[:, None, synth.QUIRK_COL + 1 :] + (
+        rng.normal(0, 0.7, (q_count, k, synth.N_NUISANCE))
+        + rng.normal(0, 0.3, (q_count, k, synth.N_NUISANCE))
+    )
+    n = q_count * k
+    latent = synth.assemble_latent(
+        readings.reshape(n, -1),
+        masking.reshape(n, -1),
+        key.reshape(n),
+        (2 * t / max_steps - 1).reshape(n),
+        quirk.reshape(n),
+        nuisance.reshape(n, -1),
+        lam,
+    )
+    return latent, length
 
 
 def step_scores(rng: np.random.Generator, final_score: np.ndarray, length: np.ndarray) -> list:
@@ -151,10 +180,11 @@ def add_v2(
     gen,
     prm,
     p_q: np.ndarray,
-    question_visible: np.ndarray,
+    question_latent: np.ndarray,
     correct: np.ndarray,
     embed,
     world,
+    linear_share: float,
     chunk_rows: int = 1024,
 ) -> pd.DataFrame:
     """Fill a BoN :class:`~dprm.data.contract.SetWriter` with the v2 parts.
@@ -165,10 +195,11 @@ def add_v2(
         seed, split_index: the world seed and the split's index (the v2 stream).
         gen, prm: the world's generator and PRM.
         p_q: [Q] the questions' true success probabilities sigmoid(a_q).
-        question_visible: [Q, LATENT_DIM] the question-only features.
+        question_latent: [Q, LATENT_DIM] the question-only latents.
         correct: [Q, K] candidate correctness.
         embed: the world's :class:`~dprm.data.synth.Embedding`.
         world: the :class:`~dprm.data.synth.WorldSize`.
+        linear_share: the cell's lambda (twin v2).
 
     Returns:
         ``responses`` with ``answer`` and ``step_scores`` added.
@@ -179,13 +210,14 @@ def add_v2(
     p = np.clip(np.asarray(p_q, dtype=np.float64), 1e-12, 1 - 1e-12)
     question_logit = np.log(p) - np.log1p(-p)
     answers = draw_answers(rng, correct, question_logit)
-    visible, length = candidate_latents(
+    latent, length = candidate_latents(
         rng,
         gen,
         prm,
         question_logit,
-        question_visible,
+        question_latent,
         correct,
+        linear_share,
         world.max_steps,
         world.min_steps,
         synth.REFERENCE_STEP,
@@ -193,9 +225,9 @@ def add_v2(
         synth.LENGTH_SPREAD,
         synth.SIZES["paper"].max_steps,
     )
-    target = writer.open_response_hidden(len(visible))
-    for start in range(0, len(visible), chunk_rows):
-        target[start : start + chunk_rows] = embed(visible[start : start + chunk_rows])
+    target = writer.open_response_hidden(len(latent))
+    for start in range(0, len(latent), chunk_rows):
+        target[start : start + chunk_rows] = embed(latent[start : start + chunk_rows])
     final = responses["prm_score"].to_numpy(np.float64).clip(1e-6, 1 - 1e-6)
     out = responses.copy()
     out["answer"] = answers.ravel()
@@ -216,16 +248,17 @@ def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed
 
     rng = np.random.default_rng([seed, split_index, 21])
     prm_rng = np.random.default_rng([seed, split_index, 22, synth._stable_seed("prm", prm.name)])
+    mask_rng = np.random.default_rng([seed, split_index, 23, synth._stable_seed("prm", prm.name)])
     n_q = split.n_questions
     draws = synth.draw_generator(rng, gen, split, world, n_q, question_only=True)
     rec = synth.simulate(
-        gen, prm, cell, split.kind, draws, synth.draw_prm(prm_rng, draws), world.max_steps
+        gen, prm, cell, split.kind, draws, synth.draw_prm(prm_rng, draws, mask_rng), world.max_steps
     )
     p_q = rec.true_p
     correct = rng.random((n_q, world.pool_size)) < p_q[:, None]
     cand_logit = (
         cell.score_bias
-        + cell.score_gain * prm.difficulty_weight * (rec.visible[:, 0] * 4)[:, None]
+        + cell.score_gain * prm.difficulty_weight * rec.question_reading[:, None]
         + prm.bon_separation * (2 * correct - 1)
         + np.sqrt(1 + cell.score_noise**2) * prm_rng.standard_normal(correct.shape)
     )
@@ -249,10 +282,21 @@ def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed
     )
     with SetWriter(path, "bon", n_q, world.hidden_dim) as writer:
         for start in range(0, n_q, 1024):
-            writer.hidden[start : start + 1024] = embed(rec.visible[start : start + 1024])
+            writer.hidden[start : start + 1024] = embed(rec.latent[start : start + 1024])
         writer.records = questions
         writer.responses = add_v2(
-            writer, responses, seed, split_index, gen, prm, p_q, rec.visible, correct, embed, world
+            writer,
+            responses,
+            seed,
+            split_index,
+            gen,
+            prm,
+            p_q,
+            rec.latent,
+            correct,
+            embed,
+            world,
+            cell.linear_share,
         )
         writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
     return path
