@@ -329,7 +329,7 @@ def test_resumable_runs_refuse_a_folder_they_did_not_create(
     if command == "reproduce":
         argv = ["reproduce", "--grid", "demo", "--out", str(out), "--quiet"]
     else:
-        argv = ["run", str(_recipe(tmp_path, monkeypatch, out)), "--quiet"]
+        argv = ["run", str(_recipe(tmp_path, monkeypatch, out)), "--out", str(out), "--quiet"]
     assert main(argv) == 2
     one_line_error(capsys, str(out))
     assert snapshot(out) == before and fake_pipelines == []
@@ -338,7 +338,8 @@ def test_resumable_runs_refuse_a_folder_they_did_not_create(
 def test_reproduce_refuses_a_run_folder(tmp_path, monkeypatch, capsys, fake_pipelines):
     """reproduce over a `dprm run` output wrote into it."""
     out = tmp_path / "run-out"
-    assert main(["run", str(_recipe(tmp_path, monkeypatch, out)), "--quiet"]) == 0
+    recipe = _recipe(tmp_path, monkeypatch, tmp_path / "elsewhere")
+    assert main(["run", str(recipe), "--out", str(out), "--quiet"]) == 0
     before = snapshot(out)
     assert main(["reproduce", "--grid", "demo", "--out", str(out), "--quiet"]) == 2
     one_line_error(capsys, str(out), "run")
@@ -515,12 +516,17 @@ def _subparsers() -> dict[str, object]:
     return parser._subparsers._group_actions[0].choices
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_every_command_has_quiet_and_no_progress(command):
+def test_every_command_has_quiet_and_no_progress():
     """docs/cli.md: every command has both (reproduce lacked --no-progress, import-park
-    --quiet, the pipeline stages --quiet)."""
-    flags = {s for a in _subparsers()[command]._actions for s in a.option_strings}
-    assert {"--quiet", "--no-progress"} <= flags, command
+    --quiet, the pipeline stages, run, merge and doctor one or both)."""
+    parsers = _subparsers()
+    missing = {
+        name: sorted({"--quiet", "--no-progress"} - flags)
+        for name in COMMANDS
+        if {"--quiet", "--no-progress"}
+        - (flags := {s for a in parsers[name]._actions for s in a.option_strings})
+    }
+    assert missing == {}
 
 
 def test_import_park_quiet_prints_nothing(mine, tmp_path, capsys):

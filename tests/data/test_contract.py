@@ -676,3 +676,39 @@ def test_data_error_message_format(tmp_path: Path) -> None:
     assert isinstance(err, ValueError)
     assert str(DataError(None, "no file")) == "no file"
     assert re.search("no file", str(DataError(None, "no file")))
+
+
+# ----------------------------------------------------------------------------- keys and emptiness
+def test_repeated_calibration_rows_are_named(tmp_path: Path) -> None:
+    records = make_records()
+    records = pd.concat([records, records.iloc[[4]]], ignore_index=True)
+    write_calibration_by_hand(tmp_path / "cal", records)
+    with pytest.raises(DataError, match=rf"rows 4 and {len(records) - 1}: repeated key"):
+        read_calibration_set(tmp_path / "cal")
+
+
+def test_conflicting_calibration_labels_are_named(tmp_path: Path) -> None:
+    records = make_records()
+    records = pd.concat([records, records.iloc[[4]]], ignore_index=True)
+    records.loc[len(records) - 1, "success_prob"] = 1.0 if records.loc[4, "success_prob"] < 1 else 0
+    write_calibration_by_hand(tmp_path / "cal", records)
+    with pytest.raises(DataError, match=r"conflicting key \(question_id='q1', response_id=1"):
+        read_calibration_set(tmp_path / "cal")
+
+
+def test_repeated_bon_responses_are_named(tmp_path: Path) -> None:
+    questions, responses = make_bon()
+    responses = pd.concat([responses, responses.iloc[[2]]], ignore_index=True)
+    write_bon_by_hand(tmp_path / "bon", questions, responses)
+    with pytest.raises(DataError, match=r"responses\.parquet: rows 2 and 12: repeated key"):
+        read_bon_set(tmp_path / "bon")
+
+
+def test_empty_sets_are_refused_with_their_file(tmp_path: Path) -> None:
+    write_calibration_by_hand(tmp_path / "cal", make_records().iloc[:0], make_hidden(0))
+    with pytest.raises(DataError, match=r"cal/records\.parquet: has no rows"):
+        read_calibration_set(tmp_path / "cal")
+    questions, responses = make_bon()
+    write_bon_by_hand(tmp_path / "bon", questions.iloc[:0], responses.iloc[:0], make_hidden(0))
+    with pytest.raises(DataError, match=r"bon/questions\.parquet: has no rows"):
+        read_bon_set(tmp_path / "bon")

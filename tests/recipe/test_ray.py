@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import threading
 import time
@@ -31,6 +32,33 @@ def ray_instance():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.mark.parametrize(
+    "sig",
+    [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    ids=["int", "term"],
+)
+def test_ctrl_c_leaves_no_ray_process(tmp_path, tiny_dirs, question_files, sig):
+    """SIGINT (Ctrl-C) or SIGTERM to a driver that started its own Ray instance, while a labels task
+    that never ends by itself is running: every Ray process (GCS, raylet, workers) ends with
+    it, checked by pid."""
+    from .interrupt import cmdlines, endless_labels, interrupt_run
+    from .test_park_source import park_recipe
+
+    path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
+    env = endless_labels(tmp_path)
+    out = tmp_path / "out"
+
+    def blocked(children, out) -> bool:  # Ray runs the labels tasks
+        return any("ray::call" in c for c in cmdlines(children))
+
+    args = [str(path), "--executor", "ray", "--out", str(out), "--quiet"]
+    code, seen, err = interrupt_run(
+        args, blocked, out, env=env | {"RAY_AUTH_MODE": "disabled"}, sig=sig
+    )
+    assert code != 0, err
+    assert len(seen) >= 3  # GCS, raylet and workers at least, all gone
 
 
 def die_after_first_part(marker: str, parts: str, work):

@@ -67,7 +67,7 @@ def test_unknown_key_exits_2(tmp_path, capsys):
 # ----------------------------------------------------------------------------- end to end
 def test_local_run_writes_report_tables_figures(local_run):
     root, _, out = local_run
-    assert (out / "report.md").read_text().startswith("# dprm reproduction: grid `recipe:tiny`")
+    assert (out / "report.md").read_text().startswith("# dprm run: recipe `tiny`")
     assert sorted(p.name for p in (out / "tables").glob("calibration_tiny-prm.*"))
     assert list((out / "figures").glob("*.png"))
     results = read_json(out / "results.json")

@@ -116,7 +116,12 @@ def test_empty_heading_detector():
 
 
 def test_report_wall_time_is_the_clis(park_run):
-    """The wall time in report.md and run.json is the one the command prints (to 0.3 s)."""
+    """The wall time in report.md and run.json is the one the command prints.
+
+    The report's figure is taken just before its files are written; what the command does after
+    (results.json, report.md, state.json, run.json: a few atomic writes) takes
+    milliseconds, up to a few hundred on a loaded machine: 1 s of tolerance (on 3597380 the
+    report missed the tables and figures stages: 5.9 s vs the command's 11.4 s)."""
     out, stdout = park_run
     cli = float(re.search(r"dprm run: wall time ([\d.]+)s", stdout).group(1))
     text = (out / "report.md").read_text()
@@ -124,11 +129,12 @@ def test_report_wall_time_is_the_clis(park_run):
     assert match, "no wall time in the report"
     report = float(match.group(1))
     run = json.loads((out / "run.json").read_text())
-    assert abs(report - cli) <= 0.3, (report, cli)
-    assert abs(run["wall_time_s"] - cli) <= 0.3 and run["wall_time_s"] >= report - 0.05
+    assert abs(report - cli) <= 1.0, (report, cli)
+    assert abs(run["wall_time_s"] - cli) <= 1.0, (run["wall_time_s"], cli)
+    assert run["wall_time_s"] >= report - 0.05, (run["wall_time_s"], report)
     # the report's figure covers the tables and figures stages (the gap issue 18 found)
     stages = sum(t["seconds"] for t in run["stage_timing"].values())
-    assert report >= stages - 0.1
+    assert report >= stages - 0.1, (report, stages)
 
 
 def test_seed_bands_in_the_real_runs_tables(park_run):

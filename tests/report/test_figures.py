@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -191,3 +193,55 @@ def test_training_curves(tmp_path):
     files, cap = F.training_figure(pd.DataFrame(rows), tmp_path / "training")
     _ok(files)
     assert "2 seed(s)" in cap and "validation" in cap
+
+
+def _crowding(fig) -> list[str]:
+    """Tick labels of one axis that overlap each other, and legends drawn over an axes."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    found = []
+    for ax in fig.axes:
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            low, high = sorted(axis.get_view_interval())
+            boxes = [
+                label.get_window_extent(renderer)
+                for tick, label in zip(
+                    axis.get_majorticklocs(), axis.get_majorticklabels(), strict=True
+                )
+                if low <= tick <= high and label.get_visible() and label.get_text()
+            ]
+            boxes.sort(key=lambda b: b.x0 if name == "x" else b.y0)
+            found += [
+                f"{name} ticks" for a, b in zip(boxes, boxes[1:], strict=False) if a.overlaps(b)
+            ]
+        legend = ax.get_legend()
+        if legend is not None and legend.get_window_extent(renderer).overlaps(
+            ax.get_window_extent(renderer)
+        ):
+            found.append("legend over the axes")
+    return found
+
+
+def test_no_legend_over_data_no_crowded_ticks(tmp_path, ias_frame, monkeypatch):
+    """issue 18: the flexibility figure's legend covered its data; the β figure's tick labels
+    overlapped. Every figure is checked just before it is saved."""
+    from dprm.report.figures import calibration, style
+
+    problems: dict[str, list[str]] = {}
+    real_save = style.save
+
+    def checked_save(fig, stem):
+        problems[Path(stem).name] = _crowding(fig)
+        return real_save(fig, stem)
+
+    monkeypatch.setattr(style, "save", checked_save)
+    monkeypatch.setattr(calibration, "save", checked_save)
+    levels, qr_levels = np.linspace(0, 1, 101), np.linspace(0, 1, 11)
+    qr = np.linspace(0.1, 0.99, 11)
+    qr[8] = 0.97  # a crossing near the top, where the legend used to sit
+    F.flexibility_figure(tmp_path / "flex", levels, 1 - (1 - levels) ** 3, qr_levels, qr, levels)
+    narrow = ias_frame.assign(cost=0.0172 + ias_frame["cost"] * 0.0026)  # ranges like issue 18's
+    F.beta_figure(narrow, tmp_path / "beta", methods=["ot"])
+    F.frontier_figure(ias_frame, tmp_path / "frontier")
+    assert set(problems) == {"flex", "beta", "frontier"}
+    assert all(not p for p in problems.values()), problems

@@ -74,7 +74,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="grid of worlds to run (--preset is the same flag)",
     )
-    parser.add_argument("--out", required=True, help="output directory (resumed if it exists)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output directory: new, empty, or one reproduce made (then resumed)",
+    )
     parser.add_argument(
         "--methods",
         default=None,

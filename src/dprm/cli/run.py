@@ -35,6 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ray: cluster address ('auto' joins `ray start`; default: the recipe's, else a "
         "local instance)",
     )
+    parser.add_argument(
+        "--slurm-cluster",
+        default=None,
+        choices=["slurm", "local"],
+        help="slurm: 'slurm' (default; needs sbatch on PATH) or 'local' (submitit's local "
+        "executor: every task a process on this machine, for dry runs); overrides the recipe's "
+        "[executor.slurm] cluster",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_run)
@@ -49,6 +57,9 @@ def _run(args: argparse.Namespace) -> int:
         args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
     )
     options = {"address": args.address} if args.executor == "ray" and args.address else {}
+    if args.executor == "slurm" and args.slurm_cluster:
+        options["cluster"] = args.slurm_cluster
+    _interrupt_on_termination()
     outcome = run_recipe(
         recipe,
         out,
@@ -58,3 +69,14 @@ def _run(args: argparse.Namespace) -> int:
         executor_options=options,
     )
     return report_failures("run", outcome.failures, outcome.report)
+
+
+def _interrupt_on_termination() -> None:
+    """SIGTERM / SIGHUP end the driver like Ctrl-C: its executor cancels its jobs and workers."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)

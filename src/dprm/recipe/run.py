@@ -67,21 +67,33 @@ def run_recipe(
     Returns:
         The report path and the failed units (rerun the same command to retry them).
     """
-    from dprm import __version__
-
-    out = Path(out if out is not None else recipe.run.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out if out is not None else recipe.run.out).absolute()
     started = time.perf_counter()
+    # the executor first: one that cannot run here (no SLURM, no Ray) says so before any work
     runner = (
         make_executor(executor, recipe, out, **(executor_options or {}))
         if isinstance(executor, str)
         else executor
     )
+    try:
+        return _run(recipe, out, runner, started, progress, log)
+    finally:
+        runner.close()  # also on Ctrl-C: cancels nothing left, shuts down what it started
+
+
+def _run(recipe: Recipe, out: Path, runner, started: float, progress: bool, log) -> Outcome:
+    from dprm import __version__
+
+    out.mkdir(parents=True, exist_ok=True)
     config = run_config(recipe)
     worlds = recipe.worlds
     write_json(
         out / "recipe.json",
-        {"recipe": recipe.to_dict(), "dprm": __version__, "executor": runner.name},
+        {
+            "recipe": recipe.to_dict() | {"run": recipe.to_dict()["run"] | {"out": str(out)}},
+            "dprm": __version__,
+            "executor": runner.name,
+        },
     )
     pipe = Pipeline(
         out,
@@ -95,9 +107,6 @@ def run_recipe(
     resumed = pipe.layout.run_record.exists()
     shards = recipe.run.shards or runner.default_shards
     model_stages = MODEL_STAGES if recipe.bon.n > 0 else MODEL_STAGES[:2]
-    try:
-        run_world_stages(pipe, [worlds], RecipeStages(recipe, shards).world_stages() + model_stages)
-    finally:
-        runner.close()
+    run_world_stages(pipe, [worlds], RecipeStages(recipe, shards).world_stages() + model_stages)
     summary = config_dict(config) | {"recipe": recipe.to_dict()}
     return finish_run(pipe, started=started, resumed=resumed, summary_config=summary)

@@ -249,10 +249,19 @@ def _data_lines(cfg, names: RunNames, ran: dict[str, list[int]], ias_ran: bool) 
     ]
     n_max = int(recipe.get("bon", {}).get("n", 0))
     if ias_ran:
+        from dprm.ias.constants import N_MAX
+
+        pool = (
+            f"pools of {n_max} candidates per question (a budget above {n_max} draws the whole "
+            "pool)"
+            if n_max < N_MAX
+            else f"pools of {n_max} candidates per question"
+        )
         lines.append(
-            f"- IAS on the held-out ID and OOD best-of-N pools: N_max = {n_max} candidates per "
-            f"question, β = {cfg.beta} for the β-quantile rules, accuracy exact (Monte Carlo with "
-            f"{cfg.mc_trials} trials as a cross-check in `results.json`)."
+            f"- IAS on the held-out ID and OOD best-of-N {pool}: per-question budgets N_i up to "
+            f"N_max = {N_MAX}, cost = mean drawn / N_max, β = {cfg.beta} for the β-quantile "
+            f"rules, accuracy exact (Monte Carlo with {cfg.mc_trials} trials as a cross-check in "
+            "`results.json`)."
         )
     else:
         lines.append(

@@ -248,15 +248,21 @@ def budget_figure(
     size = df.groupby(["dataset", "generator", "method"], sort=False)["n"].transform("size")
     df["weight"] = 1.0 / size
 
+    log_edges = np.log2(edges)
+
     def draw(ax, m: str, sel: pd.DataFrame, methods: list[str]) -> None:
-        ax.hist(
-            sel["n"],
-            bins=edges,
-            weights=sel["weight"],
-            histtype="step",
-            linewidth=1.6 if m in ("base", "ot", "qr") else 1.0,
-            linestyle="--" if m == "truth" else "-",
+        # grouped bars: each bin is split (in log space) into one slot per method, so methods
+        # that pile into the same bin (often all at N_max) stay side by side, never hidden
+        share, _ = np.histogram(sel["n"], bins=edges, weights=sel["weight"])
+        slot = (log_edges[1:] - log_edges[:-1]) / len(methods)
+        left = log_edges[:-1] + slot * methods.index(m)
+        ax.bar(
+            2.0**left,
+            share,
+            width=2.0 ** (left + slot) - 2.0**left,
+            align="edge",
             color=color(m, methods),
+            alpha=0.55 if m == "truth" else 0.9,
             label=display(m),
         )
         ax.set_xscale("log", base=2)
@@ -270,9 +276,10 @@ def budget_figure(
     )
     caption = (
         f"Per-question budgets at C = {c:g}: the share of questions that get n_i candidates "
-        f"(n_i from 1 to N_max = {n_max}, log-spaced bins), one outline per method, training "
+        f"(n_i from 1 to N_max = {n_max}, log-spaced bins), one bar per method, training "
         "seeds pooled. A calibrator whose estimates separate easy from hard questions spreads "
-        "its budgets; one that cannot piles them at a single n. Per-question budgets of every "
+        "its budgets; one that cannot piles them at a single n. Within a bin the methods' bars "
+        "stand side by side, in legend order. Per-question budgets of every "
         "C, τ and β are in `ias/**/budgets.parquet`."
     )
     title = title or f"Per-question budgets at C = {c:g}"

@@ -50,7 +50,8 @@ class LocalExecutor:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=ctx) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=ctx)
+        try:
             started = {pool.submit(u.run): (u, time.perf_counter()) for u in units}
             for future in as_completed(started):
                 unit, t0 = started[future]
@@ -64,6 +65,26 @@ class LocalExecutor:
                     record(unit, seconds, info)
                 bar.set_postfix_str(unit.key.split("/", 1)[-1][:60], refresh=False)
                 bar.update()
+        except BaseException:  # Ctrl-C, SIGTERM: the workers end with the driver
+            terminate(pool)
+            raise
+        pool.shutdown()
+
+
+def terminate(pool) -> None:
+    """Stop a process pool now: pending work cancelled, running workers terminated.
+
+    ``shutdown()`` alone waits for the running units to finish (minutes for a training); the
+    pool's worker processes are only reachable through its ``_processes`` attribute.
+    """
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
 
 
 def _pin(queue) -> None:
@@ -105,9 +126,14 @@ class LocalRecipeExecutor:
             self._pool = ProcessPoolExecutor(
                 len(self.gpus), mp_context=ctx, initializer=_pin, initargs=(queue,)
             )
-        started = {self._pool.submit(call, u.run): u for u in units}
-        for future in as_completed(started):
-            report(started[future], future.result, record, fail, bar)
+        try:
+            started = {self._pool.submit(call, u.run): u for u in units}
+            for future in as_completed(started):
+                report(started[future], future.result, record, fail, bar)
+        except BaseException:  # Ctrl-C, SIGTERM: the workers end with the driver
+            terminate(self._pool)
+            self._pool = None
+            raise
 
     def close(self) -> None:
         if self._pool is not None:

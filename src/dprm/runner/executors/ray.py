@@ -13,6 +13,8 @@
   finished parts, and parts and outputs are written atomically under fixed names, so an output
   is written once: no holes, no duplicates (merges check the keys).
 - **Progress**: one bar per stage in the driver (units done / total) and the Ray dashboard.
+- **Interrupts**: Ctrl-C (or SIGTERM) of the driver cancels its tasks (``ray.cancel``, forced),
+  kills its actors and shuts down the local instance it started: no worker outlives the run.
 
 Connects to an existing cluster (``--address auto`` after ``ray start``, or
 ``[executor.ray] address``) or starts a local instance.
@@ -20,6 +22,7 @@ Connects to an existing cluster (``--address auto`` after ``ray start``, or
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -70,6 +73,7 @@ class RayExecutor:
         self.cluster_cpus = float(resources.get("CPU", 1.0))
         self.default_shards = max(1, int(self.cluster_gpus) or int(self.cluster_cpus))
         self._actors: dict[float, list] = {}
+        self._inflight: set = set()  # object refs of tasks not yet collected
 
     # ------------------------------------------------------------------ actors
     def _pool_size(self, gpus: float) -> int:
@@ -102,6 +106,22 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ run
     def run(self, stage: str, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
+        try:
+            self._run(units, record, fail, bar)
+        except BaseException:  # Ctrl-C, SIGTERM, an error here: nothing keeps running
+            self.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """Cancel every task in flight (forced: their worker processes end) and kill the actors."""
+        for ref in list(self._inflight):
+            # an actor call cannot be force-cancelled (ValueError): its actor is killed below
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        self._inflight.clear()
+        self.release_actors()
+
+    def _run(self, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
         gpu_units = sorted(
             (u for u in units if is_gpu_unit(u)), key=lambda u: u.resources["engine"]
         )
@@ -118,6 +138,7 @@ class RayExecutor:
                 num_cpus=self.section.cpus_per_task, max_retries=self.section.max_retries
             )
             inflight = {task.remote(u.run): u for u in cpu_units}
+            self._inflight |= set(inflight)
             self._collect(inflight, record, fail, bar)
 
     def _run_on_actors(self, actors: list, units: list[Unit], record, fail, bar) -> None:
@@ -130,8 +151,10 @@ class RayExecutor:
                 actor, unit = idle.pop(0), pending.pop(0)
                 ref = actor.run.remote(unit.run)
                 inflight[ref], busy[ref] = unit, actor
+                self._inflight.add(ref)
             ready, _ = ray.wait(list(inflight), num_returns=1)
             for ref in ready:
+                self._inflight.discard(ref)
                 report(inflight.pop(ref), functools.partial(ray.get, ref), record, fail, bar)
                 idle.append(busy.pop(ref))
 
@@ -139,6 +162,7 @@ class RayExecutor:
         while inflight:
             ready, _ = ray.wait(list(inflight), num_returns=1)
             for ref in ready:
+                self._inflight.discard(ref)
                 report(inflight.pop(ref), functools.partial(ray.get, ref), record, fail, bar)
 
     def close(self) -> None:

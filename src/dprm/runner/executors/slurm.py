@@ -10,32 +10,76 @@ outputs and, for train / evaluate / IAS, depend on which models exist), which is
 ``afterok`` would express, without a job left pending forever behind a failed one.
 
 Every task is a :class:`UnitTask`, a ``submitit.helpers.Checkpointable``: a pre-empted or
-timed-out task is requeued by submitit and resumes from its finished parts. ``OUT/slurm/jobs.json``
+timed-out task is requeued by submitit and resumes from its finished parts.
+
+**No scheduler, no silent fallback**: without ``sbatch`` on PATH the executor refuses to start
+(submitit would otherwise run every task as a local process) unless the recipe's
+``[executor.slurm] cluster = "local"`` (or ``dprm run --slurm-cluster local``) asks for
+submitit's local executor (tests, dry runs on one machine). **Interrupts**: Ctrl-C (or SIGTERM)
+of the driver cancels every job it submitted and waits for them to end; a task whose driver
+dies on the same machine (submitit's local mode) or whose parent process dies ends itself. ``OUT/slurm/jobs.json``
 lists the arrays submitted (stage, job ids, resources, the stage it runs after); submitit's logs
 are in ``OUT/slurm/`` (``[executor.slurm] folder``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import shutil
+import signal
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import submitit
 
+from dprm.config import ConfigError
 from dprm.io import write_json
 from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report, run_in_driver
 from dprm.runner.units import Fail, Record, Unit
+
+#: clusters of submitit's AutoExecutor a recipe may name ("" = SLURM)
+CLUSTERS = ("slurm", "local", "debug")
+#: seconds a cancelled job gets to end before it is terminated, then killed (local mode)
+CANCEL_GRACE_S = 5.0
+
+
+def _watch(driver: tuple[str, int], interval: float = 0.5) -> None:
+    """End this task when its parent process dies, or its driver on this machine does.
+
+    A task outlives neither: nobody would record its result (the driver resumes it next time).
+    """
+    parent = os.getppid()
+    host, pid = driver
+
+    def gone(p: int) -> bool:
+        try:
+            os.kill(p, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    while True:
+        time.sleep(interval)
+        if os.getppid() != parent or (host == socket.gethostname() and gone(pid)):
+            os._exit(1)
 
 
 class UnitTask(submitit.helpers.Checkpointable):
     """One unit as a SLURM task; requeued with the same work on pre-emption or timeout."""
 
-    def __init__(self, work):
+    def __init__(self, work, driver: tuple[str, int] | None = None):
         self.work = work
+        self.driver = driver if driver is not None else (socket.gethostname(), os.getpid())
 
     def __call__(self) -> dict:
+        threading.Thread(target=_watch, args=(self.driver,), daemon=True).start()
         return call(self.work)
 
 
@@ -45,9 +89,13 @@ class SlurmExecutor:
     Args:
         recipe: the recipe (its ``[executor.slurm]`` table).
         out: the run directory (submitit's folder is under it).
-        cluster: submitit cluster (None: detect SLURM; ``"local"`` / ``"debug"``: submitit's
-            local executors, for tests and dry runs on one machine).
+        cluster: submitit cluster (None: the recipe's ``[executor.slurm] cluster``, default
+            SLURM; ``"local"`` / ``"debug"``: submitit's local executors, for tests and dry
+            runs on one machine).
         poll_s: seconds between checks of running jobs.
+
+    Raises:
+        ConfigError: SLURM is asked for but there is no scheduler here (no ``sbatch``/``srun``).
     """
 
     name = "slurm"
@@ -55,6 +103,17 @@ class SlurmExecutor:
 
     def __init__(self, recipe: Any, out: Path, cluster: str | None = None, poll_s: float = 5.0):
         self.section = recipe.executor.slurm
+        cluster = cluster or getattr(self.section, "cluster", "") or "slurm"
+        if cluster not in CLUSTERS:
+            raise ConfigError(f"[executor.slurm] cluster = {cluster!r}; expected one of {CLUSTERS}")
+        missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
+        if cluster == "slurm" and missing:
+            raise ConfigError(
+                f"--executor slurm: no SLURM scheduler on this machine ({' and '.join(missing)} "
+                "not on PATH); run the driver on a SLURM login node, or ask for submitit's local "
+                'mode ([executor.slurm] cluster = "local" or --slurm-cluster local)'
+            )
+        self.cluster = cluster
         self.folder = Path(out) / self.section.folder
         self.executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=cluster)
         self.poll_s = poll_s
@@ -80,16 +139,24 @@ class SlurmExecutor:
 
     def run(self, stage: str, units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
         run_in_driver([u for u in units if is_driver_unit(u)], record, fail, bar)
+        running: dict[Any, Unit] = {}
+        try:
+            self._submit_and_wait(stage, units, running, record, fail, bar)
+        except BaseException:  # Ctrl-C, SIGTERM, an error here: no job outlives the driver
+            self.cancel(list(running))
+            raise
+
+    def _submit_and_wait(self, stage, units, running: dict, record, fail, bar) -> None:
         groups: dict[int, list[Unit]] = {}
         for unit in [u for u in units if not is_driver_unit(u)]:
             gpus = math.ceil(float(unit.resources.get("gpus", 0))) if is_gpu_unit(unit) else 0
             groups.setdefault(gpus, []).append(unit)
-        running: dict[Any, Unit] = {}
+        driver = (socket.gethostname(), os.getpid())
         for gpus, group in sorted(groups.items()):
             params = self.parameters(stage, gpus)
             self.executor.update_parameters(**params)
             with self.executor.batch():
-                jobs = [self.executor.submit(UnitTask(u.run)) for u in group]
+                jobs = [self.executor.submit(UnitTask(u.run, driver)) for u in group]
             running |= dict(zip(jobs, group, strict=True))
             self.arrays.append({
                 "stage": stage, "tasks": len(group), "job_ids": [j.job_id for j in jobs],
@@ -104,6 +171,30 @@ class SlurmExecutor:
                 report(running.pop(job), job.result, record, fail, bar)
             if running:
                 time.sleep(self.poll_s)
+
+    def cancel(self, jobs: list) -> None:
+        """Cancel jobs (``scancel`` on SLURM) and, in local mode, wait until their processes end.
+
+        submitit's local job is a controller process that stops its task on SIGINT (what
+        ``job.cancel()`` sends); one that does not end within :data:`CANCEL_GRACE_S` is sent
+        SIGTERM (forwarded to its task), then SIGKILL.
+        """
+        for job in jobs:
+            with contextlib.suppress(Exception):  # a job that ended meanwhile, scancel hiccups
+                job.cancel(check=False)
+        # submitit keeps the controller of a local job as ``_process`` (no public handle)
+        processes = [p for p in (getattr(j, "_process", None) for j in jobs) if p is not None]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            deadline = time.monotonic() + CANCEL_GRACE_S
+            while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            alive = [p for p in processes if p.poll() is None]
+            if not alive:
+                return
+            for p in alive:
+                p.send_signal(sig)
+        for p in processes:
+            p.wait(timeout=CANCEL_GRACE_S)
 
     def close(self) -> None:
         """Nothing to release: finished jobs hold no resources."""
