@@ -51,14 +51,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from dprm.cli._common import claim_run_folder, report_failures
     from dprm.recipe import load_recipe, run_recipe
+    from dprm.runner.executors import check_executor
 
     recipe = load_recipe(args.recipe)
-    out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
-        args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
-    )
     options = {"address": args.address} if args.executor == "ray" and args.address else {}
     if args.executor == "slurm" and args.slurm_cluster:
         options["cluster"] = args.slurm_cluster
+    # an executor that cannot run here (no SLURM, no Ray) says so before --out is claimed
+    check_executor(args.executor, recipe, **options)
+    out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
+        args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
+    )
     _interrupt_on_termination()
     outcome = run_recipe(
         recipe,

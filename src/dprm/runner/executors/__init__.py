@@ -35,11 +35,11 @@ EXECUTORS = {
 EXTRAS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}
 
 
-def make_executor(name: str, recipe: Any, out: Path, **options: Any):
-    """Build the executor ``name`` for a recipe run in ``out``.
+def check_executor(name: str, recipe: Any, **options: Any) -> None:
+    """Check, before anything is written, that executor ``name`` can run here.
 
     Raises:
-        ConfigError: an unknown executor, or its extra is not installed.
+        ConfigError: an unknown executor, its extra is not installed, or (SLURM) no scheduler.
     """
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}; choose from {sorted(EXECUTORS)}")
@@ -49,5 +49,18 @@ def make_executor(name: str, recipe: Any, out: Path, **options: Any):
             raise ConfigError(
                 f"--executor {name} needs {module}: pip install 'dprm[{extra}]' (see docs/cluster.md)"
             )
+    if name == "slurm":
+        from dprm.runner.executors.slurm import resolve_cluster
+
+        resolve_cluster(recipe, options.get("cluster"))
+
+
+def make_executor(name: str, recipe: Any, out: Path, **options: Any):
+    """Build the executor ``name`` for a recipe run in ``out``.
+
+    Raises:
+        ConfigError: see :func:`check_executor`.
+    """
+    check_executor(name, recipe, **options)
     module, _, factory = EXECUTORS[name].partition(":")
     return getattr(importlib.import_module(module), factory)(recipe, out, **options)

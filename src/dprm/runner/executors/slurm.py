@@ -83,6 +83,30 @@ class UnitTask(submitit.helpers.Checkpointable):
         return call(self.work)
 
 
+def resolve_cluster(recipe: Any, cluster: str | None = None) -> str:
+    """The submitit cluster a run asks for, checked before any work (nothing written yet).
+
+    Args:
+        recipe: the recipe (its ``[executor.slurm] cluster``).
+        cluster: the command line's choice, which wins over the recipe's.
+
+    Raises:
+        ConfigError: an unknown cluster, or SLURM asked for on a machine without a scheduler
+            (no ``sbatch`` / ``srun`` on PATH): never a silent fallback to local processes.
+    """
+    cluster = cluster or getattr(recipe.executor.slurm, "cluster", "") or "slurm"
+    if cluster not in CLUSTERS:
+        raise ConfigError(f"[executor.slurm] cluster = {cluster!r}; expected one of {CLUSTERS}")
+    missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
+    if cluster == "slurm" and missing:
+        raise ConfigError(
+            f"--executor slurm: no SLURM scheduler on this machine ({' and '.join(missing)} "
+            "not on PATH); run the driver on a SLURM login node, or ask for submitit's local "
+            'mode ([executor.slurm] cluster = "local" or --slurm-cluster local)'
+        )
+    return cluster
+
+
 class SlurmExecutor:
     """Runs a recipe's units as SLURM job arrays (see the module docstring).
 
@@ -103,16 +127,7 @@ class SlurmExecutor:
 
     def __init__(self, recipe: Any, out: Path, cluster: str | None = None, poll_s: float = 5.0):
         self.section = recipe.executor.slurm
-        cluster = cluster or getattr(self.section, "cluster", "") or "slurm"
-        if cluster not in CLUSTERS:
-            raise ConfigError(f"[executor.slurm] cluster = {cluster!r}; expected one of {CLUSTERS}")
-        missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
-        if cluster == "slurm" and missing:
-            raise ConfigError(
-                f"--executor slurm: no SLURM scheduler on this machine ({' and '.join(missing)} "
-                "not on PATH); run the driver on a SLURM login node, or ask for submitit's local "
-                'mode ([executor.slurm] cluster = "local" or --slurm-cluster local)'
-            )
+        cluster = resolve_cluster(recipe, cluster)
         self.cluster = cluster
         self.folder = Path(out) / self.section.folder
         self.executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster=cluster)
