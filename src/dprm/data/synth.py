@@ -590,6 +590,61 @@ def simulate(
     return Records(true_mu, true_sigma, true_p, n_correct, _sigmoid(score_logit), latent, o1)
 
 
+def draw_pool(
+    rng: np.random.Generator,
+    prm_rng: np.random.Generator,
+    prm: SynthPRM,
+    cell: ScoreCell,
+    rec: Records,
+    question: np.ndarray,
+    split_name: str,
+    pool_size: int,
+) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """A BoN set's questions and candidate pools from question-only records.
+
+    Candidates are correct ~ Bernoulli(p_q) (``rng``); their final PRM scores separate correct
+    from wrong ones by the PRM's ``bon_separation`` around the question's score (``prm_rng``).
+
+    Args:
+        rng, prm_rng: the generator's and the PRM's streams (drawn in that order).
+        prm, cell: the world's PRM and score cell.
+        rec: the question-only records [Q] (:func:`simulate`).
+        question: [Q] question indices (ids ``{split_name}-b####``).
+        split_name: the split's name.
+        pool_size: candidates per question K.
+
+    Returns:
+        (questions [Q rows], responses [Q * K rows, row-major], correct [Q, K]).
+    """
+    p_q = rec.true_p
+    correct = rng.random((len(p_q), pool_size)) < p_q[:, None]
+    cand_logit = (
+        cell.score_bias
+        + cell.score_gain * prm.difficulty_weight * rec.question_reading[:, None]
+        + prm.bon_separation * (2 * correct - 1)
+        + np.sqrt(1 + cell.score_noise**2) * prm_rng.standard_normal(correct.shape)
+    )
+    ids = [f"{split_name}-b{q:04d}" for q in question]
+    questions = pd.DataFrame(
+        {
+            "question_id": ids,
+            "prm_score": rec.prm_score.astype(np.float32),
+            "true_mu": rec.true_mu.astype(np.float32),
+            "true_sigma": rec.true_sigma.astype(np.float32),
+            "true_p": p_q.astype(np.float32),
+        }
+    )
+    responses = pd.DataFrame(
+        {
+            "question_id": np.repeat(ids, pool_size),
+            "response_id": np.tile(np.arange(pool_size, dtype=np.int32), len(ids)),
+            "prm_score": _sigmoid(cand_logit).astype(np.float32).ravel(),
+            "correct": correct.ravel(),
+        }
+    )
+    return questions, responses, correct
+
+
 def write_world(
     out: str | Path,
     preset: str,
@@ -680,33 +735,10 @@ def write_world(
         q_draws = draw_generator(rng, gen, split, world, split.n_bon_questions, question_only=True)
         q_prm_draws = draw_prm(prm_rng, q_draws, mask_rng)
         q_rec = simulate(gen, prm, cell, split.kind, q_draws, q_prm_draws, world.max_steps)
+        questions, responses, correct = draw_pool(
+            rng, prm_rng, prm, cell, q_rec, q_draws.question, split.name, world.pool_size
+        )
         p_q = q_rec.true_p
-        correct = rng.random((len(p_q), world.pool_size)) < p_q[:, None]
-        question_reading = q_rec.question_reading  # o_1
-        cand_logit = (
-            cell.score_bias
-            + cell.score_gain * prm.difficulty_weight * question_reading[:, None]
-            + prm.bon_separation * (2 * correct - 1)
-            + np.sqrt(1 + cell.score_noise**2) * prm_rng.standard_normal(correct.shape)
-        )
-        ids = [f"{split.name}-b{q:04d}" for q in q_draws.question]
-        questions = pd.DataFrame(
-            {
-                "question_id": ids,
-                "prm_score": q_rec.prm_score.astype(np.float32),
-                "true_mu": q_rec.true_mu.astype(np.float32),
-                "true_sigma": q_rec.true_sigma.astype(np.float32),
-                "true_p": p_q.astype(np.float32),
-            }
-        )
-        responses = pd.DataFrame(
-            {
-                "question_id": np.repeat(ids, world.pool_size),
-                "response_id": np.tile(np.arange(world.pool_size, dtype=np.int32), len(ids)),
-                "prm_score": _sigmoid(cand_logit).astype(np.float32).ravel(),
-                "correct": correct.ravel(),
-            }
-        )
         path = out / split.name / "bon"
         with SetWriter(path, "bon", len(questions), world.hidden_dim) as writer:
             fill_hidden(writer, q_rec.latent)

@@ -254,32 +254,10 @@ def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed
     rec = synth.simulate(
         gen, prm, cell, split.kind, draws, synth.draw_prm(prm_rng, draws, mask_rng), world.max_steps
     )
+    questions, responses, correct = synth.draw_pool(
+        rng, prm_rng, prm, cell, rec, draws.question, split.name, world.pool_size
+    )
     p_q = rec.true_p
-    correct = rng.random((n_q, world.pool_size)) < p_q[:, None]
-    cand_logit = (
-        cell.score_bias
-        + cell.score_gain * prm.difficulty_weight * rec.question_reading[:, None]
-        + prm.bon_separation * (2 * correct - 1)
-        + np.sqrt(1 + cell.score_noise**2) * prm_rng.standard_normal(correct.shape)
-    )
-    ids = [f"{split.name}-b{q:04d}" for q in draws.question]
-    questions = pd.DataFrame(
-        {
-            "question_id": ids,
-            "prm_score": rec.prm_score.astype(np.float32),
-            "true_mu": rec.true_mu.astype(np.float32),
-            "true_sigma": rec.true_sigma.astype(np.float32),
-            "true_p": p_q.astype(np.float32),
-        }
-    )
-    responses = pd.DataFrame(
-        {
-            "question_id": np.repeat(ids, world.pool_size),
-            "response_id": np.tile(np.arange(world.pool_size, dtype=np.int32), n_q),
-            "prm_score": (1 / (1 + np.exp(-cand_logit))).astype(np.float32).ravel(),
-            "correct": correct.ravel(),
-        }
-    )
     with SetWriter(path, "bon", n_q, world.hidden_dim) as writer:
         for start in range(0, n_q, 1024):
             writer.hidden[start : start + 1024] = embed(rec.latent[start : start + 1024])
