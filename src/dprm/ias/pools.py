@@ -11,6 +11,30 @@ import pandas as pd
 from dprm.io import DataError
 
 
+def response_rows(bon) -> tuple[np.ndarray, np.ndarray]:
+    """Each response's question row and each question's pool size, of a BoN set.
+
+    Args:
+        bon: a :class:`dprm.data.contract.BonSet`.
+
+    Returns:
+        (row [R]: index into ``bon.questions`` of each response, sizes [Q]: responses per
+        question).
+
+    Raises:
+        DataError: a question has no candidate responses.
+    """
+    qid = bon.questions["question_id"].to_numpy()
+    index = pd.Series(np.arange(len(qid)), index=qid)
+    row = index.reindex(bon.responses["question_id"].to_numpy()).to_numpy()
+    sizes = np.bincount(row, minlength=len(qid))
+    if (sizes == 0).any():
+        bad = qid[np.flatnonzero(sizes == 0)[0]]
+        path = None if bon.path is None else bon.path / "responses.parquet"
+        raise DataError(path, f"question {bad!r} has no candidate responses")
+    return row, sizes
+
+
 @dataclass
 class Pools:
     """Candidate pools, one row per question, sorted by PRM score (descending), padded.
@@ -86,13 +110,7 @@ class Pools:
         """
         qid = bon.questions["question_id"].to_numpy()
         resp = bon.responses
-        index = pd.Series(np.arange(len(qid)), index=qid)
-        row = index.reindex(resp["question_id"].to_numpy()).to_numpy()
-        sizes = np.bincount(row, minlength=len(qid))
-        if (sizes == 0).any():
-            bad = qid[np.flatnonzero(sizes == 0)[0]]
-            path = None if bon.path is None else bon.path / "responses.parquet"
-            raise DataError(path, f"question {bad!r} has no candidate responses")
+        row, sizes = response_rows(bon)
         score = resp["prm_score"].to_numpy(np.float64)
         order = np.lexsort((-score, row))
         row, score = row[order], score[order]

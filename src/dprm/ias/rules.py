@@ -35,7 +35,7 @@ import pandas as pd
 
 from dprm.ias.accuracy import exact_accuracy_table
 from dprm.ias.constants import N_MAX
-from dprm.ias.pools import Pools, _tie_average
+from dprm.ias.pools import Pools, _tie_average, response_rows
 from dprm.io import DataError
 
 #: step aggregations of a candidate's PRM scores (name -> [steps] -> score)
@@ -95,13 +95,7 @@ class Candidates:
         """Candidates of a :class:`dprm.data.contract.BonSet` (rows in ``bon.questions`` order)."""
         qid = bon.questions["question_id"].to_numpy()
         resp = bon.responses
-        index = pd.Series(np.arange(len(qid)), index=qid)
-        q_row = index.reindex(resp["question_id"].to_numpy()).to_numpy()
-        sizes = np.bincount(q_row, minlength=len(qid))
-        if (sizes == 0).any():
-            bad = qid[np.flatnonzero(sizes == 0)[0]]
-            path = None if bon.path is None else bon.path / "responses.parquet"
-            raise DataError(path, f"question {bad!r} has no candidate responses")
+        q_row, sizes = response_rows(bon)
         order = np.argsort(q_row, kind="stable")
         k = int(sizes.max())
         pos = np.arange(len(order)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
