@@ -25,35 +25,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from dprm.cli import COMMANDS, build_parser, main
-from dprm.models import REGISTRY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ----------------------------------------------------------------------------- fixtures, helpers
-@pytest.fixture(scope="module")
-def world(tiny_world):
-    return tiny_world("r1-qwen-7b__qwen-prm")
-
-
-@pytest.fixture(scope="module")
-def model_template(world, tmp_path_factory):
-    torch.manual_seed(0)
-    dim = int(np.load(world["id/calib"] / "hidden_states.npy", mmap_mode="r").shape[1])
-    return REGISTRY["ot"](dim, {}).save(tmp_path_factory.mktemp("m") / "ot")
-
-
 @pytest.fixture
-def mine(world, model_template, tmp_path):
+def mine(world, model_dir, tmp_path):
     """Private copies of a calibration set, a BoN set, a calibrator and a Park JSON file."""
     root = tmp_path / "w"
     paths = {
         "calib": Path(shutil.copytree(world["id/calib"], root / "calib")),
         "bon": Path(shutil.copytree(world["id/bon"], root / "bon")),
-        "model": Path(shutil.copytree(model_template, tmp_path / "model")),
+        "model": Path(shutil.copytree(model_dir, tmp_path / "model")),
         "json": tmp_path / "park.jsonl",
     }
     records = [

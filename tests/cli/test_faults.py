@@ -20,27 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from dprm.cli import COMMANDS, build_parser, main
 from dprm.io import MARKER_FILE, write_json
-from dprm.models import REGISTRY
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FAST = ["--set", "max_steps=20", "--set", "eval_every=10", "--set", "warmup_steps=10"]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-@pytest.fixture(scope="module")
-def world(tiny_world):
-    return tiny_world("r1-qwen-7b__qwen-prm")
-
-
-@pytest.fixture(scope="module")
-def model_dir(world, tmp_path_factory):
-    torch.manual_seed(0)
-    dim = int(np.load(world["id/calib"] / "hidden_states.npy", mmap_mode="r").shape[1])
-    return REGISTRY["ot"](dim, {}).save(tmp_path_factory.mktemp("m") / "ot")
 
 
 def snapshot(root: Path) -> dict[str, tuple[str, int]]:

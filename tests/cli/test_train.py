@@ -19,11 +19,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 FAST = ["--set", "max_steps=40", "--set", "eval_every=20", "--set", "warmup_steps=20"]
 
 
-@pytest.fixture(scope="module")
-def world(tiny_world):
-    return tiny_world("r1-qwen-7b__qwen-prm")
-
-
 def train(world, out, method, *extra):
     args = [
         "train",
