@@ -168,4 +168,38 @@ class RayExecutor:
     def close(self) -> None:
         self.release_actors()
         if self._owns:
+            started = _ray_descendants()
             ray.shutdown()
+            _end(started)  # agents of the local instance may outlive its raylet for a while
+
+
+def _ray_descendants() -> list:
+    """This process's descendants that belong to Ray (GCS, raylet, agents, workers)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with Ray
+        return []
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "ray" in " ".join(process.cmdline()) or process.name().startswith("ray"):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _end(processes: list, grace_s: float = 5.0) -> None:
+    """Wait for ``processes`` to end after ``ray.shutdown()``; terminate, then kill, the rest."""
+    if not processes:
+        return
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
