@@ -113,7 +113,15 @@ class RayExecutor:
             raise
 
     def cancel(self) -> None:
-        """Cancel every task in flight (forced: their worker processes end) and kill the actors."""
+        """Cancel every task in flight (forced: their worker processes end) and kill the actors.
+
+        On a local instance this driver started, the tasks are left to ``close()``'s shutdown,
+        which ends every worker: a forced cancel racing with a task that is just finishing
+        aborts the driver in Ray 2.60 ("Tried to complete task that was not pending"), and an
+        aborted driver cannot shut its instance down.
+        """
+        if self._owns:
+            self._inflight.clear()
         for ref in list(self._inflight):
             # an actor call cannot be force-cancelled (ValueError): its actor is killed below
             with contextlib.suppress(Exception):
