@@ -117,11 +117,18 @@ def test_labels_edited_under_out_worlds_are_noticed_and_redone(tmp_path, tiny_di
     pd.testing.assert_frame_equal(_metrics(after), _metrics(before))
 
 
+def _last_recipe(out: Path):
+    """The recipe the shared local run last ran with (other tests change its settings)."""
+    from dprm.recipe.spec import recipe_from_dict
+
+    return recipe_from_dict(read_json(out / "recipe.json")["recipe"], str(out / "recipe.json"))
+
+
 def test_truncated_finished_output_is_redone(local_run, tmp_path):
     """A truncated ias_full.csv of a finished unit is redone, not published."""
-    from dprm.recipe import load_recipe, run_recipe
+    from dprm.recipe import run_recipe
 
-    _, recipe_path, original = local_run
+    _, _, original = local_run
     out = tmp_path / "copy"
     shutil.copytree(original, out)
     target = out / "ias" / WORLD / "id" / "isotonic" / "seed0" / "ias_full.csv"
@@ -129,7 +136,7 @@ def test_truncated_finished_output_is_redone(local_run, tmp_path):
     target.write_text("".join(lines[:2]))
 
     logs: list[str] = []
-    outcome = run_recipe(load_recipe(recipe_path), out, progress=False, log=logs.append)
+    outcome = run_recipe(_last_recipe(original), out, progress=False, log=logs.append)
     assert outcome.ok, outcome.failures
     assert any(
         "changed since it was written" in line and "ias_full.csv" in line for line in logs
@@ -142,9 +149,9 @@ def test_truncated_finished_output_is_redone(local_run, tmp_path):
 def test_resume_removes_stale_temporaries(local_run, tmp_path):
     """A killed figure stage leaves ``.NAME.XXXX.tmp`` files of the atomic writers; the resumed
     run removes them (and says so)."""
-    from dprm.recipe import load_recipe, run_recipe
+    from dprm.recipe import run_recipe
 
-    _, recipe_path, original = local_run
+    _, _, original = local_run
     out = tmp_path / "copy"
     shutil.copytree(original, out)
     stale_file = out / "figures" / ".frontiers_tiny-prm.png.k3j2h1.tmp"
@@ -154,7 +161,7 @@ def test_resume_removes_stale_temporaries(local_run, tmp_path):
     (stale_dir / "model.safetensors").write_bytes(b"half a model")
 
     logs: list[str] = []
-    outcome = run_recipe(load_recipe(recipe_path), out, progress=False, log=logs.append)
+    outcome = run_recipe(_last_recipe(original), out, progress=False, log=logs.append)
     assert outcome.ok, outcome.failures
     assert not stale_file.exists() and not stale_dir.exists()
     assert any("temporary file" in line for line in logs), logs

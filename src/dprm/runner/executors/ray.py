@@ -113,7 +113,15 @@ class RayExecutor:
             raise
 
     def cancel(self) -> None:
-        """Cancel every task in flight (forced: their worker processes end) and kill the actors."""
+        """Cancel every task in flight (forced: their worker processes end) and kill the actors.
+
+        On a local instance this driver started, the tasks are left to ``close()``'s shutdown,
+        which ends every worker: a forced cancel racing with a task that is just finishing
+        aborts the driver in Ray 2.60 ("Tried to complete task that was not pending"), and an
+        aborted driver cannot shut its instance down.
+        """
+        if self._owns:
+            self._inflight.clear()
         for ref in list(self._inflight):
             # an actor call cannot be force-cancelled (ValueError): its actor is killed below
             with contextlib.suppress(Exception):
@@ -168,4 +176,38 @@ class RayExecutor:
     def close(self) -> None:
         self.release_actors()
         if self._owns:
+            started = _ray_descendants()
             ray.shutdown()
+            _end(started)  # agents of the local instance may outlive its raylet for a while
+
+
+def _ray_descendants() -> list:
+    """This process's descendants that belong to Ray (GCS, raylet, agents, workers)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil comes with Ray
+        return []
+    found = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if "ray" in " ".join(process.cmdline()) or process.name().startswith("ray"):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _end(processes: list, grace_s: float = 5.0) -> None:
+    """Wait for ``processes`` to end after ``ray.shutdown()``; terminate, then kill, the rest."""
+    if not processes:
+        return
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(alive, timeout=grace_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
