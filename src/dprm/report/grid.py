@@ -45,10 +45,10 @@ REAL_DATA = "real"
 WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
 #: demo-only training caps so that ``make demo`` stays within 5 minutes on 2 CPU cores (keys a
 #: method's config does not have are dropped, so a renamed option never breaks the demo)
-DEMO_STEPS = {"max_steps": 300, "eval_every": 25}
+#: (every gradient-trained method runs past its 400-step warm-up, so a checkpoint is selected)
+DEMO_STEPS = {"max_steps": 600, "eval_every": 25}
 DEMO_OVERRIDES: dict[str, dict[str, Any]] = {
-    # ot: past its 400-step warm-up, so a checkpoint is selected (and patience can stop it:
-    # 400 + patience 16 x 25 < 1000); ~5 s per demo world on one core
+    # ot: patience can stop it (400 + patience 16 x 25 < 1000); ~5 s per demo world on one core
     "ot": {"max_steps": 1000, "eval_every": 25},
     "mono": dict(DEMO_STEPS),
     "binomial": dict(DEMO_STEPS),

@@ -47,7 +47,17 @@ def training_figure(
             loss = run.dropna(subset=["loss"])
             axes[1, c].plot(loss["step"], loss["loss"], **kw)
         axes[0, c].set_title(display(m), fontsize=10)
-        axes[0, c].set_ylabel(f"validation {metric}")
+        if rows["validation"].isna().all():  # e.g. conformal: its inner model's loss only
+            axes[0, c].cla()
+            axes[0, c].set_title(display(m), fontsize=10)
+            axes[0, c].text(
+                0.5, 0.5, "no validation score\nrecorded", ha="center", va="center",
+                transform=axes[0, c].transAxes, fontsize=9, color="0.4",
+            )  # fmt: skip
+            axes[0, c].set_xticks([])
+            axes[0, c].set_yticks([])
+        else:
+            axes[0, c].set_ylabel(f"validation {metric}")
         axes[1, c].set_ylabel(f"training {loss_name}")
         axes[1, c].set_xlabel("step")
         for r in range(2):
