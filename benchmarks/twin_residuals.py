@@ -9,7 +9,17 @@ tolerances (Brier, PosBrier +-0.02, ECE +-0.04). The 36 cells are (generator, PR
 row as well and is printed beside ``id``. The fit (benchmarks/fit_twin.py) targets paper size
 at the default seeds; other sizes and seeds show how far sampling noise moves the numbers.
 
-Usage: python benchmarks/twin_residuals.py [--size paper] [--seed N] [--hidden-dim D]
+With ``--qr`` it also trains, per world, a converged linear QR with dprm's own trainer
+(``dprm.fit("qr", ...)`` on the ``train`` split, the settings in ``CONVERGED_QR``: 4000 steps,
+checkpoint by validation WQL, i.e. the pinball objective) and prints its Brier / PosBrier / ECE
+(point estimate: the median, as the paper's QR) next to the paper's QR cells with residuals and
+pass or fail (Brier, PosBrier +-0.03, ECE +-0.05), the count of the 36 cells in tolerance, and
+each world's linear R^2: a ridge regression of the true logit's location ``true_mu`` on h, fitted
+on ``train`` and scored on the held-out ``id`` split. The QR part reads the hidden states into
+memory: at paper size use ``--hidden-dim 256`` (h is an affine image of the embedding's 128
+units at any D >= 128, so a linear model of h is the same model class).
+
+Usage: python benchmarks/twin_residuals.py [--size paper] [--seed N] [--hidden-dim D] [--qr]
 """
 
 from __future__ import annotations
@@ -22,11 +32,53 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit_twin import PAPER_DATASET, TOLERANCE, paper_base
+from fit_twin import (
+    CONVERGED_QR,
+    PAPER_DATASET,
+    QR_TOLERANCE,
+    TOLERANCE,
+    paper_base,
+    paper_cell,
+)
 
 from dprm import metrics as M
 from dprm.data import read_calibration_set
 from dprm.data.synth import GENERATORS, PRMS, SIZES, write_world
+
+
+def linear_r2(train_hidden, train_target, test_hidden, test_target, alpha: float = 1.0) -> float:
+    """Held-out R^2 of a ridge regression of ``target`` on standardised h (alpha on the
+    standardised scale)."""
+    mean, scale = train_hidden.mean(0), train_hidden.std(0) + 1e-6
+    a = (train_hidden - mean) / scale
+    b = (test_hidden - mean) / scale
+    centre = train_target.mean()
+    weight = np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ (train_target - centre))
+    resid = test_target - (b @ weight + centre)
+    return float(1 - np.mean(resid**2) / np.var(test_target))
+
+
+def qr_rows(paths, splits, kinds, gen: str, prm: str):
+    """Train dprm's converged QR on ``train``; per split (ours [3], paper [3]); linear R^2."""
+    from dprm.models.fit import fit
+
+    sets = {split: read_calibration_set(paths[f"{split}/calib"]) for split in splits}
+    model = fit("qr", sets["train"], overrides=CONVERGED_QR, seed=0, progress=False)
+    rows = {}
+    for split in splits:
+        hidden = np.asarray(sets[split].hidden, dtype=np.float32)
+        p = model.point_estimate(hidden)
+        y = sets[split].records["success_prob"].to_numpy(np.float64)
+        ours = np.array([M.brier(p, y), M.pos_brier(p, y), M.ece(p, y)])
+        rows[split] = (ours, paper_cell(prm, kinds[split], gen, "qr"))
+    train, held_out = sets["train"], sets["id"]
+    r2 = linear_r2(
+        np.asarray(train.hidden, dtype=np.float64),
+        train.records["true_mu"].to_numpy(np.float64),
+        np.asarray(held_out.hidden, dtype=np.float64),
+        held_out.records["true_mu"].to_numpy(np.float64),
+    )
+    return rows, r2
 
 
 def main() -> int:
@@ -37,6 +89,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="world seed (default: preset's)")
     parser.add_argument("--hidden-dim", type=int, default=None, help="default: the size's")
     parser.add_argument("--keep", default=None, help="keep the worlds under this directory")
+    parser.add_argument(
+        "--qr", action="store_true", help="also train dprm's converged QR per world (slow)"
+    )
+    parser.add_argument("--generators", default=",".join(GENERATORS))
+    parser.add_argument("--prms", default=",".join(PRMS))
     args = parser.parse_args()
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="dprm-twin-"))
     splits = [s.name for s in SIZES[args.size].splits]
@@ -50,8 +107,12 @@ def main() -> int:
     t0 = time.perf_counter()
     n_cells = n_failed = 0
     worst = np.zeros(3)
-    for prm in PRMS:
-        for gen in GENERATORS:
+    qr_lines: list[str] = []
+    qr_cells = qr_failed = 0
+    qr_resid: list[np.ndarray] = []
+    r2s: list[float] = []
+    for prm in args.prms.split(","):
+        for gen in args.generators.split(","):
             preset = f"{gen}__{prm}"
             out = root / preset
             paths = write_world(
@@ -81,6 +142,25 @@ def main() -> int:
                     f"{gen:14s} {prm:11s} {split:6s} {dataset:10s}{cols}  {'pass' if ok else 'FAIL'}",
                     flush=True,
                 )
+            if args.qr:
+                rows, r2 = qr_rows(paths, splits, kinds, gen, prm)
+                r2s.append(r2)
+                for split, (ours, target) in rows.items():
+                    resid = ours - target
+                    ok = bool(np.all(np.abs(resid) <= QR_TOLERANCE))
+                    if split != "train":  # the 36 cells: MATH500 on id, AIME24-25 on ood
+                        qr_cells += 1
+                        qr_failed += not ok
+                        qr_resid.append(resid)
+                    cols = "".join(
+                        f" {o:7.3f} / {t:6.3f} ({r:+6.3f})"
+                        for o, t, r in zip(ours, target, resid, strict=True)
+                    )
+                    qr_lines.append(
+                        f"{gen:14s} {prm:11s} {split:6s} {PAPER_DATASET[kinds[split]]:10s}{cols}"
+                        f"  {'pass' if ok else 'FAIL'}  linear R2 {r2:.3f}"
+                    )
+                    print("QR " + qr_lines[-1], flush=True)
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
     if not args.keep:
@@ -90,6 +170,22 @@ def main() -> int:
         f"checked on both train and id); worst |residual| Brier {worst[0]:.3f}, "
         f"PosBrier {worst[1]:.3f}, ECE {worst[2]:.3f}; {time.perf_counter() - t0:.0f}s"
     )
+    if args.qr:
+        resid = np.abs(np.array(qr_resid))
+        print(
+            f"\nconverged linear QR (dprm) vs the paper's QR; tolerance Brier, PosBrier "
+            f"{QR_TOLERANCE[0]}, ECE {QR_TOLERANCE[2]}"
+        )
+        print(header + "".join(f" {m:>24s}" for m in ("Brier", "PosBrier", "ECE")) + "  result")
+        print("\n".join(qr_lines))
+        print(
+            f"\n{qr_cells - qr_failed}/{qr_cells} QR cells pass (MATH500 on id, AIME24-25 on "
+            f"ood; train rows printed, not counted); |residual| median / max: Brier "
+            f"{np.median(resid[:, 0]):.3f} / {resid[:, 0].max():.3f}, PosBrier "
+            f"{np.median(resid[:, 1]):.3f} / {resid[:, 1].max():.3f}, ECE "
+            f"{np.median(resid[:, 2]):.3f} / {resid[:, 2].max():.3f}; linear R2 of true_mu on h "
+            f"(ridge, train -> id) {min(r2s):.3f}-{max(r2s):.3f}"
+        )
     return 0 if n_failed == 0 else 1
 
 

@@ -123,9 +123,11 @@ def test_hidden_state_carries_more_success_signal_for_qwen_prm_than_shepherd():
     def explained(prm_name: str) -> float:
         gen, prm = S.GENERATORS["qwen-2.5-7b"], S.PRMS[prm_name]
         split, size = S.SIZES["paper"].splits[0], S.SIZES["paper"]
-        rng, prm_rng = S.split_rngs(5, 0, prm)
+        rng, prm_rng, mask_rng = S.split_rngs(5, 0, prm)
         draws = S.draw_generator(rng, gen, split, size, 300)
-        rec = S.simulate(gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws), 20)
+        rec = S.simulate(
+            gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws, mask_rng), 20
+        )
         logit = np.log(rec.true_p / (1 - rec.true_p))
         return 1 - np.mean(rec.true_sigma**2) / np.var(logit)
 
@@ -141,9 +143,11 @@ def test_difficulty_is_skewed_and_r1_trajectories_are_long():
     steps = {}
     for name in ("qwen-2.5-7b", "r1-qwen-7b"):
         gen, prm = S.GENERATORS[name], S.PRMS["qwen-prm"]
-        rng, prm_rng = S.split_rngs(1, 0, prm)
+        rng, prm_rng, mask_rng = S.split_rngs(1, 0, prm)
         draws = S.draw_generator(rng, gen, size.splits[0], size, 500)
-        rec = S.simulate(gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws), 20)
+        rec = S.simulate(
+            gen, prm, S.DEFAULT_CELL, "id", draws, S.draw_prm(prm_rng, draws, mask_rng), 20
+        )
         p_question = rec.true_p[draws.step == 0][:: size.n_responses]  # one per question
         assert np.mean((p_question < 0.05) | (p_question > 0.95)) > 0.3
         steps[name] = np.mean(np.bincount(draws.question * 8 + draws.response))
@@ -192,9 +196,11 @@ def test_truth_is_exact_given_h_in_and_out_of_distribution(prm_name, split_index
 
     gen, prm, size = S.GENERATORS["r1-llama-8b"], S.PRMS[prm_name], S.SIZES["paper"]
     split = size.splits[split_index]
-    rng, prm_rng = S.split_rngs(7, split_index, prm)
+    rng, prm_rng, mask_rng = S.split_rngs(7, split_index, prm)
     draws = S.draw_generator(rng, gen, split, size, 400)
-    rec = S.simulate(gen, prm, S.DEFAULT_CELL, split.kind, draws, S.draw_prm(prm_rng, draws), 20)
+    rec = S.simulate(
+        gen, prm, S.DEFAULT_CELL, split.kind, draws, S.draw_prm(prm_rng, draws, mask_rng), 20
+    )
     last = np.flatnonzero(np.diff(np.append(draws.step, 0)) <= 0)  # last prefix of each response
     logit = np.log(rec.true_p[last] / (1 - rec.true_p[last]))
     z = (logit - rec.true_mu[last]) / rec.true_sigma[last]
@@ -203,3 +209,96 @@ def test_truth_is_exact_given_h_in_and_out_of_distribution(prm_name, split_index
     pit = np.sort([NormalDist().cdf(v) for v in z[first_response]])
     ks = np.max(np.abs(pit - (np.arange(1, len(pit) + 1) - 0.5) / len(pit)))
     assert len(pit) == 400 and ks < 1.63 / np.sqrt(len(pit))  # 1% level
+
+
+# --- twin v2: h lossy and non-linear -----------------------------------------------------------
+
+
+def _v2_world(linear_share: float, hidden_dim: int, prm_name: str = "qwen-prm", n_q: int = 200):
+    """(h [n, D], true_mu [n], train mask [n]) of a small in-distribution split."""
+    from dataclasses import replace
+
+    from dprm.data import synth as S
+
+    gen, prm, size = S.GENERATORS["qwen-2.5-7b"], S.PRMS[prm_name], S.SIZES["tiny"]
+    rng, prm_rng, mask_rng = S.split_rngs(3, 0, prm)
+    draws = S.draw_generator(rng, gen, size.splits[0], size, n_q)
+    cell = replace(S.DEFAULT_CELL, linear_share=linear_share)
+    rec = S.simulate(
+        gen, prm, cell, "id", draws, S.draw_prm(prm_rng, draws, mask_rng), size.max_steps
+    )
+    hidden = S.Embedding(prm, hidden_dim)(rec.latent).astype(np.float64)
+    return hidden, rec.true_mu, draws.question < int(0.75 * n_q)
+
+
+def _held_out_r2(features, target, train, alpha):
+    """R^2 on the held-out questions of a ridge regression on standardised features."""
+    mean, scale = features[train].mean(0), features[train].std(0) + 1e-9
+    x = (features - mean) / scale
+    a, centre = x[train], target[train].mean()
+    weight = np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ (target[train] - centre))
+    resid = target[~train] - (x[~train] @ weight + centre)
+    return 1 - np.mean(resid**2) / np.var(target[~train])
+
+
+def test_v2_hidden_state_is_only_non_linearly_informative_without_its_linear_channel():
+    """linear_share 0: a ridge readout of true_mu from h explains almost nothing, a quadratic
+    one (ridge on h and its pairwise products) most of it; linear_share 1: the linear one too."""
+    hidden, true_mu, train = _v2_world(0.0, 32)
+    z = (hidden - hidden[train].mean(0)) / hidden[train].std(0)
+    upper = np.triu_indices(z.shape[1])
+    quadratic = np.column_stack([z, (z[:, :, None] * z[:, None, :])[:, upper[0], upper[1]]])
+    linear_r2 = _held_out_r2(hidden, true_mu, train, alpha=1.0)
+    quadratic_r2 = _held_out_r2(quadratic, true_mu, train, alpha=10.0)
+    assert linear_r2 < 0.1 and quadratic_r2 > 0.5, (linear_r2, quadratic_r2)
+    hidden, true_mu, train = _v2_world(1.0, 160)
+    assert _held_out_r2(hidden, true_mu, train, alpha=1.0) > 0.8
+
+
+def test_v2_linear_r2_falls_with_linear_share():
+    r2 = [_held_out_r2(*_v2_world(share, 160), alpha=1.0) for share in (1.0, 0.5, 0.1)]
+    assert r2[0] > r2[1] > r2[2], r2
+
+
+def test_v2_keyed_units_are_odd_in_the_key():
+    """Flipping the key s flips the keyed units and leaves the tanh units: a linear readout of
+    the keyed units is blind to z (E[g(z) unit] = 0 for a symmetric independent key)."""
+    from dprm.data import synth as S
+
+    embed = S.Embedding(PRMS["reasoneval"], 64)
+    u = np.random.default_rng(0).normal(size=(50, S.LATENT_DIM))
+    u[:, S.KEY_COL] = 1.0
+    flipped = u.copy()
+    flipped[:, S.KEY_COL] = -1.0
+    a, b = embed.features(u), embed.features(flipped)
+    assert np.allclose(a[:, : S.TANH_WIDTH], b[:, : S.TANH_WIDTH])
+    assert np.allclose(a[:, S.TANH_WIDTH :], -b[:, S.TANH_WIDTH :], atol=1e-6)
+
+
+def test_v2_linear_share_changes_h_only():
+    """Scores, labels and truth do not depend on linear_share (the Base fit holds for every
+    value); the latent does, and at linear_share 1 its linear channel is the readings."""
+    from dataclasses import replace
+
+    from dprm.data import synth as S
+
+    gen, prm, size = S.GENERATORS["llama-3.1-8b"], S.PRMS["shepherd"], S.SIZES["tiny"]
+    recs = []
+    for share in (0.0, 1.0):
+        rng, prm_rng, mask_rng = S.split_rngs(4, 0, prm)
+        draws = S.draw_generator(rng, gen, size.splits[0], size, 30)
+        cell = replace(S.DEFAULT_CELL, linear_share=share)
+        prm_draws = S.draw_prm(prm_rng, draws, mask_rng)
+        recs.append(S.simulate(gen, prm, cell, "id", draws, prm_draws, size.max_steps))
+    for name in ("true_mu", "true_sigma", "true_p", "n_correct", "prm_score"):
+        assert np.array_equal(getattr(recs[0], name), getattr(recs[1], name)), name
+    assert not np.allclose(recs[0].latent[:, S.LINEAR_COLS], recs[1].latent[:, S.LINEAR_COLS])
+    assert np.allclose(recs[1].latent[:, S.LINEAR_COLS], recs[1].latent[:, S.RAW_COLS])
+    assert set(np.unique(recs[0].latent[:, S.KEY_COL])) == {-1.0, 1.0}
+
+
+def test_v2_worlds_say_their_format(worlds):
+    from dprm.data.synth import SYNTH_FORMAT
+
+    calib = read_calibration_set(worlds["llama-3.2-1b"]["id/calib"])
+    assert SYNTH_FORMAT == 2 and calib.meta["synth_format"] == 2

@@ -15,15 +15,24 @@ record (question q, response r, step t):
   visible, plus the style, the step, the PRM's own score quirk and many nuisance features
   unrelated to success. delta = 0 in distribution; out of it the reading misses a share
   ``ood_blindness`` of the generator's drop in skill, delta = ood_blindness (skill_id -
-  skill_ood): AIME questions look easier than they are. The hidden state is a fixed nonlinear
-  embedding of the visible features, h = (tanh(u A + b) B) * col_scale + col_shift,
-  A [16, 128], B [128, D], fixed per PRM; most of h's variance comes from the nuisance
-  features.
-* **truth**: everything above is jointly Gaussian in logit space, so l | h is exactly
+  skill_ood): AIME questions look easier than they are.
+* **hidden state (twin v2, format 2)**: h is a fixed embedding, per PRM, of a latent u
+  (:func:`assemble_latent`, the one place latents are put together) that carries the
+  readings z = (o_1 / 4, o_2 / 2, style) twice: through a linear channel masked by fresh noise,
+  m = sqrt(lambda) z + sqrt(1 - lambda) xi, and raw through keyed units
+  tanh(s (z . a_k + b_k)) with a visible random key s = +-1. The keyed units are odd in s, so a
+  linear readout of them carries nothing about success, while products of two of them (a
+  quadratic readout, a network) recover z. lambda = ``linear_share`` is fitted per cell so
+  that a converged linear QR matches the paper's QR cells; most of h's variance comes from
+  the nuisance features. h = (units B) * col_scale + col_shift, B [128, D].
+* **truth**: the success distribution given the PRM's readings (o_1, o_2, style, step).
+  Everything is jointly Gaussian in logit space, so l | readings is exactly
   N(true_mu, true_sigma^2) with true_mu = skill + kappa (o_1 - delta - skill) + kappa_t o_2 +
   c_style sin(1.5 c), true_sigma^2 = (1 - kappa) spread^2 + (1 - kappa_t) V_t,
-  V_t = t walk^2, kappa_t = V_t / (V_t + tau^2); Q(tau | h) = sigmoid(true_mu + true_sigma
-  Phi^-1(tau)) in closed form.
+  V_t = t walk^2, kappa_t = V_t / (V_t + tau^2); Q(tau | readings) = sigmoid(true_mu +
+  true_sigma Phi^-1(tau)) in closed form. h determines the readings (the key is visible and
+  the keyed units are injective in z for generic a_k), so this is also the truth given h; a
+  linear calibrator of h reaches it only when lambda = 1.
 * **PRM score** (the Base prediction), a readout of h that knows neither the generator's skill
   nor its own uncertainty: logit r = score_bias + score_gain (difficulty_weight o_1 + o_2) +
   score_noise n, n the PRM's quirk feature. (score_bias, score_gain, score_noise) are fitted
@@ -57,10 +66,25 @@ from tqdm.auto import tqdm
 from dprm.data.contract import SetWriter
 from dprm.version import __version__
 
-#: visible features: o_1, o_2, step, style, score quirk, then N_NUISANCE nuisance features
+#: version of the world format, written to every set's meta.json as ``synth_format``
+#: (1: h a near-linear map of the readings; 2: twin v2, h lossy and non-linear: docs/synth.md)
+SYNTH_FORMAT = 2
+#: the PRM's success readings z = (o_1 / 4, o_2 / 2, style): three signal columns
+N_SIGNAL = 3
 N_NUISANCE = 11
-LATENT_DIM = 5 + N_NUISANCE
-EMBED_WIDTH = 128
+#: latent layout (:func:`assemble_latent`): masked linear channel m [3], raw readings z [3],
+#: the key s (+-1), step feature, score quirk, then N_NUISANCE nuisance features
+LINEAR_COLS = slice(0, N_SIGNAL)
+RAW_COLS = slice(N_SIGNAL, 2 * N_SIGNAL)
+KEY_COL = 2 * N_SIGNAL
+STEP_COL = 2 * N_SIGNAL + 1
+QUIRK_COL = 2 * N_SIGNAL + 2
+LATENT_DIM = 2 * N_SIGNAL + 3 + N_NUISANCE
+#: tanh units read the masked linear channel, the step, the quirk and the nuisance features;
+#: keyed units read the raw readings only, as tanh((s z) . a_k + s b_k): odd in s
+TANH_WIDTH = 96
+KEYED_WIDTH = 32
+EMBED_WIDTH = TANH_WIDTH + KEYED_WIDTH
 #: weight of the visible response style in the success logit
 STYLE_WEIGHT = 0.5
 #: step at which the trajectory reading o_2 reaches the PRM's visibility kappa
@@ -105,11 +129,18 @@ class SynthPRM:
 
 @dataclass(frozen=True)
 class ScoreCell:
-    """The PRM score's readout for one (generator, PRM, split kind): fitted to Base metrics."""
+    """One (generator, PRM, split kind) cell's fitted numbers.
+
+    (score_bias, score_gain, score_noise) are the PRM score's readout, fitted to the paper's
+    Base metrics; ``linear_share`` (lambda in [0, 1]) is how much of the PRM's success reading
+    reaches h through its linear channel, fitted so that a converged linear QR matches the
+    paper's QR cells (docs/synth.md, "Twin v2").
+    """
 
     score_bias: float
     score_gain: float
     score_noise: float
+    linear_share: float = 1.0
 
 
 GENERATORS: dict[str, SynthGenerator] = {
@@ -137,58 +168,55 @@ PRMS: dict[str, SynthPRM] = {
 # --- fitted by benchmarks/fit_twin.py: do not edit by hand (rerun the fit) --------------------
 # BEGIN SCORE_CELLS
 SCORE_CELLS_TABLE = """
-generator      prm         kind  score_bias  score_gain  score_noise
-llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248
-llama-3.2-1b   qwen-prm    ood       1.4416      0.3111       2.5764
-llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032
-llama-3.2-1b   reasoneval  ood       1.2148      0.3111       1.6087
-llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102
-llama-3.2-1b   shepherd    ood      -0.4727      0.3101       0.7649
-llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433
-llama-3.1-8b   qwen-prm    ood       1.7576      0.2010       3.0023
-llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830
-llama-3.1-8b   reasoneval  ood       1.1406      0.1996       1.8395
-llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711
-llama-3.1-8b   shepherd    ood      -0.2699      0.1651       0.8395
-qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301
-qwen-2.5-1.5b  qwen-prm    ood       2.8017      0.1546       3.7616
-qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580
-qwen-2.5-1.5b  reasoneval  ood       1.9353      0.1819       2.5474
-qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211
-qwen-2.5-1.5b  shepherd    ood       0.4151      0.0339       1.2315
-qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145
-qwen-2.5-7b    qwen-prm    ood       4.0830      1.1770       5.2416
-qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831
-qwen-2.5-7b    reasoneval  ood       1.5172      0.2297       1.8079
-qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378
-qwen-2.5-7b    shepherd    ood       0.5572      0.4021       0.7204
-r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527
-r1-llama-8b    qwen-prm    ood       5.7569      0.5574       4.9152
-r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152
-r1-llama-8b    reasoneval  ood       5.6626      0.0004       5.4323
-r1-llama-8b    shepherd    id       -0.0353      0.4039       0.9265
-r1-llama-8b    shepherd    ood      -5.1767      0.0000       5.7878
-r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658
-r1-qwen-7b     qwen-prm    ood       6.7454      0.3460       5.4301
-r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337
-r1-qwen-7b     reasoneval  ood       6.5458      0.1697       5.5552
-r1-qwen-7b     shepherd    id       -0.0277      0.1374       0.0788
-r1-qwen-7b     shepherd    ood      -4.4886      0.0001       5.9694
+generator      prm         kind  score_bias  score_gain  score_noise  linear_share
+llama-3.2-1b   qwen-prm    id        1.8409      0.1489       1.4248        0.4000
+llama-3.2-1b   qwen-prm    ood       1.4416      0.3111       2.5764        0.0000
+llama-3.2-1b   reasoneval  id        2.1808      0.3331       1.1032        0.1500
+llama-3.2-1b   reasoneval  ood       1.2148      0.3111       1.6087        0.0000
+llama-3.2-1b   shepherd    id        0.8622      0.2730       0.0102        0.8000
+llama-3.2-1b   shepherd    ood      -0.4727      0.3101       0.7649        0.0000
+llama-3.1-8b   qwen-prm    id        2.7278      0.1735       2.0433        0.1500
+llama-3.1-8b   qwen-prm    ood       1.7576      0.2010       3.0023        0.1000
+llama-3.1-8b   reasoneval  id        2.0686      0.0755       1.5830        0.1000
+llama-3.1-8b   reasoneval  ood       1.1406      0.1996       1.8395        0.1000
+llama-3.1-8b   shepherd    id        1.4204      0.7416       0.4711        0.0000
+llama-3.1-8b   shepherd    ood      -0.2699      0.1651       0.8395        0.0000
+qwen-2.5-1.5b  qwen-prm    id        1.4646      0.0000       0.3301        0.5000
+qwen-2.5-1.5b  qwen-prm    ood       2.8017      0.1546       3.7616        0.1000
+qwen-2.5-1.5b  reasoneval  id        1.1634      0.0097       0.7580        0.1000
+qwen-2.5-1.5b  reasoneval  ood       1.9353      0.1819       2.5474        0.0000
+qwen-2.5-1.5b  shepherd    id        0.6727      0.0712       0.2211        0.2500
+qwen-2.5-1.5b  shepherd    ood       0.4151      0.0339       1.2315        0.0000
+qwen-2.5-7b    qwen-prm    id        1.6222      0.1963       0.4145        0.5500
+qwen-2.5-7b    qwen-prm    ood       4.0830      1.1770       5.2416        0.7500
+qwen-2.5-7b    reasoneval  id        1.1918      0.0681       0.2831        0.7000
+qwen-2.5-7b    reasoneval  ood       1.5172      0.2297       1.8079        0.3500
+qwen-2.5-7b    shepherd    id        0.8500      0.2953       0.0378        1.0000
+qwen-2.5-7b    shepherd    ood       0.5572      0.4021       0.7204        1.0000
+r1-llama-8b    qwen-prm    id        1.4372      0.0479       0.1527        0.6000
+r1-llama-8b    qwen-prm    ood       5.7569      0.5574       4.9152        0.6500
+r1-llama-8b    reasoneval  id        1.3432      0.0193       0.0152        0.6500
+r1-llama-8b    reasoneval  ood       5.6626      0.0004       5.4323        0.0000
+r1-llama-8b    shepherd    id       -0.0353      0.4039       0.9265        1.0000
+r1-llama-8b    shepherd    ood      -5.1767      0.0000       5.7878        1.0000
+r1-qwen-7b     qwen-prm    id        1.5049      0.0719       0.1658        0.6500
+r1-qwen-7b     qwen-prm    ood       6.7454      0.3460       5.4301        0.4000
+r1-qwen-7b     reasoneval  id        1.4664      0.0545       0.1337        0.6500
+r1-qwen-7b     reasoneval  ood       6.5458      0.1697       5.5552        0.4500
+r1-qwen-7b     shepherd    id       -0.0277      0.1374       0.0788        1.0000
+r1-qwen-7b     shepherd    ood      -4.4886      0.0001       5.9694        1.0000
 """
 # END SCORE_CELLS
 
 
 def _parse_cells(table: str) -> dict[tuple[str, str, str], ScoreCell]:
     lines = [line.split() for line in table.strip().splitlines()[1:] if line.strip()]
-    return {
-        (gen, prm, kind): ScoreCell(float(bias), float(gain), float(noise))
-        for gen, prm, kind, bias, gain, noise in lines
-    }
+    return {(gen, prm, kind): ScoreCell(*map(float, values)) for gen, prm, kind, *values in lines}
 
 
 SCORE_CELLS: dict[tuple[str, str, str], ScoreCell] = _parse_cells(SCORE_CELLS_TABLE)
 #: the unfitted fallback: an over-confident readout (used where the table has no row)
-DEFAULT_CELL = ScoreCell(score_bias=1.5, score_gain=0.5, score_noise=0.5)
+DEFAULT_CELL = ScoreCell(score_bias=1.5, score_gain=0.5, score_noise=0.5, linear_share=0.5)
 
 
 def score_cell(gen: SynthGenerator, prm: SynthPRM, kind: str) -> ScoreCell:
@@ -307,35 +335,87 @@ def _stratified_normal(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 class Embedding:
-    """The PRM's fixed map from visible features u [n, 16] to hidden states h [n, D].
+    """The PRM's fixed map from latents u [n, LATENT_DIM] to hidden states h [n, D].
 
-    Rows of the first layer are scaled so that the success-related features (o_1, o_2, style)
-    carry a share ``prm.signal_share`` of the pre-activation variance; the rest comes from the
-    step, the score quirk and the nuisance features, as in a real 3584-dim state where most
-    directions have nothing to do with success.
+    Twin v2 (docs/synth.md): two blocks of units, then a fixed linear map to D dimensions.
+
+    * ``TANH_WIDTH`` tanh units read the masked linear channel m (:func:`assemble_latent`), the
+      step, the score quirk and the nuisance features. Their first-layer rows are scaled so that
+      m carries a share ``prm.signal_share`` of the pre-activation variance: most of h's
+      variance comes from directions that have nothing to do with success.
+    * ``KEYED_WIDTH`` keyed units tanh((s z) . a_k + s b_k) read the raw readings z through a
+      visible random key s = +-1 (independent of everything else, P(s = 1) = 1/2). Each unit is
+      odd in s, so for any function g, E[g(z) unit_k] = 0: a linear readout of these units
+      carries nothing about success. Products of two of them do not depend on s
+      (unit_k unit_l = tanh(z . a_k + b_k) tanh(z . a_l + b_l)): a quadratic readout, or any
+      network that can multiply, recovers z, and h determines z exactly.
+
+    The map is fixed per (PRM, hidden_dim); how informative h is about success is set by the
+    latent (the cell's ``linear_share``), not here, so one PRM embeds every generator alike.
     """
 
     def __init__(self, prm: SynthPRM, hidden_dim: int):
-        rng = np.random.default_rng(_stable_seed("embedding", prm.name, hidden_dim))
-        signal = np.zeros(LATENT_DIM, bool)
-        signal[[0, 1, 3]] = True
-        row_var = np.where(
-            signal, prm.signal_share / signal.sum(), (1 - prm.signal_share) / (~signal).sum()
-        )
-        self.first = rng.normal(0, 1, (LATENT_DIM, EMBED_WIDTH)) * np.sqrt(row_var)[:, None] * 1.3
-        self.first_bias = rng.normal(0, 0.3, EMBED_WIDTH)
+        rng = np.random.default_rng(_stable_seed("embedding-v2", prm.name, hidden_dim))
+        reads = np.zeros(LATENT_DIM, bool)
+        reads[LINEAR_COLS] = True
+        others = np.ones(LATENT_DIM, bool)
+        others[LINEAR_COLS] = others[RAW_COLS] = others[KEY_COL] = False
+        row_var = np.zeros(LATENT_DIM)
+        row_var[reads] = prm.signal_share / reads.sum()
+        row_var[others] = (1 - prm.signal_share) / others.sum()
+        self.first = rng.normal(0, 1, (LATENT_DIM, TANH_WIDTH)) * np.sqrt(row_var)[:, None] * 1.3
+        self.first_bias = rng.normal(0, 0.3, TANH_WIDTH)
+        self.keyed = rng.normal(0, 1, (N_SIGNAL, KEYED_WIDTH))
+        self.keyed_bias = rng.normal(0, 1, KEYED_WIDTH)
         self.second = rng.normal(0, 1 / np.sqrt(EMBED_WIDTH), (EMBED_WIDTH, hidden_dim))
         # Real hidden states have very different scales and offsets per dimension.
         self.col_scale = np.exp(rng.normal(0, 0.7, hidden_dim))
         self.col_shift = rng.normal(0, 2.0, hidden_dim)
 
+    def features(self, latent: np.ndarray) -> np.ndarray:
+        """The EMBED_WIDTH unit activations [n, EMBED_WIDTH] (float32); h is affine in them."""
+        latent = np.asarray(latent, dtype=np.float64)
+        key = latent[:, KEY_COL : KEY_COL + 1]
+        tanh_units = np.tanh(latent @ self.first + self.first_bias)
+        keyed_units = np.tanh(key * (latent[:, RAW_COLS] @ self.keyed + self.keyed_bias))
+        return np.concatenate([tanh_units, keyed_units], axis=1).astype(np.float32)
+
     def __call__(self, latent: np.ndarray) -> np.ndarray:
         # float32 throughout: a float64 [chunk, D] temporary would dwarf the output chunk.
-        features = np.tanh(latent @ self.first + self.first_bias).astype(np.float32)
-        out = features @ self.second.astype(np.float32)
+        out = self.features(latent) @ self.second.astype(np.float32)
         out *= self.col_scale.astype(np.float32)
         out += self.col_shift.astype(np.float32)
         return out
+
+
+def assemble_latent(
+    readings: np.ndarray,
+    masking: np.ndarray,
+    key: np.ndarray,
+    step_feature: np.ndarray,
+    quirk: np.ndarray,
+    nuisance: np.ndarray,
+    linear_share: float,
+) -> np.ndarray:
+    """The embedding's input u [n, LATENT_DIM]: the one place latents are assembled.
+
+    Args:
+        readings: z [n, N_SIGNAL], the PRM's success readings (o_1 / 4, o_2 / 2, style).
+        masking: xi [n, N_SIGNAL], unit-variance noise that hides part of z from the linear
+            channel (drawn by :func:`draw_prm`; independent of everything else).
+        key: s [n] in {-1, +1}, the keyed units' key (drawn by :func:`draw_prm`).
+        step_feature: [n], 2 t / max_steps - 1.
+        quirk: [n], the PRM's score quirk (visible).
+        nuisance: [n, N_NUISANCE], features unrelated to success.
+        linear_share: lambda in [0, 1]: the linear channel is m = sqrt(lambda) z +
+            sqrt(1 - lambda) xi; the raw z reach h only through the keyed units.
+
+    Returns:
+        u [n, LATENT_DIM] = [m, z, s, step_feature, quirk, nuisance].
+    """
+    lam = float(np.clip(linear_share, 0.0, 1.0))
+    linear = np.sqrt(lam) * readings + np.sqrt(1 - lam) * masking
+    return np.column_stack([linear, readings, key, step_feature, quirk, nuisance])
 
 
 @dataclass
@@ -363,6 +443,8 @@ class PRMDraws:
     question_noise: np.ndarray  # e_q / its sd, shared by a question's records
     step_noise: np.ndarray  # e_{q,r,t} / its sd, 0 at step 0
     quirk: np.ndarray  # the PRM's score quirk n (visible), question + record parts
+    masking: np.ndarray  # [n, N_SIGNAL] xi of the linear channel, question + record parts
+    key: np.ndarray  # [n] s = +-1 of the keyed units: per question at step 0, else per record
 
 
 def _segments(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -417,17 +499,33 @@ def draw_generator(
     )
 
 
-def draw_prm(rng: np.random.Generator, draws: GeneratorDraws) -> PRMDraws:
-    """Draw the PRM's reading noise and score quirk for the records of ``draws``."""
+def draw_prm(
+    rng: np.random.Generator, draws: GeneratorDraws, mask_rng: np.random.Generator
+) -> PRMDraws:
+    """Draw the PRM's reading noise, score quirk and linear-channel masking for ``draws``.
+
+    The masking comes from its own stream ``mask_rng`` (:func:`split_rngs`), so the readings,
+    scores and labels are the same random numbers as in format 1 worlds (the Base fit holds).
+    """
     n, n_q = len(draws.step), int(draws.question.max()) + 1
     later = draws.step > 0
     # question-level parts are stratified like the difficulty: a 12- or 60-question split
     # gets the distribution's profile, not a lucky draw of it
+    # masking: a question part shared by its records (step 0 records stay one input per
+    # question) plus a record part from step 1 on; unit variance from step 1 on
+    masking = (
+        mask_rng.standard_normal((n_q, N_SIGNAL))[draws.question]
+        + mask_rng.standard_normal((n, N_SIGNAL)) * later[:, None]
+    ) / np.sqrt(2)
+    signs = 2.0 * (mask_rng.random(n_q + n) < 0.5) - 1
+    key = np.where(later, signs[n_q:], signs[:n_q][draws.question])
     return PRMDraws(
         question_noise=_stratified_normal(rng, n_q)[draws.question],
         step_noise=rng.standard_normal(n) * later,
         quirk=(_stratified_normal(rng, n_q)[draws.question] + rng.standard_normal(n) * later)
         / np.sqrt(2),
+        masking=masking,
+        key=key,
     )
 
 
@@ -440,7 +538,8 @@ class Records:
     true_p: np.ndarray
     n_correct: np.ndarray
     prm_score: np.ndarray
-    visible: np.ndarray  # [n, LATENT_DIM]: the embedding's input
+    latent: np.ndarray  # [n, LATENT_DIM]: the embedding's input (:func:`assemble_latent`)
+    question_reading: np.ndarray  # o_1, the PRM's difficulty reading
 
 
 def simulate(
@@ -478,10 +577,16 @@ def simulate(
         + cell.score_gain * (prm.difficulty_weight * o1 + o2)
         + cell.score_noise * prm_draws.quirk
     )
-    visible = np.column_stack(
-        [o1 / 4, o2 / 2, 2 * t / max_steps - 1, draws.style, prm_draws.quirk, draws.nuisance]
+    latent = assemble_latent(
+        np.column_stack([o1 / 4, o2 / 2, draws.style]),
+        prm_draws.masking,
+        prm_draws.key,
+        2 * t / max_steps - 1,
+        prm_draws.quirk,
+        draws.nuisance,
+        cell.linear_share,
     )
-    return Records(true_mu, true_sigma, true_p, n_correct, _sigmoid(score_logit), visible)
+    return Records(true_mu, true_sigma, true_p, n_correct, _sigmoid(score_logit), latent, o1)
 
 
 def write_world(
@@ -527,21 +632,23 @@ def write_world(
         "prm": prm.name,
         "size": size_name,
         "seed": seed,
+        "synth_format": SYNTH_FORMAT,
         "dprm_version": __version__,
     }
     n_sets = sum(1 + (split.n_bon_questions > 0) for split in world.splits)
     bar = tqdm(total=n_sets, desc=f"synth {preset}", disable=not progress, unit="set")
 
-    def fill_hidden(writer: SetWriter, visible: np.ndarray) -> None:
-        for start in range(0, len(visible), chunk_rows):
-            writer.hidden[start : start + chunk_rows] = embed(visible[start : start + chunk_rows])
+    def fill_hidden(writer: SetWriter, latent: np.ndarray) -> None:
+        for start in range(0, len(latent), chunk_rows):
+            writer.hidden[start : start + chunk_rows] = embed(latent[start : start + chunk_rows])
 
     for split_index, split in enumerate(world.splits):
-        rng, prm_rng = split_rngs(seed, split_index, prm)
+        rng, prm_rng, mask_rng = split_rngs(seed, split_index, prm)
         cell = score_cell(gen, prm, split.kind)
         # -- calibration set -----------------------------------------------------------------
         draws = draw_generator(rng, gen, split, world, split.n_questions)
-        rec = simulate(gen, prm, cell, split.kind, draws, draw_prm(prm_rng, draws), world.max_steps)
+        prm_draws = draw_prm(prm_rng, draws, mask_rng)
+        rec = simulate(gen, prm, cell, split.kind, draws, prm_draws, world.max_steps)
         records = pd.DataFrame(
             {
                 "question_id": [f"{split.name}-q{q:04d}" for q in draws.question],
@@ -557,7 +664,7 @@ def write_world(
         )
         path = out / split.name / "calib"
         with SetWriter(path, "calibration", len(records), world.hidden_dim) as writer:
-            fill_hidden(writer, rec.visible)
+            fill_hidden(writer, rec.latent)
             writer.records = records
             writer.meta.update(provenance, split=split.name)
         written[f"{split.name}/calib"] = path
@@ -566,12 +673,11 @@ def write_world(
             continue
         # -- best-of-N set: fresh questions from the same distribution (question-only) -------
         q_draws = draw_generator(rng, gen, split, world, split.n_bon_questions, question_only=True)
-        q_rec = simulate(
-            gen, prm, cell, split.kind, q_draws, draw_prm(prm_rng, q_draws), world.max_steps
-        )
+        q_prm_draws = draw_prm(prm_rng, q_draws, mask_rng)
+        q_rec = simulate(gen, prm, cell, split.kind, q_draws, q_prm_draws, world.max_steps)
         p_q = q_rec.true_p
         correct = rng.random((len(p_q), world.pool_size)) < p_q[:, None]
-        question_reading = q_rec.visible[:, 0] * 4  # o_1
+        question_reading = q_rec.question_reading  # o_1
         cand_logit = (
             cell.score_bias
             + cell.score_gain * prm.difficulty_weight * question_reading[:, None]
@@ -598,7 +704,7 @@ def write_world(
         )
         path = out / split.name / "bon"
         with SetWriter(path, "bon", len(questions), world.hidden_dim) as writer:
-            fill_hidden(writer, q_rec.visible)
+            fill_hidden(writer, q_rec.latent)
             writer.records = questions
             writer.responses = responses
             writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
@@ -610,9 +716,11 @@ def write_world(
 
 def split_rngs(
     seed: int, split_index: int, prm: SynthPRM
-) -> tuple[np.random.Generator, np.random.Generator]:
-    """The generator's stream (shared by all PRMs) and the PRM's own stream of one split."""
+) -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
+    """The generator's stream (shared by all PRMs), the PRM's own stream and the PRM's masking
+    stream (twin v2's linear-channel noise) of one split."""
     return (
         np.random.default_rng([seed, split_index]),
         np.random.default_rng([seed, split_index, _stable_seed("prm", prm.name)]),
+        np.random.default_rng([seed, split_index, _stable_seed("mask", prm.name)]),
     )
