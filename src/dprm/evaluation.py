@@ -1,7 +1,8 @@
 """Score calibrators on a calibration set: the metrics JSON of ``dprm evaluate`` (contract).
 
 Per method: ``brier, pos_brier, neg_brier, ece, wql, calibration_area, crossing_rate, n`` (NaN
-where undefined) and, on synthetic sets with truth, ``quantile_error_true`` and ``crps_true``.
+where undefined), ``wql_interior`` (the WQL over the levels 0.1..0.9 only, without the end levels
+tau = 0 and 1) and, on synthetic sets with truth, ``quantile_error_true`` and ``crps_true``.
 
 Conventions (docs/design.md §3; the branching is :func:`dprm.models.interface.predict`): point
 estimates are the trapezoid mean over the 11 levels for
@@ -55,11 +56,12 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
     p = pred.p
     q_mid = None
     if pred.q is None:  # point
-        out.update(wql=nan, calibration_area=nan, crossing_rate=nan)
+        out.update(wql=nan, wql_interior=nan, calibration_area=nan, crossing_rate=nan)
         q_mid = np.repeat(p[:, None], len(mid), axis=1) if data.has_truth else None
     elif pred.kind == "levels":
         out.update(
             wql=M.wql(pred.q, y, pred.levels),
+            wql_interior=M.wql_interior(pred.q, y, pred.levels),
             calibration_area=M.calibration_area(pred.q, y, pred.levels),
             crossing_rate=M.crossing_rate(pred.q),
         )
@@ -68,6 +70,7 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
         q11 = pred.q[:, ::10]
         out.update(
             wql=M.wql(q11, y),
+            wql_interior=M.wql_interior(q11, y),
             calibration_area=M.calibration_area(q11, y),
             crossing_rate=M.crossing_rate(pred.q),
         )

@@ -102,6 +102,23 @@ def wql(q, y, levels=LEVELS_11) -> float:
     return float(np.mean(pinball(q, y, levels).mean(axis=0)))
 
 
+def wql_interior(q, y, levels=LEVELS_11) -> float:
+    """WQL over the interior levels only (0 < tau < 1; tau = 0.1..0.9 on the 11 levels).
+
+    At tau = 0 and tau = 1 the pinball loss only charges a quantile above the smallest or below
+    the largest label, so a head that predicts 0 and 1 there scores ~0 whatever it knows about
+    h; this variant compares the part of the distribution the levels in between describe.
+    """
+    levels = np.asarray(levels, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if q.ndim != 2 or q.shape[1] != levels.shape[0]:
+        raise ValueError(f"q must have shape [N, {levels.shape[0]}], got {q.shape}")
+    inside = (levels > 0.0) & (levels < 1.0)
+    if not inside.any():
+        return float("nan")
+    return wql(q[:, inside], y, levels[inside])
+
+
 def coverage(q, y) -> np.ndarray:
     """Quantile calibration curve [L]: share of records with y <= Q(tau)."""
     q = np.asarray(q, dtype=np.float64)

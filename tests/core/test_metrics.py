@@ -207,6 +207,28 @@ def test_wql_two_records_by_hand() -> None:
     np.testing.assert_allclose(M.pinball(q, y, levels), [[0, 0.125, 0], [0, 0.25, 0.5]])
 
 
+def test_wql_interior_drops_the_end_levels_by_hand() -> None:
+    levels = np.array([0.0, 0.5, 1.0])
+    y = np.array([0.25, 1.0])
+    q = np.array([[0.0, 0.5, 1.0], [0.5, 0.5, 0.5]])
+    # only tau = 0.5 is interior: rho_0.5 = 0.125 (record 0) and 0.25 (record 1) -> 0.1875
+    assert M.wql_interior(q, y, levels) == pytest.approx(0.1875, abs=1e-12)
+    # a QR-like head exact at the ends but wrong inside: the full WQL hides a third of the error
+    q_ends = np.array([[0.25, 0.0, 0.25], [1.0, 0.0, 1.0]])
+    # interior: rho_0.5(0.25) = 0.125, rho_0.5(1.0) = 0.5 -> 0.3125; ends: 0
+    assert M.wql_interior(q_ends, y, levels) == pytest.approx(0.3125, abs=1e-12)
+    assert M.wql(q_ends, y, levels) == pytest.approx(0.3125 / 3, abs=1e-12)
+    # on the 11 levels the interior ones are 0.1..0.9
+    q11 = np.tile(M.LEVELS_11, (2, 1))
+    y2 = np.array([0.0, 1.0])
+    interior = M.LEVELS_11[1:-1]
+    # record 0 (y = 0): rho_t(-t) = (1 - t) t; record 1 (y = 1): rho_t(1 - t) = t (1 - t)
+    expected = float(np.mean(interior * (1 - interior)))
+    assert M.wql_interior(q11, y2) == pytest.approx(expected, abs=1e-12)
+    with pytest.raises(ValueError):
+        M.wql_interior(np.zeros((2, 10)), y2)
+
+
 def test_wql_default_levels_are_the_eleven() -> None:
     np.testing.assert_allclose(M.LEVELS_11, np.arange(11) / 10, atol=1e-12)
     y = np.array([0.3])

@@ -1,11 +1,15 @@
 """``ot``: the paper's conditional OT map (CondOT dual min-max) against closed forms.
 
-Worlds of 3000 records, small networks, 400 steps. Tolerances (mean absolute error over 50
-mid-point levels) were set from seeds 0 and 1 with ~1.5x headroom: Beta(2, 5) from the identity
-map 0.026 (the identity itself is 0.19 off); from the default marginal start it stays < 0.01
-(the min-max does not drift away from the optimum it starts at); the Gaussian-logit world
-0.029-0.035, 0.11-0.14x the marginal quantile function's error; discrete contexts <= 0.042 per
-context against numpy's per-context empirical quantiles.
+Worlds of 3000 records, small networks, 400 steps (800 at lr 4e-3 for the Gaussian-logit world:
+with the default slower f, f_every 4, and weight averaging it needs them; at 400 steps it is
+0.055 off, with f every 2nd step 0.029-0.035; at the default lr 2e-3 the last iterate at 800
+steps is 0.038 off, and the calibration-area selection picks step 100, 0.16 off: that
+criterion cannot tell a still nearly marginal map from a conditional one, both are calibrated). Tolerances (mean absolute error over 50 mid-point levels)
+were set from seeds 0 and 1 with ~1.5x headroom: Beta(2, 5) from the identity map 0.026-0.027
+(the identity itself is 0.19 off); from the default marginal start it stays < 0.01 (the min-max
+does not drift away from the optimum it starts at); the Gaussian-logit world 0.024-0.025 at 800
+steps, 0.10x the marginal quantile function's error; discrete contexts <= 0.042 per context
+against numpy's per-context empirical quantiles.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from closed_form import (
     gaussian_logit_world,
 )
 
+from dprm.config import ConfigError
 from dprm.metrics import LEVELS_101
 from dprm.models import load
 from dprm.models.fit import fit
@@ -39,7 +44,8 @@ def logit_fit():
     with torch.random.fork_rng():
         torch.set_num_threads(1)
         data = gaussian_logit_world(3000, seed=1)
-        return data, fit("ot", data, overrides=STEPS, seed=1, progress=False)
+        overrides = {**STEPS, "max_steps": "800", "lr": "4e-3", "lr_f": "4e-3"}
+        return data, fit("ot", data, overrides=overrides, seed=1, progress=False)
 
 
 @pytest.mark.parametrize("init_marginal", [False, True])
@@ -60,7 +66,7 @@ def test_gaussian_logit_world_matches_closed_form(logit_fit):
     marginal = np.quantile(data.records["success_prob"].to_numpy(), MIDPOINTS)
     error = np.abs(model.quantiles(HIDDEN, MIDPOINTS) - truth).mean()
     baseline = np.abs(marginal[None, :] - truth).mean()
-    assert error < 0.05 and error < 0.2 * baseline
+    assert error < 0.04 and error < 0.15 * baseline
 
 
 def test_discrete_contexts_match_empirical_quantiles():
@@ -146,3 +152,43 @@ def test_transport_loss_gradient_is_the_objectives():
         zero = torch.zeros_like(param)
         got, want = zero if got is None else got, zero if want is None else want
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_prm_score_source_monotone_labelled_and_reloads(tmp_path):
+    """The PRM-score reading of the source: Q(tau | h) = T(S(tau), h) with S the training
+    scores' quantile function; monotone in tau, recorded in the config, saved with S."""
+    data = gaussian_logit_world(1500, seed=2)
+    overrides = {**STEPS, "max_steps": "150", "source": "prm_score"}
+    model = fit("ot", data, overrides=overrides, seed=0, progress=False)
+    assert model.info["config"]["source"] == "prm_score"
+    scores = np.sort(data.records["prm_score"].to_numpy())
+    s = model.source_map(torch.tensor([0.0, 0.5, 1.0]))[1].numpy()
+    assert abs(s[0] - scores[0]) < 0.02 and abs(s[2] - scores[-1]) < 0.02
+    assert abs(s[1] - np.median(scores)) < 0.02  # level 0.5 is the median training score
+    q = model.quantiles(HIDDEN, LEVELS_101)
+    assert (np.diff(q, axis=1) >= 0).all() and q.min() >= 0 and q.max() <= 1
+    truth = gaussian_logit_quantile(HIDDEN, MIDPOINTS)
+    marginal = np.quantile(data.records["success_prob"].to_numpy(), MIDPOINTS)
+    error = np.abs(model.quantiles(HIDDEN, MIDPOINTS) - truth).mean()
+    assert error < 0.5 * np.abs(marginal[None, :] - truth).mean()  # it learned h's effect
+    model.save(tmp_path / "ot")
+    loaded = load(tmp_path / "ot")
+    np.testing.assert_array_equal(loaded.quantiles(HIDDEN, LEVELS_101), q)
+
+
+def test_prm_score_source_starts_at_the_marginal_quantiles():
+    data = beta_world(2000, seed=0)
+    model = OTCalibrator(3, {"source": "prm_score"})
+
+    class Stub:  # what initialise reads from the trainer
+        target = torch.as_tensor(data.records["success_prob"].to_numpy(np.float32, copy=True))
+        score = torch.as_tensor(data.records["prm_score"].to_numpy(np.float32, copy=True))
+
+    model.initialise(Stub())
+    q = model.quantiles(HIDDEN[:20], MIDPOINTS)
+    assert np.abs(q - beta25_quantile(MIDPOINTS)[None, :]).mean() < 0.03
+
+
+def test_unknown_source_is_rejected():
+    with pytest.raises(ConfigError, match="source"):
+        OTCalibrator(3, {"source": "scores"})

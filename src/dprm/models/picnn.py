@@ -311,9 +311,21 @@ class QuantileMapNet(nn.Module):
         self._max_width = max([1, *picnn_hidden])
 
     @torch.no_grad()
-    def init_marginal(self, targets: np.ndarray, inverse: bool = False) -> None:
-        """Set Q0 to the marginal quantile function of ``targets`` (its CDF if ``inverse``)."""
+    def init_marginal(
+        self, targets: np.ndarray, inverse: bool = False, source: np.ndarray | None = None
+    ) -> None:
+        """Set Q0 to the marginal quantile function of ``targets`` (its CDF if ``inverse``).
+
+        Args:
+            targets: training targets [N].
+            inverse: start at the inverse map (targets -> source), for the dual potential f.
+            source: the source points [n_knots] (strictly increasing) that the levels of the
+                knots map to, when the map's input is not tau itself but a fixed monotone
+                function of it (the PRM-score source of ``ot``); default: the levels.
+        """
         levels, values = marginal_quantile_knots(targets, len(self.marginal_map.knot_x))
+        if source is not None:
+            levels = np.asarray(source, dtype=np.float64)
         if inverse:
             self.marginal_map.set_knots(torch.as_tensor(values), torch.as_tensor(levels))
         else:

@@ -18,6 +18,7 @@ validation skips re-standardising).
 from __future__ import annotations
 
 import abc
+import contextlib
 import copy
 import math
 import time
@@ -31,12 +32,16 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from dprm import metrics as M
-from dprm.config import in_range
+from dprm.config import ConfigError, in_range
 from dprm.data.contract import CalibrationSet
 from dprm.models.interface import Calibrator, QuantileFunction
 
 if TYPE_CHECKING:
     from dprm.models.interface import Standardizer
+
+
+#: the learning-rate schedules of ``TrainConfig.lr_schedule``
+LR_SCHEDULES = ("step", "cosine")
 
 
 @dataclass
@@ -73,6 +78,19 @@ class TrainConfig:
     input_lr_scale: float = 0.0
     # hold the standardised float32 rows in memory up to this size
     preload_max_gb: float = in_range(4.0, ge=0)
+    # Exponential moving average of the weights (Polyak averaging), 0 = off: the averaged
+    # weights are the ones evaluated, checkpointed and returned; the optimiser keeps stepping
+    # the raw ones. Decay d averages over ~1 / (1 - d) steps (debiased, see WeightAverage).
+    ema_decay: float = in_range(0.0, ge=0, lt=1)
+    # Learning-rate schedule: "step" (StepLR, lr_step_size / lr_gamma) or "cosine" (cosine
+    # decay from lr to lr * lr_gamma over max_steps).
+    lr_schedule: str = "step"
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}"
+            )
 
 
 @dataclass
@@ -132,6 +150,53 @@ class StandardizedRows:
     def chunks(self, size: int = 4096) -> Iterator[tuple[int, Tensor]]:
         for start in range(0, len(self), size):
             yield start, self[np.arange(start, min(start + size, len(self)))]
+
+
+class WeightAverage:
+    """Exponential moving average of a module's floating-point parameters (Polyak averaging).
+
+    For a game such as the OT min-max, the iterates of alternating gradient steps circle and
+    jitter around the saddle point instead of settling on it; their running average converges
+    where the last iterate keeps oscillating (Polyak and Juditsky 1992; for GANs, Yazici et al.,
+    ICLR 2019). The average is debiased as Adam's moments are: after t updates it is
+    sum_s d^(t-s) (1 - d) theta_s / (1 - d^t), so it spans ~1 / (1 - d) updates from the start.
+
+    Args:
+        module: whose parameters are averaged (shadows are kept here, not in the module).
+        decay: d in (0, 1).
+    """
+
+    def __init__(self, module: nn.Module, decay: float):
+        self.decay, self.updates = float(decay), 0
+        self.params = [p for p in module.parameters() if p.is_floating_point()]
+        self.biased = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        """Fold the current parameters into the average."""
+        self.updates += 1
+        torch._foreach_lerp_(self.biased, [p.detach() for p in self.params], 1.0 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped(self) -> Iterator[None]:
+        """Within the block the module holds the averaged weights; the live ones come back after.
+
+        Before the first update the average is the current weights (nothing to swap).
+        """
+        if not self.updates:
+            yield
+            return
+        correction = 1.0 - self.decay**self.updates
+        with torch.no_grad():
+            live = [p.detach().clone() for p in self.params]
+            for p, biased in zip(self.params, self.biased, strict=True):
+                p.copy_(biased / correction)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, value in zip(self.params, live, strict=True):
+                    p.copy_(value)
 
 
 def _column(data: CalibrationSet, name: str) -> Tensor:
@@ -195,9 +260,17 @@ class Trainer:
                 )
 
     def optimizer(
-        self, params, lr: float | None = None
+        self, params, lr: float | None = None, updates: int | None = None
     ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-        """Adam + StepLR with the config's settings."""
+        """Adam + the config's learning-rate schedule.
+
+        Args:
+            params: the parameters to optimise.
+            lr: base learning rate (default ``config.lr``).
+            updates: how many optimiser steps the run makes at most (default ``max_steps``; a
+                network updated every k-th batch makes ``max_steps // k``): the schedule is
+                stretched to it, so it decays at the same training steps.
+        """
         cfg = self.config
         lr = cfg.lr if lr is None else lr
         dim = self.model.hidden_dim
@@ -214,7 +287,21 @@ class Trainer:
         if len(betas) != 2:
             raise ValueError(f"adam_betas must be two numbers, got {cfg.adam_betas}")
         opt = torch.optim.Adam(groups, betas=betas, foreach=True, weight_decay=cfg.weight_decay)
-        return opt, torch.optim.lr_scheduler.StepLR(opt, cfg.lr_step_size, cfg.lr_gamma)
+        return opt, self.scheduler(opt, cfg.max_steps if updates is None else updates)
+
+    def scheduler(self, opt, total_updates: int) -> torch.optim.lr_scheduler.LRScheduler:
+        """The learning-rate schedule of ``lr_schedule`` over ``total_updates`` optimiser steps."""
+        cfg = self.config
+        total = max(1, total_updates)
+        if cfg.lr_schedule == "step":
+            step_size = max(1, cfg.lr_step_size * total // max(1, cfg.max_steps))
+            return torch.optim.lr_scheduler.StepLR(opt, step_size, cfg.lr_gamma)
+        floor = cfg.lr_gamma
+
+        def cosine(t: int) -> float:  # multiplier of every group's base rate: 1 -> lr_gamma
+            return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(t, total) / total))
+
+        return torch.optim.lr_scheduler.LambdaLR(opt, cosine)
 
     def update(self, loss: Tensor, opt, scheduler, params) -> float:
         """zero_grad, backward, clip at ``clip_norm``, step; returns the pre-clip grad norm."""
@@ -265,6 +352,11 @@ class Trainer:
         cfg, model = self.config, self.model
         started = time.perf_counter()
         history: list[dict] = []
+        average = WeightAverage(model, cfg.ema_decay) if cfg.ema_decay > 0 else None
+
+        def averaged():  # evaluation and checkpoints see the averaged weights, if any
+            return average.swapped() if average is not None else contextlib.nullcontext()
+
         metrics = self.evaluate()
         if cfg.select_metric not in metrics:
             raise ValueError(f"select_metric {cfg.select_metric!r} is not one of {sorted(metrics)}")
@@ -281,6 +373,8 @@ class Trainer:
         model.train()
         for step in range(1, cfg.max_steps + 1):
             logs = step_fn(next(batches), step)
+            if average is not None:
+                average.update()
             for key, value in logs.items():
                 if not math.isfinite(value):
                     raise FloatingPointError(f"{desc}: {key} = {value} at step {step}")
@@ -289,7 +383,8 @@ class Trainer:
             bar.update()
             if step % cfg.eval_every and step != cfg.max_steps:
                 continue
-            metrics = self.evaluate()
+            with averaged():
+                metrics = self.evaluate()
             entry = {"step": step, **{k: v / counts[k] for k, v in sums.items()}, **metrics}
             entry["seconds"] = round(time.perf_counter() - started, 3)
             history.append(entry)
@@ -299,7 +394,8 @@ class Trainer:
                 continue
             if score < best_score - cfg.min_delta:
                 best_score, best_step, stale = score, step, 0
-                best_state = copy.deepcopy(model.state_dict())
+                with averaged():
+                    best_state = copy.deepcopy(model.state_dict())
             else:
                 stale += 1
             bar.set_postfix({cfg.select_metric: f"{score:.4f}", "best": f"{best_score:.4f}"})
