@@ -57,6 +57,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "merge": Command("dprm.cli.merge", "join the finished shards OUT.shards/ into OUT"),
     "train": Command("dprm.cli.train", "fit a calibrator on a calibration set"),
+    "tune": Command(
+        "dprm.cli.tune",
+        "hyper-parameter search of ot, qr, mono, binomial (same trials each; resumable)",
+        True,
+    ),
     "predict": Command(
         "dprm.cli.predict",
         "quantiles of a trained calibrator on a calibration or best-of-N set (.npy)",

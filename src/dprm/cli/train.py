@@ -13,13 +13,17 @@ from dprm.cli._common import (
     apply_threads,
     check_out,
     input_paths,
+    integer_at_least,
     show_progress,
 )
+
+#: ``--method auto``: the best tuned calibrator on validation (dprm.models.tune)
+AUTO = "auto"
 
 
 def _train(args: argparse.Namespace) -> int:
     # before any work: never discover it after training, never replace the data with a model
-    out = check_out(args, directory=True, inputs=input_paths(args, "--data", "--config"))
+    out = check_out(args, directory=True, inputs=input_paths(args, "--data", "--config", "--tune"))
     apply_threads(args)
     from dprm.config import parse_overrides
     from dprm.data import read_calibration_set
@@ -28,9 +32,16 @@ def _train(args: argparse.Namespace) -> int:
 
     data = read_calibration_set(args.data)
     overrides = parse_overrides(args.overrides)
+    method, auto = args.method, None
+    if method == AUTO:
+        method, overrides, auto = _auto(args, data, overrides)
+    elif args.tune is not None:
+        from dprm.config import ConfigError
+
+        raise ConfigError("--tune is only read with --method auto")
     try:
         model = fit(
-            args.method,
+            method,
             data,
             config_path=args.config,
             overrides=overrides,
@@ -40,8 +51,10 @@ def _train(args: argparse.Namespace) -> int:
     except (CollapseError, FloatingPointError) as err:
         print(f"dprm train: error: {err}; nothing written to {out}", file=sys.stderr)
         return 3
+    if auto is not None:
+        model.info["auto"] = auto
     run = {
-        "method": args.method,
+        "method": method,
         "seed": args.seed,
         "data": str(args.data),
         "config_file": args.config,
@@ -61,8 +74,46 @@ def _train(args: argparse.Namespace) -> int:
     if not args.quiet:
         training = model.info.get("training", {})
         best = f", best step {training['best_step']}" if "best_step" in training else ""
-        print(f"dprm train: {args.method} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
+        chosen = f" (auto: best tuned on validation {auto['select']})" if auto else ""
+        print(f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
     return 0
+
+
+def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, dict]:
+    """``--method auto``: the best tuned calibrator on validation and its parameters.
+
+    Read from ``--tune DIR`` (a ``dprm tune`` search), else from a search of
+    ``--tune-trials`` trials per method run now in a temporary directory (not resumable).
+    """
+    import tempfile
+
+    from dprm.config import ConfigError
+    from dprm.models.tune import TuneSettings, choose, read_best, tune
+
+    if overrides or args.config:
+        raise ConfigError("--method auto takes its settings from the search; drop --set/--config")
+    if args.tune is not None:
+        best = read_best(args.tune)
+        source = str(args.tune)
+    else:
+        settings = TuneSettings(trials=args.tune_trials, seed=args.seed)
+        with tempfile.TemporaryDirectory(prefix=".dprm-tune-") as tmp:
+            best = tune(data, tmp, settings=settings, progress=show_progress(args))
+        source = f"search of {args.tune_trials} trials per method"
+    select = best.get("select", "wql")
+    method = choose(best["methods"], select)
+    if method is None:
+        raise ConfigError(f"{source}: no tuned method has a validation {select}")
+    entry = best["methods"][method]
+    auto = {
+        "source": source,
+        "select": select,
+        "chosen": method,
+        "scores": {m: e.get("validation", {}).get(select) for m, e in best["methods"].items()},
+        "tune_data": best.get("data"),
+        "trial": entry.get("trial"),
+    }
+    return method, dict(entry["overrides"]), auto
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,10 +134,27 @@ def register(sub: argparse._SubParsersAction) -> None:
             "training does not resume."
         ),
     )
-    parser.add_argument("--method", required=True, choices=methods, help="calibrator to fit")
+    parser.add_argument(
+        "--method",
+        required=True,
+        choices=[*methods, AUTO],
+        help="calibrator to fit; auto: the best tuned one on validation (see --tune)",
+    )
     parser.add_argument("--data", required=True, help="calibration set directory")
     add_output_flags(parser, "output calibrator directory", metavar="DIR")
     parser.add_argument("--seed", type=int, default=0, help="training seed")
+    parser.add_argument(
+        "--tune",
+        metavar="DIR",
+        help="with --method auto: a `dprm tune` directory; its best method on validation is "
+        "trained with its best parameters (without it a search runs first)",
+    )
+    parser.add_argument(
+        "--tune-trials",
+        type=integer_at_least(1),
+        default=20,
+        help="with --method auto and no --tune: trials per method of the search",
+    )
     add_config_flags(parser)
     add_threads_flag(parser)
     add_progress_flags(parser)

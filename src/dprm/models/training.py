@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import contextvars
 import copy
 import math
 import time
@@ -38,6 +39,23 @@ from dprm.models.interface import Calibrator, QuantileFunction
 
 if TYPE_CHECKING:
     from dprm.models.interface import Standardizer
+
+#: ``hook(step, metrics)`` called after every validation evaluation of :meth:`Trainer.run`
+#: (step 0 included); set through :func:`evaluation_hook`. A tuning search reports the scores
+#: to its pruner here, and stops a bad trial by raising from the hook.
+EVALUATION_HOOK: contextvars.ContextVar[Callable[[int, dict[str, float]], None] | None] = (
+    contextvars.ContextVar("dprm_evaluation_hook", default=None)
+)
+
+
+@contextlib.contextmanager
+def evaluation_hook(hook: Callable[[int, dict[str, float]], None]) -> Iterator[None]:
+    """Call ``hook(step, metrics)`` after each validation evaluation of trainings in this block."""
+    token = EVALUATION_HOOK.set(hook)
+    try:
+        yield
+    finally:
+        EVALUATION_HOOK.reset(token)
 
 
 #: the learning-rate schedules of ``TrainConfig.lr_schedule``
@@ -365,6 +383,9 @@ class Trainer:
         if cfg.warmup_steps <= 0:
             best_score = metrics[cfg.select_metric]
         history.append({"step": 0, **metrics, "seconds": 0.0})
+        hook = EVALUATION_HOOK.get()
+        if hook is not None:
+            hook(0, metrics)
         stale, step = 0, 0
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}  # per key: some logs (e.g. f's loss) skip steps
@@ -388,6 +409,8 @@ class Trainer:
             entry = {"step": step, **{k: v / counts[k] for k, v in sums.items()}, **metrics}
             entry["seconds"] = round(time.perf_counter() - started, 3)
             history.append(entry)
+            if hook is not None:
+                hook(step, metrics)
             sums, counts = {}, {}
             score = metrics[cfg.select_metric]
             if step < cfg.warmup_steps and step != cfg.max_steps:

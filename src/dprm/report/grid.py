@@ -130,6 +130,7 @@ def resolve(
     keep_worlds: bool | None = None,
     jobs: int = 1,
     worlds: list[str] | None = None,
+    tune_trials: int = 0,
 ) -> RunConfig:
     """A :class:`RunConfig` from a grid name and command-line choices (validated, no work done)."""
     from dprm.models import REGISTRY
@@ -163,4 +164,5 @@ def resolve(
         keep_worlds=g.keep_worlds if keep_worlds is None else keep_worlds,
         jobs=max(1, int(jobs)),
         only_worlds=list(worlds or []),
+        tune_trials=max(0, int(tune_trials)),
     )

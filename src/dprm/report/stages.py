@@ -94,9 +94,20 @@ def _model_inputs(pipe: Pipeline, world: str, method: str, seed: int) -> dict[st
 
 
 def train_one(
-    calib: str, method: str, seed: int, overrides: dict, out: str, threads: int = 0
+    calib: str,
+    method: str,
+    seed: int,
+    overrides: dict,
+    out: str,
+    threads: int = 0,
+    tune_trials: int = 0,
+    tune_dir: str | None = None,
 ) -> dict:
-    """Fit one calibrator and save it (module level, so worker processes can run it)."""
+    """Fit one calibrator and save it (module level, so worker processes can run it).
+
+    With ``tune_trials`` > 0 the method's parameters come from a search of that many trials in
+    ``tune_dir`` (run once per world and method, shared by the seeds); ``overrides`` win.
+    """
     import time
 
     import torch
@@ -108,6 +119,12 @@ def train_one(
     if threads > 0:
         torch.set_num_threads(threads)
     data = read_calibration_set(calib, check_hidden=False)
+    if tune_trials > 0:
+        from dprm.models.tune import tuned_overrides
+
+        steps = int(overrides.get("max_steps", 0))  # the run's step cap also caps the trials
+        tuned = tuned_overrides(method, data, tune_dir, tune_trials, max_steps=steps)
+        overrides = tuned | dict(overrides)
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
     model.save(out)
     return {
@@ -117,6 +134,15 @@ def train_one(
         "cpu_seconds": round(time.process_time() - c0, 3),
         "wall_seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def tunable(tune_trials: int) -> tuple[str, ...]:
+    """The methods a search covers (none when ``tune_trials`` is 0: optuna not needed)."""
+    if tune_trials <= 0:
+        return ()
+    from dprm.models.tune import SEARCH_SPACES
+
+    return tuple(SEARCH_SPACES)
 
 
 def train_units(pipe: Pipeline, world: str) -> list[Unit]:
@@ -134,6 +160,11 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
                 "seed": seed,
                 "overrides": overrides,
             }
+            tune_trials = pipe.config.tune_trials
+            if tune_trials > 0 and method in tunable(tune_trials):
+                tune_dir = str(pipe.layout.out / "tune" / world)
+                run = functools.partial(run, tune_trials=tune_trials, tune_dir=tune_dir)
+                inputs["tune_trials"] = tune_trials  # only then: other runs keep their hashes
             units.append(
                 Unit(
                     key=f"train/{world}/{method}/seed{seed}",

@@ -25,6 +25,9 @@ class RunConfig:
     mc_trials: int = 100
     #: run only these worlds of the grid (empty = all), e.g. to time one paper-size world
     only_worlds: list[str] = field(default_factory=list)
+    #: > 0: each gradient-trained method is trained with the best parameters of a search of
+    #: this many trials per (world, method) on the training split (dprm.models.tune)
+    tune_trials: int = 0
 
     @property
     def worlds(self) -> list[str]:

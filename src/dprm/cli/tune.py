@@ -1,0 +1,117 @@
+"""``dprm tune``: per-method hyper-parameter search of the gradient-trained calibrators."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+from dprm.cli._common import (
+    add_output_flags,
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    check_out,
+    claim_run_folder,
+    input_paths,
+    integer_at_least,
+    show_progress,
+)
+
+COMMAND = "tune"
+
+#: the methods tuned when --methods is not given (dprm.models.tune.TUNED_METHODS; not imported
+#: here so that building the parser stays free of torch)
+DEFAULT_METHODS = "ot,qr,mono,binomial"
+
+
+def _tune(args: argparse.Namespace) -> int:
+    inputs = input_paths(args, "--data")
+    if args.overwrite:  # only a folder dprm wrote is replaced; it is this command's at once
+        out = check_out(args, directory=True, resumable=True, inputs=inputs)
+        from dprm.io import write_marker
+
+        if out.exists():
+            shutil.rmtree(out)
+        write_marker(out, COMMAND)
+    else:  # a new or empty folder, or one `dprm tune` made (resumed); locked till the end
+        out = claim_run_folder(args.out, COMMAND, inputs=inputs)
+    apply_threads(args)
+    from dprm.data import read_calibration_set
+    from dprm.models.tune import TuneSettings, tune
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    settings = TuneSettings(trials=args.trials, seed=args.seed, max_steps=args.max_steps)
+    data = read_calibration_set(args.data)
+    best = tune(
+        data,
+        out,
+        methods=methods,
+        settings=settings,
+        select=args.select,
+        restart=args.overwrite,
+        jobs=args.jobs,
+        threads=args.threads or 0,
+        progress=show_progress(args),
+    )
+    if not args.quiet:
+        for method, entry in best["methods"].items():
+            trials = entry["trials"]
+            score = entry.get("validation", {}).get(args.select)
+            shown = "-" if score is None else f"{score:.4f}"
+            print(
+                f"dprm tune: {method}: {trials['complete']} complete, {trials['pruned']} pruned; "
+                f"validation {args.select} {shown}"
+                + (f" ({entry['error']})" if "error" in entry else "")
+            )
+        print(f"dprm tune: best on validation {args.select}: {best['best_method']} -> {out}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "tune",
+        description=(
+            "Hyper-parameter search (Optuna: seeded TPE sampler, median pruning) of the "
+            "gradient-trained calibrators on one calibration set, with the same number of "
+            "trials for every method. Trials are scored on the validation questions of the "
+            "set's own 80/20 split by question (seed 42), by the trainer's checkpoint score; "
+            "pass the training split (W/train/calib), never a test split. Writes OUT/study.db "
+            "(the studies: rerunning the same command resumes a killed search without "
+            "repeating finished trials), OUT/best.json (per method: best parameters, scores, "
+            "trial counts), OUT/trials.csv and OUT/METHOD/ (the calibrator refitted with the "
+            "best parameters). --overwrite discards an earlier search in OUT."
+        ),
+    )
+    parser.add_argument("--data", required=True, help="calibration set directory (training split)")
+    add_output_flags(parser, "search directory", metavar="DIR")
+    parser.add_argument(
+        "--methods", default=DEFAULT_METHODS, help="comma-separated methods to tune"
+    )
+    parser.add_argument(
+        "--trials",
+        type=integer_at_least(1),
+        default=50,
+        help="finished trials (complete + pruned) per method",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="training and sampler seed")
+    parser.add_argument(
+        "--max-steps",
+        type=integer_at_least(0),
+        default=0,
+        help="step cap of every trial and tuned model (default: 0, each method's own max_steps)",
+    )
+    parser.add_argument(
+        "--select",
+        choices=["wql", "brier", "calibration_area"],
+        default="wql",
+        help="validation score best.json's best_method is chosen by",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=integer_at_least(1),
+        default=1,
+        help="methods searched in parallel processes (results do not depend on it)",
+    )
+    add_threads_flag(parser)
+    add_progress_flags(parser)
+    parser.set_defaults(func=_tune)

@@ -1,0 +1,132 @@
+"""``dprm tune`` and ``dprm train --method auto`` (CLI contract)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+pytest.importorskip("optuna")
+
+from dprm.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FAST = ["--trials", "2", "--max-steps", "20", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def calib(tiny_world):
+    return str(tiny_world()["train/calib"])
+
+
+@pytest.fixture(scope="module")
+def search(calib, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tune") / "search"
+    assert main(["tune", "--data", calib, "--out", str(out), "--methods", "qr,mono", *FAST]) == 0
+    return out
+
+
+def test_tune_writes_best_trials_and_tuned_calibrators(search, calib):
+    best = json.loads((search / "best.json").read_text())
+    assert set(best["methods"]) == {"qr", "mono"}
+    assert best["select"] == "wql" and best["settings"]["trials"] == 2
+    scores = {m: e["validation"]["wql"] for m, e in best["methods"].items()}
+    assert best["best_method"] == min(scores, key=scores.get)
+    for method, entry in best["methods"].items():
+        assert entry["trials"]["complete"] + entry["trials"]["pruned"] == 2
+        config = json.loads((search / method / "config.json").read_text())
+        assert config["method"] == method and config["info"]["tune"]["trial"] == entry["trial"]
+        assert (search / method / "run.json").exists()
+    with open(search / "trials.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4 and {r["method"] for r in rows} == {"qr", "mono"}
+    assert (search / "study.db").exists()
+
+
+def test_rerun_resumes_and_adds_only_missing_trials(search, calib):
+    args = ["tune", "--data", calib, "--out", str(search), "--methods", "qr,mono", *FAST]
+    assert main(args) == 0  # nothing to do: the search is complete
+    with open(search / "trials.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 4
+    more = [a if a != "2" else "3" for a in args]  # --trials 3: one more trial per method
+    assert main(more) == 0
+    best = json.loads((search / "best.json").read_text())
+    assert all(
+        e["trials"]["complete"] + e["trials"]["pruned"] == 3 for e in best["methods"].values()
+    )
+    with open(search / "trials.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 6
+
+
+def test_changed_settings_need_overwrite(search, calib, tmp_path, capsys):
+    other = tmp_path / "s"
+    base = ["tune", "--data", calib, "--out", str(other), "--methods", "qr", "--trials", "1"]
+    assert main([*base, "--max-steps", "20", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--max-steps", "10", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other settings" in err[0] and "--overwrite" in err[0]
+    assert main([*base, "--max-steps", "10", "--quiet", "--overwrite"]) == 0
+    best = json.loads((other / "best.json").read_text())
+    assert best["methods"]["qr"]["overrides"]["max_steps"] == 10
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--methods", "qr,platt"], "tunable methods"),
+        (["--data", "/nonexistent/calib"], "/nonexistent/calib"),
+    ],
+)
+def test_bad_input_is_one_line(calib, tmp_path, capsys, extra, message):
+    args = ["tune", "--data", calib, "--out", str(tmp_path / "o"), *FAST]
+    for i in range(0, len(extra), 2):
+        if extra[i] in args:
+            args[args.index(extra[i]) + 1] = extra[i + 1]
+        else:
+            args += extra[i : i + 2]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("dprm tune: error:")
+
+
+def test_out_that_is_a_file_is_refused_before_work(calib, tmp_path, capsys):
+    path = tmp_path / "file"
+    path.write_text("x")
+    assert main(["tune", "--data", calib, "--out", str(path), *FAST]) == 2
+    assert "expected a directory" in capsys.readouterr().err
+
+
+def test_train_auto_picks_the_best_validation_method(search, calib, tmp_path):
+    best = json.loads((search / "best.json").read_text())
+    out = tmp_path / "auto"
+    args = ["train", "--method", "auto", "--tune", str(search), "--data", calib]
+    assert main([*args, "--out", str(out), "--quiet"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    chosen = best["best_method"]
+    assert config["method"] == chosen == config["info"]["auto"]["chosen"]
+    scores = config["info"]["auto"]["scores"]
+    assert scores == {m: e["validation"]["wql"] for m, e in best["methods"].items()}
+    assert all(scores[chosen] <= s for s in scores.values())
+    for key, value in best["methods"][chosen]["overrides"].items():
+        assert config["config"][key] == value
+    # same data and seed as the search: the refit is the tuned calibrator itself
+    tuned = json.loads((search / chosen / "config.json").read_text())
+    assert config["weights_sha256"] == tuned["weights_sha256"]
+
+
+def test_train_auto_flags(search, calib, tmp_path, capsys):
+    base = ["train", "--data", calib, "--out", str(tmp_path / "m"), "--quiet"]
+    assert main([*base, "--method", "auto", "--tune", str(search), "--set", "lr=1e-3"]) == 2
+    assert "--method auto" in capsys.readouterr().err
+    assert main([*base, "--method", "qr", "--tune", str(search)]) == 2
+    assert "--tune is only read with --method auto" in capsys.readouterr().err
+    (tmp_path / "no_search").mkdir()
+    assert main([*base, "--method", "auto", "--tune", str(tmp_path / "no_search")]) == 2
+    assert "best.json" in capsys.readouterr().err
+    # the model's --out may not lie inside the search it reads
+    inside = ["train", "--data", calib, "--out", str(search / "m"), "--quiet"]
+    assert main([*inside, "--method", "auto", "--tune", str(search)]) == 2
+    assert "lies inside the input --tune" in capsys.readouterr().err

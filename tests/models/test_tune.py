@@ -1,0 +1,163 @@
+"""dprm.models.tune: search spaces, determinism, equal budgets, resume, auto selection."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+pytest.importorskip("optuna")
+
+from dprm.data import read_calibration_set  # noqa: E402
+from dprm.models import REGISTRY  # noqa: E402
+from dprm.models import tune as T  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+#: tiny trials: the cap is below the warm-up, so the last step is the checkpoint
+FAST = T.TuneSettings(trials=2, seed=0, max_steps=20)
+
+
+@pytest.fixture(scope="module")
+def data(tiny_world):
+    return read_calibration_set(tiny_world()["train/calib"])
+
+
+@pytest.fixture(scope="module")
+def search(data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("search")
+    best = T.tune(data, out, settings=FAST, progress=False)
+    return out, best
+
+
+def test_search_spaces_name_config_fields():
+    assert set(T.TUNED_METHODS) <= set(T.SEARCH_SPACES)
+    for method, space in T.SEARCH_SPACES.items():
+        fields = {f.name for f in dataclasses.fields(REGISTRY[method].config_class)}
+        assert set(space) <= fields, (method, set(space) - fields)
+        assert {"lr", "batch_size", "weight_decay"} <= set(space)
+
+
+@pytest.mark.slow
+def test_every_method_gets_the_same_number_of_finished_trials(search):
+    out, best = search
+    assert set(best["methods"]) == set(T.TUNED_METHODS)
+    for method, entry in best["methods"].items():
+        counts = entry["trials"]
+        assert counts["complete"] + counts["pruned"] == FAST.trials, method
+        assert (out / method / "config.json").exists()
+        saved = json.loads((out / method / "config.json").read_text())
+        assert saved["method"] == method
+        # the tuned calibrator is trained with the best trial's parameters (resolved config)
+        for key, value in entry["overrides"].items():
+            assert saved["config"][key] == value, (method, key)
+    rows = (out / "trials.csv").read_text().splitlines()
+    assert len(rows) == 1 + FAST.trials * len(T.TUNED_METHODS)
+    assert json.loads((out / "best.json").read_text())["best_method"] == best["best_method"]
+
+
+@pytest.mark.slow
+def test_same_seed_same_best_params(search, data, tmp_path):
+    _, first = search
+    again = T.tune(data, tmp_path, methods=["ot", "qr"], settings=FAST, progress=False)
+    for method in ("ot", "qr"):
+        assert again["methods"][method]["params"] == first["methods"][method]["params"]
+        assert again["methods"][method]["value"] == first["methods"][method]["value"]
+    other = T.tune(
+        data,
+        tmp_path / "seed1",
+        methods=["qr"],
+        settings=dataclasses.replace(FAST, seed=1),
+        progress=False,
+    )
+    assert other["methods"]["qr"]["params"] != first["methods"]["qr"]["params"]
+
+
+def test_objective_uses_only_the_training_split_validation_questions(data):
+    split = T.split_for_tuning(data)
+    train_q = set(split.train.records["question_id"])
+    val_q = set(split.val.records["question_id"])
+    assert train_q.isdisjoint(val_q) and train_q | val_q == set(data.records["question_id"])
+    assert len(split.val_std) == len(split.val) and split.train_std.hidden.dtype.name == "float32"
+
+
+def test_interrupted_search_resumes_without_repeating_finished_trials(data, tmp_path, monkeypatch):
+    settings = dataclasses.replace(FAST, trials=5)
+    split = T.split_for_tuning(data)
+
+    def stop_after(k):
+        def callback(study, trial):
+            if T.finished_trials(study) >= k:
+                raise KeyboardInterrupt
+
+        return callback
+
+    with pytest.raises(KeyboardInterrupt):
+        T.run_study(
+            "qr", split, data, tmp_path, settings, progress=False, callbacks=[stop_after(2)]
+        )
+    # and a trial killed while running (a process that died mid-trial leaves it RUNNING)
+    import optuna
+
+    study = optuna.load_study(study_name="qr", storage=T.storage_url(tmp_path))
+    study.ask()
+    before = {t.number: (t.params, t.value, t.datetime_complete) for t in study.trials if t.value}
+    assert len(before) == 2
+
+    def interrupted_fit(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C in the middle of a trial
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(T, "fit_split", interrupted_fit)
+        T.run_study("qr", split, data, tmp_path, settings, progress=False)
+
+    T.tune(data, tmp_path, methods=["qr"], settings=settings, progress=False)
+    study = optuna.load_study(study_name="qr", storage=T.storage_url(tmp_path))
+    finished = [t for t in study.trials if t.state.name in T.FINISHED]
+    assert len(finished) == settings.trials
+    for number, (params, value, completed) in before.items():
+        t = study.trials[number]
+        assert (t.params, t.value, t.datetime_complete) == (params, value, completed)
+    # the killed and the interrupted trials are failed and not counted; nothing ran twice
+    assert [t.state.name for t in study.trials].count("FAIL") == 2
+    assert len(study.trials) == settings.trials + 2
+
+
+def test_other_settings_refused_unless_restart(data, tmp_path):
+    from dprm.io import OutputError
+
+    T.tune(
+        data, tmp_path, methods=["qr"], settings=dataclasses.replace(FAST, trials=1), progress=False
+    )
+    changed = dataclasses.replace(FAST, trials=1, max_steps=10)
+    with pytest.raises(OutputError, match="other settings"):
+        T.tune(data, tmp_path, methods=["qr"], settings=changed, progress=False)
+    best = T.tune(data, tmp_path, methods=["qr"], settings=changed, restart=True, progress=False)
+    assert best["methods"]["qr"]["overrides"]["max_steps"] == 10
+
+
+def test_unknown_method_is_a_config_error(data, tmp_path):
+    from dprm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="tunable methods"):
+        T.tune(data, tmp_path, methods=["platt"], settings=FAST, progress=False)
+    with pytest.raises(ConfigError, match="select"):
+        T.tune(data, tmp_path, methods=["qr"], settings=FAST, select="nll", progress=False)
+
+
+def test_choose_is_the_lowest_validation_score():
+    methods = {
+        "ot": {"validation": {"wql": 0.2, "brier": 0.1}},
+        "qr": {"validation": {"wql": 0.1, "brier": 0.3}},
+        "mono": {"error": "no trial completed"},
+    }
+    assert T.choose(methods, "wql") == "qr"
+    assert T.choose(methods, "brier") == "ot"
+    assert T.choose({"mono": {}}, "wql") is None
+
+
+def test_tuned_overrides_reuses_the_study(data, tmp_path):
+    first = T.tuned_overrides("qr", data, tmp_path, trials=2)
+    again = T.tuned_overrides("qr", data, tmp_path, trials=2)  # resumed: nothing to run
+    assert first == again and first["lr"] > 0
