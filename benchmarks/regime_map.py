@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
+import json
 import sys
 import tempfile
 import time
@@ -55,7 +57,7 @@ KEYS = ("brier", "wql", "wql_interior", "calibration_area", "quantile_error_true
 FIELDS = [
     "preset", "world_seed", "lam", "r2_id", "r2_ood", "n_train_questions", "n_train_records",
     "method", "seed", "collapsed", "seconds", "best_step", "steps",
-    *[f"{s}_{k}" for s in SPLITS for k in KEYS],
+    *[f"{s}_{k}" for s in SPLITS for k in KEYS], "setting",
 ]  # fmt: skip
 
 
@@ -122,11 +124,24 @@ def parse_overrides(specs: list[str]) -> dict[str, dict]:
     return out
 
 
-def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open() as fh:
-        return list(csv.DictReader(fh))
+def tuned_overrides(path: Path) -> dict[str, dict]:
+    """Per method the best config overrides of a ``dprm tune`` search (its best.json)."""
+    best = json.loads(Path(path).read_text())
+    methods = best.get("methods", best)
+    return {
+        m: dict(entry["overrides"])
+        for m, entry in methods.items()
+        if isinstance(entry, dict) and "overrides" in entry
+    }
+
+
+def read_rows(paths: list[Path]) -> list[dict]:
+    rows = []
+    for path in paths:
+        if path.exists():
+            with path.open() as fh:
+                rows += [r | {"setting": r.get("setting") or "default"} for r in csv.DictReader(fh)]
+    return rows
 
 
 def append(path: Path, row: dict) -> None:
@@ -141,7 +156,15 @@ def append(path: Path, row: dict) -> None:
 
 def run(args) -> None:
     overrides = parse_overrides(args.overrides)
-    done = {(r["lam"], r["n_train_questions"], r["method"], r["seed"]) for r in read_rows(args.out)}
+    setting = "overrides" if overrides else "default"
+    if args.tuned:
+        overrides = tuned_overrides(args.tuned) | overrides
+        setting = "tuned"
+    done = {
+        (r["lam"], r["n_train_questions"], r["method"], r["seed"])
+        for r in read_rows([args.out])
+        if r["setting"] == setting
+    }
     lambdas = [float(v) for v in args.lambdas.split(",")]
     sizes = [int(v) for v in args.train_questions.split(",")]
     seeds = [int(v) for v in args.seeds.split(",")]
@@ -189,6 +212,7 @@ def run(args) -> None:
                     "n_train_records": len(train),
                     "method": method,
                     "seed": seed,
+                    "setting": setting,
                 }
                 started = time.perf_counter()
                 try:
@@ -231,7 +255,8 @@ def cells(rows: list[dict]) -> dict:
     for r in rows:
         if r["collapsed"] == "True":
             continue
-        key = (float(r["lam"]), int(r["n_train_questions"]), r["method"])
+        label = r["method"] + ("" if r["setting"] == "default" else f" {r['setting']}")
+        key = (float(r["lam"]), int(r["n_train_questions"]), label)
         entry = out.setdefault(key, {"seed": [], "r2_id": float(r["r2_id"])})
         entry["seed"].append(int(r["seed"]))
         for s in SPLITS:
@@ -241,12 +266,14 @@ def cells(rows: list[dict]) -> dict:
 
 
 def summarise(args) -> None:
-    rows = read_rows(args.out)
+    rows = read_rows([args.out, *args.more])
     table = cells(rows)
     collapsed = [r for r in rows if r["collapsed"] == "True"]
     lams = sorted({k[0] for k in table}, reverse=True)
     sizes = sorted({k[1] for k in table})
-    methods = [m for m in METHODS if any(k[2] == m for k in table)]
+    labels = {k[2] for k in table}
+    methods = [m for m in METHODS if m in labels]
+    methods += sorted(labels - set(methods), key=lambda m: (METHODS.index(m.split()[0]), m))
     metrics = [f"{s}_{k}" for s in SPLITS for k in ("brier", "wql", "wql_interior")]
     print(f"{len(rows)} fits, {len(collapsed)} collapsed; mean ± std over seeds (n seeds)")
     print("| λ | R² (id) | train q | method | " + " | ".join(metrics) + " |")
@@ -262,14 +289,15 @@ def summarise(args) -> None:
                     for k in metrics
                 )
                 print(f"| {lam:g} | {e['r2_id']:.3f} | {n} | {m} ({len(e['seed'])}) | {vals} |")
-    print("\nOT − QR (paired by seed; negative = OT better): mean ± std over seeds")
-    print("| λ | R² (id) | train q | " + " | ".join(metrics) + " | OT ahead in |")
-    print("|" + "---|" * (4 + len(metrics)))
-    for lam in lams:
-        for n in sizes:
-            ot, qr = table.get((lam, n, "ot")), table.get((lam, n, "qr"))
-            if not ot or not qr:
-                continue
+    print("\nOT − QR and OT − mono (paired by seed; negative = OT better): mean ± std over seeds")
+    print("| λ | R² (id) | train q | pair | " + " | ".join(metrics) + " | OT ahead in |")
+    print("|" + "---|" * (5 + len(metrics)))
+    pairs = [("ot", "qr"), ("ot tuned", "qr tuned"), ("ot", "mono"), ("ot tuned", "mono tuned")]
+    for lam, n, (first, second) in itertools.product(lams, sizes, pairs):
+        ot, qr = table.get((lam, n, first)), table.get((lam, n, second))
+        if not ot or not qr:
+            continue
+        if True:
             common = sorted(set(ot["seed"]) & set(qr["seed"]))
             parts, ahead = [], 0
             for k in metrics:
@@ -280,7 +308,7 @@ def summarise(args) -> None:
                 sd = d.std(ddof=1) if len(d) > 1 else 0.0
                 parts.append(f"{d.mean():+.4f} ± {sd:.4f}")
             print(
-                f"| {lam:g} | {ot['r2_id']:.3f} | {n} | " + " | ".join(parts)
+                f"| {lam:g} | {ot['r2_id']:.3f} | {n} | {first} − {second} | " + " | ".join(parts)
                 + f" | {ahead}/{len(metrics)} ({len(common)} seeds) |"
             )  # fmt: skip
     if args.figure:
@@ -338,6 +366,10 @@ def main() -> int:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--overrides", action="append", default=[], help="METHOD:k=v;k=v")
+    parser.add_argument(
+        "--tuned", type=Path, default=None, help="best.json of a dprm tune search: its overrides"
+    )
+    parser.add_argument("--more", type=Path, nargs="*", default=[], help="more CSVs to summarise")
     parser.add_argument("--tmp", default=None, help="where worlds are written (temporary)")
     parser.add_argument("--summary", action="store_true", help="only summarise --out")
     parser.add_argument("--figure", type=Path, default=None)
