@@ -24,7 +24,8 @@ them, so a linear model of h is the same model class) with full-batch Adam run t
 Usage:
     python benchmarks/fit_twin.py            # fit the Base readouts and print the residuals
     python benchmarks/fit_twin.py --write    # ... and write them into src/dprm/data/synth.py
-    python benchmarks/fit_twin.py --qr --write   # fit linear_share per cell (Base kept)
+    python benchmarks/fit_twin.py --qr --size paper --write   # linear_share per cell (Base kept)
+    python benchmarks/fit_twin.py --ood-dprm --write   # ood shares again, with dprm's own QR
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ and non-linearly informative; linear R^2 of the true logit printed).
 The settings compared (``SETTINGS``): ``today`` pins every default of ``ot`` as it was before
 issue 19 (lr 4e-3 for g and f, f every 2nd batch, StepLR 500 x 0.5, 1000 steps, patience 175
 evaluations, warm-up 400, no averaging), ``new`` is the current default, ``new_prm_score`` the
-current default with the PRM-score source. The Done-when check of issue 19 is printed at the end:
+current default with the PRM-score source, ``new_lr4e-3`` the current default at the old
+learning rate. The Done-when check of issue 19 is printed at the end:
 ``new``'s worst jump2 <= 20 % of ``today``'s, and the seed-to-seed std of ``new``'s held-out
 Brier <= max(2 x ``qr``'s, 0.002), per split.
 
@@ -72,12 +73,15 @@ SETTINGS: dict[str, tuple[str, dict]] = {
     "today": ("ot", TODAY),
     "new": ("ot", {}),
     "new_prm_score": ("ot", {"source": "prm_score"}),
+    # the runner-up: the new settings at the old learning rate (docs/calibrators.md)
+    "new_lr4e-3": ("ot", {"lr": 4e-3, "lr_f": 4e-3}),
     "qr": ("qr", {}),
 }
 FIELDS = [
     "world", "setting", "method", "seed", "jump2", "val_wql_min_2nd", "val_wql_max_2nd",
     "best_step", "steps", "stopped_early", "seconds", "collapsed",
-    *[f"{s}_{k}" for s in ("id", "ood") for k in ("brier", "wql", "wql_interior", "calibration_area")],
+    *[f"{s}_{k}" for s in ("id", "ood")
+      for k in ("brier", "wql", "wql_interior", "calibration_area")],
 ]  # fmt: skip
 HISTORY_FIELDS = ["world", "setting", "seed", "step", "wql", "calibration_area", "loss_g", "loss_f"]
 
@@ -186,8 +190,9 @@ def summarise(path: Path, settings: list[str]) -> None:
     with path.open() as fh:
         rows = [r for r in csv.DictReader(fh) if r["collapsed"] == "False"]
     worlds = sorted({r["world"] for r in rows})
-    print("\nworld | setting | n | jump2 max | jump2 mean | ID Brier mean ± std | OOD Brier mean ± std"
-          " | ID WQL | ID wql_interior | ID cal. area | best step | steps")  # fmt: skip
+    print("\nworld | setting | n | jump2 max | jump2 mean | ID Brier mean ± std"
+          " | OOD Brier mean ± std | ID WQL | ID wql_interior | ID cal. area | best step"
+          " | steps")  # fmt: skip
     stats: dict = {}
     for world in worlds:
         for setting in settings:
@@ -215,7 +220,8 @@ def summarise(path: Path, settings: list[str]) -> None:
             continue
         today, new, qr = stats[world, "today"], stats[world, "new"], stats[world, "qr"]
         ratio = new[0] / today[0] if today[0] else float("nan")
-        line = f"{world}: jump2 {new[0]:.4f} / {today[0]:.4f} = {ratio:.2f} ({'ok' if ratio <= 0.2 else 'MISSED'})"
+        verdict = "ok" if ratio <= 0.2 else "MISSED"
+        line = f"{world}: jump2 {new[0]:.4f} / {today[0]:.4f} = {ratio:.2f} ({verdict})"
         for split in ("id", "ood"):
             limit = max(2 * qr[1][split], 0.002)
             verdict = "ok" if new[1][split] <= limit else "MISSED"

@@ -23,6 +23,7 @@ import numpy as np
 from dprm import metrics as M
 from dprm.data.contract import CalibrationSet
 from dprm.models.interface import Calibrator, predict
+from dprm.models.park_qr import score_input
 
 METRIC_KEYS = (
     "brier",
@@ -47,7 +48,7 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
     """All metrics of one calibrator on one calibration set."""
     records = data.records
     y = records["success_prob"].to_numpy(np.float64)
-    score = records["prm_score"].to_numpy(np.float32)
+    score = score_input(model, records)  # the scores, plus the columns a calibrator reads
     hidden = data.hidden if model.uses_hidden else None
     nan = float("nan")
     out: dict[str, float] = {"n": int(len(y))}

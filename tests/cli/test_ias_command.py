@@ -53,7 +53,7 @@ def test_ias_writes_the_contract(setup, capsys):
     summary = pd.read_csv(out / "ias.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
     assert list(dict.fromkeys(summary["method"])) == ["base", "ot", "qr"]
-    assert set(summary["sweep"]) == {"C", "tau", "beta"}
+    assert set(summary["sweep"]) == {"C", "tau", "beta", "beta-cal"}  # v2 set: candidate states
     assert summary.loc[summary.sweep == "C", "level"].isna().all()  # written as empty cells
     assert summary.loc[summary.sweep != "C", "level"].notna().all()
     assert len(summary[(summary.method == "ot") & (summary.sweep == "tau")]) == 100
@@ -135,7 +135,7 @@ def test_greedy_sweep_matches_cost_and_maximises_the_success_curves(setup):
     argv = ["ias", "--bon", str(world["id/bon"]), "--model", str(dirs["ot"]), "--out", str(out)]
     assert main([*argv, "--mc-trials", "0", "--greedy", "--quiet"]) == 0
     summary = pd.read_csv(out / "ias.csv")
-    assert set(summary["sweep"]) == {"C", "tau", "beta", "greedy"}
+    assert set(summary["sweep"]) == {"C", "tau", "beta", "beta-cal", "greedy"}
     c_rows = summary[summary.sweep == "C"].set_index(["method", "C"])
     greedy = summary[summary.sweep == "greedy"].set_index(["method", "C"])
     assert set(greedy.index) == set(c_rows.index)
@@ -151,3 +151,31 @@ def test_greedy_sweep_matches_cost_and_maximises_the_success_curves(setup):
         assert curve[rows, best - 1].sum() >= curve[rows, rule - 1].sum() - 1e-9
     # without the flag the contract's three sweeps only (checked above), and meta records it
     assert json.loads((out / "ias_meta.json").read_text())["greedy"] is True
+
+
+def test_vote_rules_refuse_a_v1_set_and_auto_writes_pays(setup, tmp_path, capsys):
+    from dprm.data import read_bon_set
+    from dprm.data.contract import write_bon_set
+
+    root, world, dirs = setup
+    bon = read_bon_set(world["id/bon"])
+    v1 = write_bon_set(
+        tmp_path / "v1",
+        bon.questions,
+        np.asarray(bon.hidden),
+        bon.responses[["question_id", "response_id", "prm_score", "correct"]],
+    )
+    rc = main(["ias", "--bon", str(v1), "--rule", "majority", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "contract v1" in err and "\n" not in err
+    assert main(["ias", "--bon", str(v1), "--out", str(tmp_path / "plain"), "--quiet",
+                 "--mc-trials", "0"]) == 0  # fmt: skip
+    out = tmp_path / "auto"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--train-bon", str(world["train/bon"]),
+            "--rule", "highest-last", "--rule", "majority", "--model", str(dirs["ot"]),
+            "--out", str(out), "--mc-trials", "0", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    summary = pd.read_csv(out / "ias.csv")
+    assert {"auto", "uniform", "oracle", "beta-cal"} <= set(summary["sweep"])
+    pays = pd.read_csv(out / "pays.csv")
+    assert set(pays.loc[pays["kind"] == "auto", "method"]) == {"base", "ot"}

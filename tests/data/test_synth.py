@@ -32,7 +32,7 @@ def test_presets_cover_the_paper_grid():
 
 def test_sets_follow_the_contract(worlds):
     paths = worlds["llama-3.2-1b"]
-    assert set(paths) == {"id/calib", "id/bon", "ood/calib", "ood/bon", "train/calib"}
+    assert set(paths) == {"id/calib", "id/bon", "ood/calib", "ood/bon", "train/calib", "train/bon"}
     train_ids = set(read_calibration_set(paths["train/calib"]).records["question_id"])
     test_ids = set(read_calibration_set(paths["id/calib"]).records["question_id"])
     assert train_ids and test_ids and not train_ids & test_ids  # disjoint questions

@@ -47,6 +47,7 @@ def test_live_budgets_equal_dprm_ias_budgets(
     bon = read_bon_set(live / "bon_set")
     assert bon.hidden.dtype == np.float32 and list(bon.questions["question_id"]) == list(records)
     assert len(bon.responses) == sum(len(r["candidates"]) for r in records.values())
+    assert bon.version == 2  # canonical answers: vote rules run on a live export
     scores, hidden = prm.question_state(
         [json.loads(line)["problem"] for line in questions_file.read_text().splitlines()]
     )

@@ -104,6 +104,16 @@ def test_end_to_end(tmp_path, question_sets, lm_dir, qwen_prm_dir, capsys):
     assert len(bon) == 3 and len(bon.responses) == 6 and bon.hidden.shape[0] == 3
     assert bon.responses["prm_score"].between(0, 1).all()
     assert bon.responses["correct"].tolist() == traj["correct"].tolist()
+    # BoN contract v2: canonical answers, step scores and the candidates' own states
+    assert bon.version == 2 and bon.response_hidden.shape == (6, bon.hidden_dim)
+    assert bon.responses["answer"].map(lambda a: isinstance(a, str)).all()
+    assert bon.responses["step_scores"].map(len).ge(1).all()
+    last = bon.responses["step_scores"].map(lambda s: float(s[-1]))
+    np.testing.assert_allclose(last, bon.responses["prm_score"], atol=1e-6)
+    from dprm.ias import run_ias
+
+    summary, _ = run_ias(bon, mc_trials=0, rules=["majority", "weighted-last"], vote_trials=8)
+    assert {"majority", "weighted-last"} <= set(summary["rule"])
 
     # rerunning finished stages skips them (without loading a model)
     capsys.readouterr()

@@ -18,6 +18,7 @@ from dprm.metrics import LEVELS_11
 from dprm.models import REGISTRY, load
 from dprm.models.fit import fit_split
 from dprm.models.interface import KINDS, Calibrator, predict
+from dprm.models.park_qr import score_input
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,7 +29,21 @@ OVERRIDES = {
     "base": {},
     "isotonic": {},
     "platt": {},
+    "park-qr": {},
 }
+
+
+def _with_record_columns(cls, data):
+    """Columns a calibrator reads from the set (park-qr: an adapter's three quantiles)."""
+    columns = getattr(cls, "record_columns", ())
+    if not columns:
+        return data
+    rng = np.random.default_rng(0)
+    records = data.records.copy()
+    values = np.sort(rng.uniform(size=(len(records), len(columns))), axis=1)
+    for k, column in enumerate(columns):
+        records[column] = values[:, k].astype(np.float32)
+    return dataclasses.replace(data, records=records)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +61,7 @@ def test_registry_lists_every_method():
         "isotonic",
         "mono",
         "ot",
+        "park-qr",
         "platt",
         "qr",
     }
@@ -56,14 +72,14 @@ def test_protocol_save_load_and_shapes(method, halves, tmp_path):
     cls = REGISTRY[method]
     assert issubclass(cls, Calibrator) and cls.method == method and cls.kind in KINDS
     assert cls.config_class is None or dataclasses.is_dataclass(cls.config_class)
-    train, val = halves
+    train, val = (_with_record_columns(cls, part) for part in halves)
     overrides = OVERRIDES.get(method, QUICK)
     model, history, _ = fit_split(method, train, val, overrides=overrides, seed=0, progress=False)
     assert isinstance(history, list)
     loaded = load(model.save(tmp_path / method))
     assert type(loaded) is cls and loaded.kind == cls.kind and loaded.hidden_dim == val.hidden_dim
 
-    score = val.records["prm_score"].to_numpy(np.float32)
+    score = score_input(loaded, val.records)
     n = len(val)
     levels = loaded.fixed_levels if loaded.kind == "levels" else np.linspace(0, 1, 21)
     q, q_loaded = (m.quantiles(val.hidden, levels, score) for m in (model, loaded))  # [N, L] each

@@ -109,13 +109,43 @@ def cmdlines(processes: list[psutil.Process]) -> list[str]:
     return out
 
 
-def endless_labels(park: Path) -> None:
-    """Make one of a fake Park copy's ``data.json`` files a FIFO nobody writes: the labels job
-    that reads it blocks for ever, so a job cancelled by nobody is still there when the test
-    looks (and the test needs no slow stage before it)."""
-    path = park / "mathtrain" / "Tiny-LM-Instruct" / "data.json"
-    path.unlink()
-    os.mkfifo(path)
+#: a ``sitecustomize`` for the run's processes: Park files whose path contains
+#: ``$DPRM_TEST_ENDLESS`` are never read (the job sleeps for ever, as a long job would)
+SITECUSTOMIZE = """
+import os
+
+if os.environ.get("DPRM_TEST_ENDLESS"):
+    try:
+        import dprm.data.park as park
+    except Exception:
+        park = None
+    if park is not None:
+        read = park.read_park_json
+
+        def endless(path):
+            if os.environ["DPRM_TEST_ENDLESS"] in str(path):
+                import time
+
+                while True:
+                    time.sleep(0.2)
+            return read(path)
+
+        park.read_park_json = endless
+"""
+
+
+def endless_labels(root: Path) -> dict[str, str]:
+    """Environment under which the labels job of the ``mathtrain`` Park file never ends by itself
+    (a job cancelled by nobody is still there when the test looks; no slow stage before it)."""
+    hooks = root / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return {
+        "DPRM_TEST_ENDLESS": "mathtrain",
+        "PYTHONPATH": os.pathsep.join(
+            [str(hooks), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
 
 
 def stage_started(out: Path, stage: str) -> bool:

@@ -47,15 +47,16 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path, tiny_dirs, question_files, sig):
     from .test_park_source import park_recipe
 
     path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
-    endless_labels(tmp_path / "prm_calibration")
+    env = endless_labels(tmp_path)
     out = tmp_path / "out"
 
     def blocked(children, out) -> bool:  # Ray runs the labels tasks
         return any("ray::call" in c for c in cmdlines(children))
 
     args = [str(path), "--executor", "ray", "--out", str(out), "--quiet"]
-    env = {"RAY_AUTH_MODE": "disabled"}
-    code, seen, err = interrupt_run(args, blocked, out, env=env, sig=sig)
+    code, seen, err = interrupt_run(
+        args, blocked, out, env=env | {"RAY_AUTH_MODE": "disabled"}, sig=sig
+    )
     assert code != 0, err
     assert len(seen) >= 3  # GCS, raylet and workers at least, all gone
 

@@ -137,3 +137,25 @@ def test_truncated_finished_output_is_redone(local_run, tmp_path):
     assert target.read_text().splitlines(keepends=True) == lines
     assert read_json(out / "results.json")["ias"] == read_json(original / "results.json")["ias"]
     assert _rerun_units(out) == {f"ias/{WORLD}/id/isotonic/seed0"}
+
+
+def test_resume_removes_stale_temporaries(local_run, tmp_path):
+    """A killed figure stage leaves ``.NAME.XXXX.tmp`` files of the atomic writers; the resumed
+    run removes them (and says so)."""
+    from dprm.recipe import load_recipe, run_recipe
+
+    _, recipe_path, original = local_run
+    out = tmp_path / "copy"
+    shutil.copytree(original, out)
+    stale_file = out / "figures" / ".frontiers_tiny-prm.png.k3j2h1.tmp"
+    stale_file.write_bytes(b"half a png")
+    stale_dir = out / "models" / WORLD / "qr" / ".seed0.a1b2c3.tmp"
+    stale_dir.mkdir()
+    (stale_dir / "model.safetensors").write_bytes(b"half a model")
+
+    logs: list[str] = []
+    outcome = run_recipe(load_recipe(recipe_path), out, progress=False, log=logs.append)
+    assert outcome.ok, outcome.failures
+    assert not stale_file.exists() and not stale_dir.exists()
+    assert any("temporary file" in line for line in logs), logs
+    assert not list(out.rglob(".*.tmp"))

@@ -77,7 +77,7 @@ def test_ctrl_c_or_death_of_the_driver_ends_every_job(tmp_path, tiny_dirs, quest
     from .interrupt import cmdlines, endless_labels, interrupt_run, stage_started
 
     path = write_recipe(tmp_path / "r.toml", park_recipe(tmp_path, tiny_dirs, question_files))
-    endless_labels(tmp_path / "prm_calibration")
+    env = endless_labels(tmp_path)
     out = tmp_path / "out"
 
     def blocked(children, out) -> bool:
@@ -85,6 +85,6 @@ def test_ctrl_c_or_death_of_the_driver_ends_every_job(tmp_path, tiny_dirs, quest
         return task and stage_started(out, "labels")
 
     args = [str(path), "--executor", "slurm", "--slurm-cluster", "local", "--out", str(out)]
-    code, seen, err = interrupt_run([*args, "--quiet"], blocked, out, sig=sig)
+    code, seen, err = interrupt_run([*args, "--quiet"], blocked, out, env=env, sig=sig)
     assert code == (130 if sig == signal.SIGINT else -signal.SIGKILL), err
     assert len(seen) >= 2  # a controller and its task at least, all gone

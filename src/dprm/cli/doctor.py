@@ -1,30 +1,51 @@
-"""``dprm doctor``: the first command on a new GPU machine (real PRMs vs their model cards)."""
+"""``dprm doctor``: the first command on a new GPU machine (real PRMs vs published values)."""
 
 from __future__ import annotations
 
 import argparse
 
-KINDS = ("qwen-prm", "math-shepherd", "reasoneval")
+
+def _check_list() -> str:
+    from dprm.llm.doctor import GOLDEN
+
+    lines = []
+    for name, golden in GOLDEN.items():
+        values = golden.expected[0] if golden.expected else "none (load + score only)"
+        adapter = f" + adapter {golden.adapter}" if golden.adapter else ""
+        lines.append(f"  {name}: {golden.hub_id}{adapter}, {golden.dtype}; {golden.source}; "
+                     f"expected {values}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from dprm.llm.doctor import GOLDEN
+
+    names = tuple(GOLDEN)
     p = subparsers.add_parser(
         "doctor",
-        help="check the real PRMs against their model cards' published step rewards",
-        description="Load each supported PRM (hub id, or a local directory with --prm KIND=DIR) "
-        "through the same path every stage uses, score its model card's example and compare the "
-        "step rewards with the card's values: pass/fail per model with the largest difference. "
-        "Needs a GPU (7B models) and the hub or local copies; says plainly when either is missing. "
-        "Exit status: 0 all checked models pass, 1 a model fails, 2 nothing could be checked.",
+        help="check the real PRMs (and Park et al.'s adapter) against published values",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Load each supported PRM (hub id, or a local directory with --prm NAME=DIR) "
+        "through the same path every stage uses, score a published example and compare with "
+        "the published values: pass/fail per check with the largest difference; checks it "
+        "cannot run are listed with the reason. Needs a GPU (7B models) and the hub or local "
+        "copies; says plainly when either is missing. Exit status: 0 every check that ran "
+        "passed, 1 a check failed, 2 nothing could be checked.\n\nGolden checks:\n" + _check_list(),
     )
     p.add_argument(
         "--prm",
         action="append",
         default=[],
-        metavar="KIND=PATH",
-        help=f"a local directory or hub id for a kind ({', '.join(KINDS)}); repeatable",
+        metavar="NAME=PATH",
+        help=f"a local directory or hub id for a check ({', '.join(names)}); repeatable",
     )
-    p.add_argument("--only", choices=KINDS, action="append", help="check only these kinds")
+    p.add_argument(
+        "--adapter",
+        default=None,
+        metavar="DIR_OR_ID",
+        help="Park et al.'s adapter for the park-adapter check (default: its hub id)",
+    )
+    p.add_argument("--only", choices=names, action="append", help="run only these checks")
     p.add_argument(
         "--device", default=None, help="torch device (default: cuda; cpu only when asked)"
     )
@@ -37,14 +58,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from dprm.io import DataError
-    from dprm.llm.doctor import check_model, environment, hub_reachable
+    from dprm.llm.doctor import GOLDEN, check_model, environment, hub_reachable
 
+    names = tuple(GOLDEN)
     sources = {}
     for item in args.prm:
-        kind, sep, path = item.partition("=")
-        if not sep or kind not in KINDS:
-            raise DataError(None, f"--prm {item!r}: expected KIND=PATH with KIND in {list(KINDS)}")
-        sources[kind] = path
+        name, sep, path = item.partition("=")
+        if not sep or name not in names:
+            raise DataError(None, f"--prm {item!r}: expected NAME=PATH with NAME in {list(names)}")
+        sources[name] = path
     env = environment()
     if not args.quiet:
         print("doctor: " + ", ".join(f"{k}={v}" for k, v in env.items()))
@@ -64,13 +86,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(
             f"doctor: hub {'reachable' if hub else 'not reachable (local --prm directories only)'}"
         )
-    checks = [check_model(k, sources.get(k), args.device, hub) for k in (args.only or KINDS)]
-    for check in checks:
-        diff = "" if check.max_diff is None else f" max |diff| {check.max_diff:.4g}"
+    checks = []
+    for name in args.only or names:
+        # Park's checks run the same Qwen checkpoint: a --prm qwen-prm=DIR serves them too
+        source = sources.get(name) or (sources.get("qwen-prm") if name.startswith("park") else None)
+        check = check_model(name, source, args.device, hub, adapter=args.adapter)
+        checks.append((name, check))
         if args.quiet and check.status != "fail":
             continue
-        print(f"doctor: {check.status.upper():4s} {check.name}:{diff} {check.message}")
-    statuses = {c.status for c in checks}
+        diff = "" if check.max_diff is None else f" max |diff| {check.max_diff:.4g}"
+        print(f"doctor: {check.status.upper():4s} {name} ({check.name}):{diff} {check.message}")
+    not_run = [(n, c.message) for n, c in checks if c.status == "skip"]
+    if not_run and not args.quiet:
+        print(f"doctor: {len(not_run)} check(s) not run:")
+        for name, why in not_run:
+            print(f"doctor:   {name}: {why}")
+    statuses = {c.status for _, c in checks}
     if "fail" in statuses:
         return 1
     if statuses == {"skip"}:

@@ -30,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One forward pass per trajectory returns the PRM score and the final-layer hidden state "
         "(input of the score head) at every step, plus one forward per question for the empty prefix. "
         "Inputs longer than --max-tokens are cut; rows past the cut are left out and counted in "
-        "meta.json stats (printed). PRM kinds: qwen-prm, math-shepherd, reasoneval, token-classification.",
+        "meta.json stats (printed). PRM kinds: qwen-prm, math-shepherd, reasoneval, skywork-prm, "
+        "rlhflow-prm, token-classification. --adapter adds Park et al.'s calibrated quantiles "
+        "(park_q10/park_q50/park_q90); --device-map auto shards a PRM larger than one GPU.",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -76,6 +78,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="token-classification: positive class index",
     )
     p.add_argument(
+        "--adapter",
+        default=None,
+        metavar="DIR_OR_ID",
+        help="Park et al.'s calibrated LoRA adapter for a qwen-prm (e.g. young-j-park/"
+        "Qwen2.5-Math-PRM-7B-calibrated-Llama-3.2-1B-Instruct): writes its quantiles at tau = "
+        "0.1/0.5/0.9 as park_q10/park_q50/park_q90 next to prm_score (needs peft); the raw "
+        "score and the hidden state stay the base PRM's",
+    )
+    p.add_argument(
+        "--device-map",
+        default=None,
+        help="shard the PRM with accelerate ('auto': over all visible GPUs, in layer order; "
+        "e.g. Qwen2.5-Math-PRM-72B on 4 GPUs); the hidden state is read off the last shard",
+    )
+    p.add_argument(
+        "--max-memory",
+        default=None,
+        metavar="DEV=SIZE,...",
+        help="with --device-map: memory per device, e.g. '0=70GiB,1=70GiB,2=70GiB,3=70GiB' "
+        "(add cpu=SIZE to allow CPU offload)",
+    )
+    p.add_argument(
+        "--offload-folder",
+        default=None,
+        help="with --device-map: where layers that fit on no device are offloaded to disk",
+    )
+    p.add_argument(
         "--hidden-dtype",
         default="float16",
         choices=["float16", "float32"],
@@ -105,10 +134,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from dprm.io import DataError
     from dprm.llm.embed import EmbedConfig, run_embed
     from dprm.llm.prm import load_prm
+    from dprm.llm.prm_interface import parse_max_memory
     from dprm.llm.rollout import check_trajectories
     from dprm.llm.shard import Shard, output_path, read_output_meta
 
-    claim_stage_out(args, True, "--labels", "--bon", "--prm")
+    claim_stage_out(args, True, "--labels", "--bon", "--prm", "--adapter")
     shard = args.shard or Shard()
     source = args.labels or args.bon
     if args.labels is not None:
@@ -126,10 +156,17 @@ def cmd_embed(args: argparse.Namespace) -> int:
             raise DataError(
                 source, "missing column 'correct' (a BoN pool is `dprm generate` output)"
             )
+    if args.adapter is not None and kind != "calibration":
+        raise DataError(
+            args.adapter,
+            "--adapter writes Park et al.'s quantiles into calibration sets (--labels); "
+            "BoN sets do not carry them yet",
+        )
     quick = {**input_id(source), "stage": f"embed-{kind}", "prm": args.prm, "hidden_dtype": args.hidden_dtype,
              "questions_per_part": args.questions_per_part, "shard": str(shard)}  # fmt: skip
     if args.prm_prompt != "park":  # the park default keeps fingerprints of earlier runs valid
         quick["prm_system_prompt"] = args.prm_prompt
+    quick["prm_adapter"] = args.adapter  # None matches fingerprints made without one
     found = read_output_meta(output_path(args.out, shard)).get("fingerprint") or {}
     if not args.overwrite and found and all(found.get(k) == v for k, v in quick.items()):
         return skip(output_path(args.out, shard), "embed", args.quiet)  # without loading the PRM
@@ -140,6 +177,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
     }
     if args.prm_prompt != "park":
         options["prompt"] = args.prm_prompt
+    if args.device_map is not None:
+        options["device_map"] = args.device_map
+        options["max_memory"] = parse_max_memory(args.max_memory)
+        options["offload_folder"] = args.offload_folder
     prm = load_prm(
         args.prm,
         args.kind,
@@ -149,6 +190,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
         batch_tokens=args.batch_tokens,
         **options,
     )
+    if args.adapter is not None:
+        from dprm.llm.park_adapter import attach_adapter
+
+        attach_adapter(prm, args.adapter)
     config = EmbedConfig(
         questions_per_part=args.questions_per_part,
         hidden_dtype=args.hidden_dtype,

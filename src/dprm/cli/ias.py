@@ -18,7 +18,9 @@ from dprm.cli._common import (
 
 
 def _ias(args: argparse.Namespace) -> int:
-    out = check_out(args, directory=True, inputs=input_paths(args, "--bon", "--model"))
+    out = check_out(
+        args, directory=True, inputs=input_paths(args, "--bon", "--train-bon", "--model")
+    )
     apply_threads(args)
     from dprm.data import read_bon_set
     from dprm.evaluation import model_names
@@ -28,6 +30,10 @@ def _ias(args: argparse.Namespace) -> int:
     from dprm.models import load
 
     bon = read_bon_set(args.bon)
+    train_bon = read_bon_set(args.train_bon) if args.train_bon else None
+    _check_rules(args.rule, bon, args.bon)
+    if train_bon is not None:
+        _check_rules(args.rule, train_bon, args.train_bon)
     loaded = [(Path(m).name, load(m)) for m in args.model]
     names = model_names(loaded)
     models = {name: m for name, (_, m) in zip(names, loaded, strict=True) if name != "base"}
@@ -39,6 +45,8 @@ def _ias(args: argparse.Namespace) -> int:
         mc_trials=args.mc_trials,
         seed=args.seed,
         greedy=args.greedy,
+        rules=args.rule,
+        train_bon=train_bon,
     )
     with atomic_dir(out) as tmp:  # all files or none
         write_ias_outputs(
@@ -54,6 +62,8 @@ def _ias(args: argparse.Namespace) -> int:
                 "mc_trials": args.mc_trials,
                 "seed": args.seed,
                 "greedy": args.greedy,
+                "rules": args.rule,
+                "train_bon": None if train_bon is None else str(train_bon.path),
                 "n_questions": len(bon),
             },
         )
@@ -67,6 +77,20 @@ def _ias(args: argparse.Namespace) -> int:
             print(f"{method:>12}  accuracy@cost  {pts}")
         print(f"wrote {out / 'ias.csv'} ({len(summary)} rows) and {out / 'budgets.parquet'}")
     return 0
+
+
+def _check_rules(rules: list[str], bon, path: str) -> None:
+    """Voting rules need final answers (BoN contract v2); fail with one line otherwise."""
+    from dprm.ias.rules import uses_answers
+    from dprm.io import DataError
+
+    voting = [r for r in rules if uses_answers(r)]
+    if voting and not bon.has_answers:
+        raise DataError(
+            path,
+            f"rule {voting[0]!r} needs final answers, but this BoN set is contract v1 (no "
+            "'answer' column in responses.parquet); rebuild it with dprm embed or dprm synth",
+        )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,6 +135,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also write sweep='greedy' rows: at each C, the C rule's total budget spent on the "
         "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
         "see docs/calibrators.md)",
+    )
+    from dprm.ias.rules import RULES
+
+    parser.add_argument(
+        "--rule",
+        action="append",
+        default=[],
+        choices=RULES,
+        help="selection rule whose uniform best-of-n and oracle (headroom) rows are added "
+        "(repeatable; highest-last is the contract rule; weighted-* and majority vote on final "
+        "answers and need a v2 BoN set)",
+    )
+    parser.add_argument(
+        "--train-bon",
+        default=None,
+        help="training BoN set (e.g. a twin world's train/bon): adds sweep='auto' rows for every "
+        "calibrator (allocation on predicted selection accuracy, learnt on this set only) and "
+        "writes pays.csv",
     )
     add_threads_flag(parser)
     add_progress_flags(parser)

@@ -112,7 +112,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--prm-kind",
         default=None,
-        help="PRM wrapper (qwen-prm, math-shepherd, reasoneval, token-classification)",
+        help="PRM wrapper (qwen-prm, math-shepherd, reasoneval, skywork-prm, rlhflow-prm, "
+        "token-classification; default: inferred from the name / config.json)",
     )
     d.add_argument(
         "--prm-device", default=None, help="PRM device, e.g. cuda:1 (default: cuda if available)"

@@ -43,6 +43,14 @@ BON_RESPONSE_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "prm_score": ("f", pa.float32()),
     "correct": ("b", pa.bool_()),
 }
+#: BoN contract v2 (docs/design.md §2): per response its canonical final answer and, where the
+#: PRM gives them, its per-step scores; a v2 set also carries RESPONSE_HIDDEN_FILE.
+BON_RESPONSE_V2: dict[str, tuple[str, pa.DataType]] = {
+    "answer": ("OSU", pa.string()),
+}
+BON_STEP_SCORES = "step_scores"  # optional list<float32> column of v2 sets
+BON_VERSION = 2
+RESPONSE_HIDDEN_FILE = "response_hidden_states.npy"
 # Labelled text prefixes: what rollouts (or Park et al.'s JSON) produce and `embed` consumes.
 LABEL_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "question_id": ("OSU", pa.string()),
@@ -289,9 +297,22 @@ class BonSet:
     responses: pd.DataFrame
     meta: dict = field(default_factory=dict)
     path: Path | None = None
+    #: [R, D] PRM hidden state of each complete response, row-aligned with ``responses``
+    #: (contract v2); None for v1 sets
+    response_hidden: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.questions)
+
+    @property
+    def version(self) -> int:
+        """Contract version: 2 when ``responses`` has final answers, else 1."""
+        return BON_VERSION if "answer" in self.responses.columns else 1
+
+    @property
+    def has_answers(self) -> bool:
+        """Whether every response carries its canonical final answer (contract v2)."""
+        return "answer" in self.responses.columns
 
     @property
     def hidden_dim(self) -> int:
@@ -372,7 +393,15 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
             f"column 'question_id' row {row}: duplicate id {questions['question_id'].iloc[row]!r}",
         )
     responses = _read_parquet(rpath)
-    _check_columns(responses, rpath, BON_RESPONSE_COLUMNS)
+    version = meta.get("bon_version", 1)
+    if version not in (1, BON_VERSION):
+        raise DataError(
+            path / "meta.json", f"key 'bon_version': expected 1 or 2, found {version!r}"
+        )
+    if version == BON_VERSION and "answer" not in responses.columns:
+        raise DataError(rpath, "missing column 'answer' (meta.json says bon_version 2)")
+    _check_columns(responses, rpath, BON_RESPONSE_COLUMNS, BON_RESPONSE_V2)
+    _check_step_scores(responses, rpath)
     _check_not_empty(responses, rpath, "response (an empty BoN set)")
     _check_unique(responses, rpath, ["question_id", "response_id"], ["correct", "prm_score"])
     unknown = ~responses["question_id"].isin(set(questions["question_id"]))
@@ -385,7 +414,28 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     hidden = _open_hidden(path / HIDDEN_FILE, len(questions), meta["hidden_dim"], qpath)
     if check_hidden:
         check_hidden_finite(hidden, path / HIDDEN_FILE)
-    return BonSet(questions, hidden, responses, meta, path)
+    response_hidden = None
+    if (path / RESPONSE_HIDDEN_FILE).exists():
+        response_hidden = _open_hidden(
+            path / RESPONSE_HIDDEN_FILE, len(responses), meta["hidden_dim"], rpath
+        )
+        if check_hidden:
+            check_hidden_finite(response_hidden, path / RESPONSE_HIDDEN_FILE)
+    return BonSet(questions, hidden, responses, meta, path, response_hidden)
+
+
+def _check_step_scores(responses: pd.DataFrame, path: Path) -> None:
+    """The optional ``step_scores`` column: a list of finite scores in [0, 1] per response."""
+    if BON_STEP_SCORES not in responses.columns:
+        return
+    for row, value in enumerate(responses[BON_STEP_SCORES]):
+        arr = np.asarray(value if value is not None else [], dtype=np.float64)
+        if arr.ndim != 1 or not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
+            raise DataError(
+                path,
+                f"column '{BON_STEP_SCORES}' row {row}: expected a list of scores in [0, 1], "
+                f"found {value!r}",
+            )
 
 
 # Columns `predict` reads from an unlabelled calibration-set-like directory.
@@ -502,7 +552,20 @@ class SetWriter:
         self.overwrite = overwrite
         self.records: pd.DataFrame | None = None  # calibration records or BoN questions
         self.responses: pd.DataFrame | None = None  # BoN only
+        self.response_hidden: np.ndarray | None = None  # BoN v2: see open_response_hidden
         self.meta: dict[str, Any] = {}
+
+    def open_response_hidden(self, n_responses: int) -> np.ndarray:
+        """A memory-mapped [R, D] array for the complete responses' hidden states (BoN v2)."""
+        if self.kind != "bon":
+            raise ValueError("response hidden states belong to BoN sets only")
+        self.response_hidden = np.lib.format.open_memmap(
+            self._tmp / RESPONSE_HIDDEN_FILE,
+            mode="w+",
+            dtype=self.dtype,
+            shape=(int(n_responses), self.hidden_dim),
+        )
+        return self.response_hidden
 
     def __enter__(self) -> SetWriter:
         self._ctx = atomic_dir(self.path, overwrite=self.overwrite)
@@ -549,11 +612,22 @@ class SetWriter:
             if self.responses is None:
                 raise ValueError("SetWriter: BoN responses were never set")
             _check_columns(self.records, self.path / "questions.parquet", BON_QUESTION_COLUMNS)
-            _check_columns(self.responses, self.path / "responses.parquet", BON_RESPONSE_COLUMNS)
+            rpath = self.path / "responses.parquet"
+            _check_columns(self.responses, rpath, BON_RESPONSE_COLUMNS, BON_RESPONSE_V2)
+            _check_step_scores(self.responses, rpath)
+            if self.response_hidden is not None:
+                self.response_hidden.flush()
+                if len(self.response_hidden) != len(self.responses):
+                    raise ValueError(
+                        f"SetWriter: {len(self.responses)} responses but "
+                        f"{len(self.response_hidden)} response hidden-state rows"
+                    )
+                self.response_hidden = None
+            if "answer" in self.responses.columns:
+                meta["bon_version"] = BON_VERSION
             pq.write_table(_to_table(self.records, BON_QUESTION_COLUMNS), tmp / "questions.parquet")
-            pq.write_table(
-                _to_table(self.responses, BON_RESPONSE_COLUMNS), tmp / "responses.parquet"
-            )
+            schema = {**BON_RESPONSE_COLUMNS, **BON_RESPONSE_V2}
+            pq.write_table(_to_table(self.responses, schema), tmp / "responses.parquet")
         if len(self.records) != self.n_rows:
             raise ValueError(
                 f"SetWriter: {len(self.records)} records but {self.n_rows} hidden-state rows"
@@ -590,10 +664,18 @@ def write_bon_set(
     meta: dict | None = None,
     *,
     dtype: str = "float16",
+    response_hidden: np.ndarray | None = None,
 ) -> Path:
-    """Write a best-of-N set directory atomically."""
+    """Write a best-of-N set directory atomically.
+
+    ``response_hidden`` [R, D] (contract v2) is row-aligned with ``responses``.
+    """
     with SetWriter(path, "bon", len(questions), hidden.shape[1], dtype) as writer:
         _copy_hidden(writer, hidden)
+        if response_hidden is not None:
+            out = writer.open_response_hidden(len(response_hidden))
+            for start in range(0, len(response_hidden), 8192):
+                out[start : start + 8192] = np.asarray(response_hidden[start : start + 8192])
         writer.records = questions
         writer.responses = responses
         writer.meta.update(meta or {})

@@ -63,6 +63,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from dprm.data import synth_bon
 from dprm.data.contract import SetWriter
 from dprm.version import __version__
 
@@ -635,7 +636,7 @@ def write_world(
         "synth_format": SYNTH_FORMAT,
         "dprm_version": __version__,
     }
-    n_sets = sum(1 + (split.n_bon_questions > 0) for split in world.splits)
+    n_sets = 2 * len(world.splits)
     bar = tqdm(total=n_sets, desc=f"synth {preset}", disable=not progress, unit="set")
 
     def fill_hidden(writer: SetWriter, latent: np.ndarray) -> None:
@@ -669,7 +670,11 @@ def write_world(
             writer.meta.update(provenance, split=split.name)
         written[f"{split.name}/calib"] = path
         bar.update()
-        if split.n_bon_questions == 0:  # a training split: calibration records only
+        if split.n_bon_questions == 0:  # a training split: its BoN pools (v2) come from a
+            written[f"{split.name}/bon"] = synth_bon.write_train_bon(  # separate stream
+                out / split.name / "bon", seed, split_index, gen, prm, cell, split, world, embed,
+                provenance)  # fmt: skip
+            bar.update()
             continue
         # -- best-of-N set: fresh questions from the same distribution (question-only) -------
         q_draws = draw_generator(rng, gen, split, world, split.n_bon_questions, question_only=True)
@@ -706,7 +711,9 @@ def write_world(
         with SetWriter(path, "bon", len(questions), world.hidden_dim) as writer:
             fill_hidden(writer, q_rec.latent)
             writer.records = questions
-            writer.responses = responses
+            writer.responses = synth_bon.add_v2(writer, responses, seed, split_index, gen, prm,
+                                                p_q, q_rec.latent, correct, embed, world,
+                                                cell.linear_share)  # fmt: skip
             writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
         written[f"{split.name}/bon"] = path
         bar.update()

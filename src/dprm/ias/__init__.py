@@ -35,7 +35,13 @@ Modules:
 * :mod:`dprm.ias.pools` -- :class:`Pools`, the candidate pools of a BoN set;
 * :mod:`dprm.ias.accuracy` -- exact accuracy tables, exact early stopping, Monte Carlo;
 * :mod:`dprm.ias.estimates` -- :class:`Estimate` from any calibrator (or the synthetic truth);
-* :mod:`dprm.ias.sweeps` -- the C / tau / beta sweeps, plain best-of-n, :func:`run_ias`.
+* :mod:`dprm.ias.sweeps` -- the C / tau / beta / beta-cal sweeps, plain best-of-n,
+  :func:`run_ias`;
+* :mod:`dprm.ias.rules` -- selection rules (highest / weighted / majority x last / min /
+  product / calibrated weights) and their accuracy for every n (exact or seeded Monte Carlo);
+* :mod:`dprm.ias.allocation` -- concave-hull greedy (the oracle), the selection-accuracy model,
+  ``auto`` budgets with a cross-fitted uniform floor, the label-free shift check;
+* :mod:`dprm.ias.pays` -- uniform / oracle / oracle-p / auto rows and the "does it pay?" table.
 """
 
 from dprm.ias.accuracy import (

@@ -105,11 +105,59 @@ def threshold_exact(
     return acc, draws
 
 
+def threshold_mask_exact(
+    pools: Pools, accept: np.ndarray, caps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact early stopping at the first *acceptable* candidate, any acceptable set.
+
+    The paper's beta rule reads acceptability from each candidate's own calibrated estimate, so
+    the acceptable set A is not the top of the score order. With a = |A|, b = K - a and cap N,
+    P(F > n) = C(b, n) / C(K, n) as in :func:`threshold_exact`; if F <= N the pick is that
+    (uniformly random) acceptable candidate, else the best-of-N by PRM score within the others.
+
+    Args:
+        pools: Q candidate pools (sorted by score).
+        accept: bool [Q, K] in pool order (padding ignored).
+        caps: [Q] budgets N_i.
+
+    Returns:
+        (expected accuracy [Q], expected number of draws [Q]).
+    """
+    q_count, k = pools.scores.shape
+    size = pools.size
+    valid = np.arange(k)[None, :] < size[:, None]
+    accept = np.asarray(accept, dtype=bool) & valid
+    cap = np.clip(np.asarray(caps, dtype=np.int64), 1, size)
+    a = accept.sum(axis=1)
+    b = size - a
+    steps = np.arange(k)
+    factor = np.clip(b[:, None] - steps, 0, None) / np.maximum(size[:, None] - steps, 1)
+    survive = np.ones((q_count, k + 1))
+    survive[:, 1:] = np.cumprod(factor, axis=1)
+    draws = np.take_along_axis(np.cumsum(survive, axis=1), cap[:, None] - 1, axis=1)[:, 0]
+    miss = np.take_along_axis(survive, cap[:, None], axis=1)[:, 0]
+    mean_a = (pools.correct * accept).sum(axis=1) / np.maximum(a, 1)
+    # the others, in score order (a stable sort puts the non-acceptable first, order kept)
+    order = np.argsort(accept | ~valid, axis=1, kind="stable")
+    s_b = np.take_along_axis(pools.scores, order, axis=1)
+    c_b = np.take_along_axis(pools.correct, order, axis=1)
+    s_b = np.where(steps[None, :] < b[:, None], s_b, -np.inf)
+    c_b = np.where(steps[None, :] < b[:, None], c_b, 0.0)
+    from dprm.ias.pools import _tie_average
+
+    acc_b = np.einsum(
+        "qj,qj->q", pick_weights(k)[b, np.clip(cap, 1, k) - 1], _tie_average(s_b, c_b)
+    )
+    acc = np.where(a > 0, (1.0 - miss) * mean_a, 0.0) + miss * acc_b
+    return acc, draws
+
+
 def monte_carlo(
     pools: Pools,
     budgets: np.ndarray,
     thresholds: np.ndarray | None = None,
     *,
+    accept: np.ndarray | None = None,
     trials: int = MC_TRIALS,
     seed: int = 0,
     chunk: int = 8,
@@ -126,6 +174,8 @@ def monte_carlo(
         pools: Q candidate pools.
         budgets: int [R, Q] budgets (caps) per row and question.
         thresholds: [R, Q] stopping thresholds, or None (no early stopping).
+        accept: bool [R, Q, K] acceptable candidates in pool order (stop at the first drawn),
+            instead of ``thresholds``.
         trials: number of random orders.
         seed: seed of the random orders.
         chunk: trials drawn per vectorised step (memory ~ chunk * R * Q * K).
@@ -155,7 +205,23 @@ def monte_carlo(
         best = np.maximum.accumulate(np.where(s > previous, np.arange(k), 0), axis=-1)
         prefix = np.take_along_axis(c, best, axis=-1)  # [t, Q, K]: pick's correctness after n
         n = np.broadcast_to(budgets[None], (t, rows, q_count))
-        if thresholds is not None:
+        if accept is not None:  # [R, Q, K] acceptable candidates in pool order
+            acc_in_order = np.broadcast_to(
+                np.asarray(accept, dtype=bool)[None], (t,) + accept.shape
+            )
+            ok = np.take_along_axis(
+                acc_in_order, np.broadcast_to(order[:, None], (t,) + accept.shape), axis=-1
+            )
+            first = np.where(ok.any(-1), np.argmax(ok, axis=-1) + 1, k)
+            stopped = ok.any(-1) & (first <= n)  # the pick is the acceptable candidate itself
+            n = np.minimum(n, first)
+            c_t = np.broadcast_to(c[:, None], ok.shape)
+            own = np.take_along_axis(c_t, (n - 1)[..., None], axis=-1)[..., 0]
+            best = prefix[np.arange(t)[:, None, None], q_idx, n - 1]
+            acc[start : start + t] = np.where(stopped, own, best).mean(axis=-1)
+            draws[start : start + t] = n.mean(axis=-1)
+            continue
+        elif thresholds is not None:
             ok = s[:, None, :, :] >= np.asarray(thresholds, dtype=np.float64)[None, :, :, None]
             first = np.where(ok.any(-1), np.argmax(ok, axis=-1) + 1, k)  # [t, R, Q]
             n = np.minimum(n, first)

@@ -30,6 +30,9 @@ class Estimate:
             M mid-points; levels: the trained levels; point: none).
         q_levels: [Q, L] quantiles at ``levels``.
         beta: the level behind ``p`` for ``levels`` calibrators.
+        candidate: [R] the calibrator's point estimate on each candidate's own state
+            (:func:`candidate_estimates`, ``bon.responses`` order), or None; the paper's
+            reading of the beta rule (``beta-cal`` sweep) needs it.
     """
 
     method: str
@@ -39,6 +42,7 @@ class Estimate:
     levels: np.ndarray | None = None
     q_levels: np.ndarray | None = None
     beta: float | None = None
+    candidate: np.ndarray | None = None
 
     def budgets(self, C, n_max: int = N_MAX, curve: np.ndarray | None = None) -> np.ndarray:
         """Budgets by the rule of this kind (mixture for distributions, point otherwise).
@@ -152,3 +156,38 @@ def truth_estimate(bon, m: int = M_LEVELS, name: str = "truth") -> Estimate | No
     mu = bon.questions["true_mu"].to_numpy(np.float64)
     sigma = bon.questions["true_sigma"].to_numpy(np.float64)
     return _distribution_estimate(name, lambda levels: true_quantiles(mu, sigma, levels), m)
+
+
+def candidate_estimates(model, bon) -> np.ndarray:
+    """A calibrator's point estimate on every candidate's own complete-trajectory state [R].
+
+    The per-candidate reading of docs/design.md §4 (calibrated weights, the paper's beta rule):
+    p_hat of docs/design.md §3 (Base: the candidate's ``prm_score``) on
+    ``bon.response_hidden`` (BoN contract v2), rows aligned with ``bon.responses``.
+
+    Raises:
+        DataError: the set has no candidate hidden states (contract v1) and the model uses them.
+    """
+    from dprm.io import DataError
+
+    score = bon.responses["prm_score"].to_numpy(np.float32)
+    if not model.uses_hidden:
+        return model.point_estimate(None, score).astype(np.float64)
+    if bon.response_hidden is None:
+        path = None if bon.path is None else bon.path / "response_hidden_states.npy"
+        raise DataError(
+            path,
+            "calibrated candidate estimates need the candidates' hidden states (BoN contract v2)",
+        )
+    return model.point_estimate(bon.response_hidden, score).astype(np.float64)
+
+
+def estimate_samples(est: Estimate) -> np.ndarray:
+    """Samples of a question's success probability under an estimate [Q, M]: the M mid-point
+    quantiles of a distribution, the trained levels of a ``levels`` calibrator (equal weights),
+    the point value of a point estimate (M = 1)."""
+    if est.kind == "distribution":
+        return np.asarray(est.q_mid, dtype=np.float64)
+    if est.kind == "levels":
+        return np.asarray(est.q_levels, dtype=np.float64)
+    return np.asarray(est.p, dtype=np.float64)[:, None]

@@ -19,12 +19,19 @@ from dprm.ias.constants import BUDGET_COLUMNS, SUMMARY_COLUMNS
 
 COLUMN_DOC = {
     "method": "calibrator display name (base = the raw PRM score; names as in dprm evaluate)",
-    "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99) or beta (beta-threshold early stopping, cap at C=0.9)",
+    "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99), beta (beta-threshold early "
+    "stopping on the raw prm_score, cap at C=0.9), beta-cal (the paper's reading: on each "
+    "candidate's calibrated estimate), greedy, auto (allocation on predicted selection accuracy), "
+    "uniform or oracle (the same mean budget: evenly, or knowing every question's true curve)",
     "C": "target probability of at least one correct candidate",
     "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep",
     "cost": "exact expected mean number of candidates drawn per question / n_max",
     "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
     "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
+    "rule": "selection rule (dprm.ias.rules.RULES; the contract sweeps use highest-last). Rows with "
+    "sweep uniform / oracle / auto have level = the target cost (mean draws / n_max); accuracy "
+    "exact for highest-* rules, a seeded Monte Carlo mean (standard error in ias_full.csv's "
+    "accuracy_se) for voting rules",
 }
 #: every file of an IAS run directory and what it holds (``dprm ias --help`` lists them)
 FILE_DOC = {
@@ -34,6 +41,9 @@ FILE_DOC = {
     "budgets.parquet": "per-question budget n (question_id, method, sweep, C, level, n); for the "
     "beta sweep n is the cap N_i",
     "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
+    "pays.csv": "does it pay? accuracy at cost 0.05 / 0.1 / 0.25 of uniform, oracle, auto and "
+    "the C rule per selection rule, with headroom (oracle - uniform), gain over uniform and "
+    "share of the headroom (written when the run has uniform / oracle rows)",
     "ias_meta.json": "settings, inputs, column meanings, version",
 }
 
@@ -66,6 +76,10 @@ def write_ias_outputs(
     frames = {"ias.csv": summary[SUMMARY_COLUMNS], "ias_full.csv": summary}
     if uniform is not None:
         frames["uniform.csv"] = uniform
+    if "sweep" in summary.columns and summary["sweep"].isin(["uniform", "oracle"]).any():
+        from dprm.ias.pays import pays_table
+
+        frames["pays.csv"] = pays_table(summary)
     for name, frame in frames.items():
         with atomic_path(out / name) as tmp:
             frame.to_csv(tmp, index=False)
@@ -74,7 +88,9 @@ def write_ias_outputs(
     files = {
         k: v
         for k, v in FILE_DOC.items()
-        if k not in ("ias.csv", "ias_meta.json") and (k != "uniform.csv" or uniform is not None)
+        if k not in ("ias.csv", "ias_meta.json")
+        and (k != "uniform.csv" or uniform is not None)
+        and (k != "pays.csv" or "pays.csv" in frames)
     }
     write_json(
         out / "ias_meta.json",

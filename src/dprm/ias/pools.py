@@ -21,6 +21,7 @@ class Pools:
         correct: float64 [Q, K] 0/1 correctness in the same order, 0 padding.
         correct_tied: float64 [Q, K] correctness averaged within groups of equal score.
         size: int64 [Q] pool size K_i.
+        row: int64 [Q, K] row of each candidate in ``bon.responses`` (-1 padding), or None.
     """
 
     question_id: np.ndarray
@@ -28,6 +29,14 @@ class Pools:
     correct: np.ndarray
     correct_tied: np.ndarray
     size: np.ndarray
+    row: np.ndarray | None = None
+
+    def gather(self, values: np.ndarray, fill: float = -np.inf) -> np.ndarray:
+        """Per-response values [R] (``bon.responses`` order) as [Q, K] in pool (score) order."""
+        if self.row is None:
+            raise ValueError("these pools were not built from a BoN set (no response rows)")
+        values = np.asarray(values, dtype=np.float64)
+        return np.where(self.row >= 0, values[np.clip(self.row, 0, None)], fill)
 
     def __len__(self) -> int:
         return len(self.size)
@@ -92,7 +101,11 @@ class Pools:
         s = np.full((len(qid), int(sizes.max())), -np.inf)
         c = np.zeros_like(s)
         s[row, pos], c[row, pos] = score, correct
-        return cls._sorted(qid, s, c, sizes.astype(np.int64))
+        rows = np.full(s.shape, -1, dtype=np.int64)
+        rows[row, pos] = order
+        pools = cls._sorted(qid, s, c, sizes.astype(np.int64))
+        pools.row = rows
+        return pools
 
 
 def _tie_average(scores: np.ndarray, correct: np.ndarray) -> np.ndarray:

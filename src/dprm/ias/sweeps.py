@@ -13,11 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from dprm.ias.accuracy import exact_accuracy_table, lookup, monte_carlo, threshold_exact
+from dprm.ias.accuracy import (
+    exact_accuracy_table,
+    lookup,
+    monte_carlo,
+    threshold_exact,
+    threshold_mask_exact,
+)
 from dprm.ias.budgets import budget_greedy, budget_point
 from dprm.ias.constants import BETA_C, BETA_GRID, C_GRID, DEFAULT_BETA, MC_TRIALS, N_MAX, TAU_C
 from dprm.ias.estimates import Estimate, estimate_from_model
 from dprm.ias.pools import Pools
+from dprm.ias.rules import CONTRACT_RULE
 from dprm.metrics import midpoint_levels
 
 
@@ -29,6 +36,7 @@ class _Row:
     level: float
     budgets: np.ndarray  # [Q]
     thresholds: np.ndarray | None = None  # [Q], beta sweep only
+    accept: np.ndarray | None = None  # bool [Q, K] in pool order, beta-cal sweep only
 
 
 def _tau_grid(est: Estimate) -> tuple[np.ndarray, np.ndarray] | None:
@@ -49,6 +57,7 @@ def sweep_rows(
     beta_grid: Sequence[float] = BETA_GRID,
     n_max: int = N_MAX,
     greedy: bool = False,
+    pools: Pools | None = None,
 ) -> list[_Row]:
     """The budgets of the three sweeps (docs/design.md §4) for every estimate.
 
@@ -60,6 +69,10 @@ def sweep_rows(
     * ``greedy`` (only with ``greedy=True``; beyond docs/design.md): at every C, the same total
       budget as the C rule, spent on the largest marginal gains of the method's success curves
       (:func:`dprm.ias.budgets.budget_greedy`); ``C`` names the C-rule row whose cost it matches.
+    * ``beta-cal`` (the paper's reading of the beta rule; needs ``pools`` from a BoN set and the
+      estimate's ``candidate`` estimates): the same cap, stop at the first candidate whose own
+      calibrated estimate is >= Q(beta | h_i); the pick is that candidate (or, at the cap, the
+      best drawn by PRM score).
     """
     rows: list[_Row] = []
     for est in estimates:
@@ -86,6 +99,19 @@ def sweep_rows(
                 _Row(est.method, "beta", beta_c, float(b), cap, q_beta[:, i])
                 for i, b in enumerate(beta_grid)
             ]
+            if est.candidate is not None and pools is not None and pools.row is not None:
+                cand = pools.gather(est.candidate)  # [Q, K], -inf padding
+                rows += [
+                    _Row(
+                        est.method,
+                        "beta-cal",
+                        beta_c,
+                        float(b),
+                        cap,
+                        accept=cand >= q_beta[:, i][:, None],
+                    )  # fmt: skip
+                    for i, b in enumerate(beta_grid)
+                ]
     return rows
 
 
@@ -100,7 +126,10 @@ def _exact(pools: Pools, rows: list[_Row], n_max: int) -> tuple[np.ndarray, np.n
     acc = np.empty(len(rows))
     cost = np.empty(len(rows))
     for i, row in enumerate(rows):
-        if row.thresholds is None:
+        if row.accept is not None:
+            a, d = threshold_mask_exact(pools, row.accept, row.budgets)
+            acc[i], cost[i] = a.mean(), d.mean() / n_max
+        elif row.thresholds is None:
             acc[i] = lookup(table, row.budgets).mean()
             cost[i] = _plain_cost(pools, row.budgets, n_max)
         else:
@@ -119,15 +148,17 @@ def _monte_carlo(
     mc_acc, mc_se, mc_cost = (np.full(len(rows), np.nan) for _ in range(3))
     if trials <= 0 or not rows:
         return mc_acc, mc_se, mc_cost
-    plain = [i for i, r in enumerate(rows) if r.thresholds is None]
+    plain = [i for i, r in enumerate(rows) if r.thresholds is None and r.accept is None]
     stop = [i for i, r in enumerate(rows) if r.thresholds is not None]
-    for idx, thr in ((plain, False), (stop, True)):
+    calibrated = [i for i, r in enumerate(rows) if r.accept is not None]
+    for idx, kind in ((plain, "plain"), (stop, "threshold"), (calibrated, "accept")):
         if not idx:
             continue
         out = monte_carlo(
             pools,
             np.stack([rows[i].budgets for i in idx]),
-            np.stack([rows[i].thresholds for i in idx]) if thr else None,
+            np.stack([rows[i].thresholds for i in idx]) if kind == "threshold" else None,
+            accept=np.stack([rows[i].accept for i in idx]) if kind == "accept" else None,
             trials=trials,
             seed=seed,
         )
@@ -167,7 +198,7 @@ def run_sweeps(
         for arr in (est.p, est.q_mid):
             if arr is not None and len(arr) != len(pools):
                 raise ValueError(f"{est.method}: {len(arr)} estimates for {len(pools)} questions")
-    rows = sweep_rows(estimates, n_max=n_max, **grids)
+    rows = sweep_rows(estimates, n_max=n_max, pools=pools, **grids)
     acc, cost = _exact(pools, rows, n_max)
     mc_acc, mc_se, mc_cost = _monte_carlo(pools, rows, n_max, mc_trials, seed)
     summary = pd.DataFrame(
@@ -179,6 +210,7 @@ def run_sweeps(
             "cost": cost,
             "accuracy": acc,
             "accuracy_mc": mc_acc,
+            "rule": CONTRACT_RULE,
             "accuracy_mc_se": mc_se,
             "cost_mc": mc_cost,
             "n_questions": len(pools),
@@ -235,6 +267,10 @@ def run_ias(
     seed: int = 0,
     include_base: bool = True,
     greedy: bool = False,
+    rules: Sequence[str] = (),
+    train_bon=None,
+    extra_estimates: Sequence[Estimate] = (),
+    vote_trials: int | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Base (unless ``include_base`` is False) and every named calibrator on a BoN set.
 
@@ -247,16 +283,71 @@ def run_ias(
         seed: seed of the Monte Carlo.
         include_base: prepend the Base calibrator (raw PRM score) unless ``models`` has "base".
         greedy: add the ``greedy`` sweep (see :func:`sweep_rows`).
+        rules: selection rules (:data:`dprm.ias.rules.RULES`) whose uniform and oracle rows
+            (and, with ``train_bon``, ``auto`` rows) are added; empty: none.
+        train_bon: a training BoN set: adds ``sweep = auto`` rows for every calibrator and rule
+            (the contract rule when ``rules`` is empty).
+        extra_estimates: further estimates (e.g. the synthetic truth) swept like the models.
+        vote_trials: Monte Carlo orders of the voting rules (default ``max(mc_trials, 64)``).
 
     Returns:
-        (summary, budgets) as :func:`run_sweeps`.
+        (summary, budgets) as :func:`run_sweeps`; the summary's ``rule`` column names the
+        selection rule (the contract sweeps: ``highest-last``), and rules' rows add
+        ``accuracy_se``, ``oracle_bound`` and ``floor_share``.
     """
+    from dprm.ias.estimates import candidate_estimates
+    from dprm.ias.pays import run_pays
     from dprm.models.raw_score import RawScoreCalibrator
 
     named = dict(models or {})
     if include_base and "base" not in named:
         named = {"base": RawScoreCalibrator(bon.hidden_dim), **named}
     estimates = [estimate_from_model(m, bon, name, beta=beta) for name, m in named.items()]
-    return run_sweeps(
-        Pools.from_bon(bon), estimates, n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy
+    has_states = bon.response_hidden is not None
+    for est, model in zip(estimates, named.values(), strict=True):
+        if has_states or not model.uses_hidden:
+            est.candidate = candidate_estimates(model, bon)
+    estimates += list(extra_estimates)
+    pools = Pools.from_bon(bon)
+    summary, budgets = run_sweeps(
+        pools, estimates, n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy
     )
+    rules = tuple(rules) or ((CONTRACT_RULE,) if train_bon is not None else ())
+    if rules:
+        calibrated, train_estimates = {}, None
+        if any(r.endswith("-calibrated") for r in rules):
+            calibrated = {e.method: e.candidate for e in estimates if e.candidate is not None}
+        if train_bon is not None:
+            train_estimates = {
+                name: estimate_from_model(m, train_bon, name, beta=beta)
+                for name, m in named.items()
+            }
+            for est in extra_estimates:  # the truth of a synthetic training set
+                if est.method == "truth":
+                    from dprm.ias.estimates import truth_estimate
+
+                    train_estimates["truth"] = truth_estimate(train_bon)
+            for name in list(calibrated):
+                if name in named:
+                    calibrated[f"train:{name}"] = candidate_estimates(named[name], train_bon)
+            auto_est = [e for e in estimates if e.method in train_estimates]
+        else:
+            auto_est = []
+        extra = run_pays(
+            bon,
+            auto_est,
+            rules=rules,
+            train_bon=train_bon,
+            train_estimates=train_estimates,
+            calibrated={
+                k: v for k, v in calibrated.items() if not k.startswith("train:") or k[6:] in named
+            },  # fmt: skip
+            n_max=n_max,
+            trials=vote_trials or max(mc_trials, 64),
+            seed=seed,
+        )
+        extra["C"] = np.nan
+        extra["accuracy_mc"] = np.nan
+        extra["n_questions"] = len(pools)
+        summary = pd.concat([summary, extra], ignore_index=True)
+    return summary, budgets

@@ -147,6 +147,8 @@ def run_bon(
     out = Path(out)
     questions, suffix, provenance = open_run(out, config, cprm, generator)
     states, budgets = question_states(out, suffix, questions, cprm, float(config.C))
+    if config.auto_cost is not None:  # dprm ias's auto rule over this shard's questions
+        budgets = auto_budgets(cprm, states, config.train_bon, float(config.auto_cost))
     log = ResultLog(out / f"bon{suffix}.jsonl")
     rows = questions.to_dict("records")
     pending = [i for i, r in enumerate(rows) if r["question_id"] not in log]
@@ -168,6 +170,40 @@ def run_bon(
     mine = [log.records[r["question_id"]] for r in rows if r["question_id"] in log]
     write_bon_export(out, suffix, mine, {"source": "dprm solve --mode bon", **provenance})
     return write_summary(out, summarize_bon(read_results(out, "bon"), config))
+
+
+def auto_budgets(cprm: CalibratedPRM, states: States, train_bon: str, cost: float) -> np.ndarray:
+    """Budgets [Q] of ``dprm ias``'s ``auto`` rule (contract selection, highest last score) for
+    live question states: learnt on ``train_bon`` (scored by the same PRM), at mean ``cost``;
+    uniform when the questions' states are unlike the training set's (``shift_auc``).
+
+    Raises:
+        DataError: the training set's hidden size differs from the PRM's (another PRM scored it).
+    """
+    from dprm.data import read_bon_set
+    from dprm.ias import estimate_from_model
+    from dprm.ias.allocation import SHIFT_AUC, shift_auc
+    from dprm.ias.pays import AutoAllocator, pool_share
+    from dprm.ias.rules import CONTRACT_RULE, Candidates, rule_table
+    from dprm.io import DataError
+    from dprm.live.calibrated_prm import _StateTable
+
+    train = read_bon_set(train_bon, check_hidden=False)
+    if cprm.calibrator.uses_hidden and train.hidden_dim != states.hidden.shape[1]:
+        raise DataError(
+            train.path,
+            f"hidden_dim {train.hidden_dim} but the PRM's states have {states.hidden.shape[1]}: "
+            "--train-bon must be scored by the same PRM",
+        )
+    cands = Candidates.from_bon(train)
+    allocator = AutoAllocator(rule_table(cands, CONTRACT_RULE, n_max=cprm.n_max), pool_share(cands))
+    kw = {"beta": cprm.beta, "m": cprm.m_levels}
+    share, _ = allocator.floor_share(estimate_from_model(cprm.calibrator, train, **kw))
+    comparable = train.hidden_dim == states.hidden.shape[1] and len(states.hidden) >= 4
+    if comparable and shift_auc(train.hidden, states.hidden) > SHIFT_AUC:  # unlike training
+        share = 1.0
+    est = estimate_from_model(cprm.calibrator, _StateTable(states.scores, states.hidden), **kw)
+    return allocator.budgets(est, cost, share, cprm.n_max)
 
 
 def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:

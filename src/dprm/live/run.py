@@ -104,6 +104,17 @@ class SolveConfig:
     beta: float = _setting(
         0.1, help="QR calibrators: level of the point rule, as dprm ias", type="unit_interval"
     )
+    auto_cost: float | None = _setting(
+        None,
+        help="bon: allocate by dprm ias's 'auto' rule instead of the C rule, at this mean cost "
+        "(mean draws / n_max) over the shard's questions; needs --train-bon",
+        type="unit_interval",
+    )
+    train_bon: str | None = _setting(
+        None,
+        help="bon with --auto-cost: a training BoN set scored by the same PRM, where auto "
+        "learns its selection-accuracy model and uniform share",
+    )
     temperature: float = _setting(0.7, help="sampling temperature", group="sampling")
     top_p: float = _setting(1.0, help="nucleus sampling", group="sampling")
     max_new_tokens: int = _setting(
@@ -178,6 +189,12 @@ class SolveConfig:
             object.__setattr__(self, "baseline_n", self.n_max)
         if self.n_max < 1 or self.baseline_n < 0:
             fail(f"--n-max {self.n_max} / --baseline-n {self.baseline_n}: expected >= 1 / >= 0")
+        if (self.auto_cost is None) != (self.train_bon is None):
+            fail("--auto-cost and --train-bon go together (auto learns on the training set)")
+        if self.auto_cost is not None and self.mode != "bon":
+            fail("--auto-cost applies to --mode bon only")
+        if self.auto_cost is not None and not 0.0 < float(self.auto_cost) <= 1.0:
+            fail(f"--auto-cost {self.auto_cost}: expected a cost in (0, 1]")
         if self.rank_by not in ("median", "mean"):
             fail(f"--rank-by {self.rank_by!r}: expected 'median' or 'mean'")
         if self.adaptive not in ("km", "k", "m", "none"):
@@ -288,9 +305,12 @@ def write_bon_export(
     ``questions.parquet`` holds each question's question-only PRM score and
     ``hidden_states.npy`` its state (float32, exactly what the live budget was computed from);
     ``responses.parquet`` holds every generated candidate with its PRM score and grade
-    (``correct`` is False where the question has no gold answer; ``graded`` says which).
+    (``correct`` is False where the question has no gold answer; ``graded`` says which) and
+    its canonical final answer (BoN contract v2's ``answer``, so vote rules run on the export;
+    candidate states are not kept live).
     """
     from dprm.data.contract import write_bon_set
+    from dprm.llm.answers import canonical_answer
 
     table_path = out / f"question_states{suffix}.parquet"
     if not records or not table_path.exists():
@@ -308,6 +328,7 @@ def write_bon_export(
             "correct": bool(c.get("correct") or False),
             "graded": c.get("correct") is not None,
             "n_tokens": c["n_tokens"],
+            "answer": canonical_answer(str(c.get("text") or "")),  # BoN v2: vote rules
         }
         for qid in questions["question_id"]
         for i, c in enumerate(done[qid]["candidates"])

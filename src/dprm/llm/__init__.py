@@ -10,9 +10,11 @@ them, so ``import dprm`` stays light):
 - :mod:`dprm.llm.grading`: ``grade_many`` / ``GradingPool`` (math-verify, hard timeouts).
 - :mod:`dprm.llm.rollout`: trajectories and Monte Carlo labels with counts.
 - :mod:`dprm.llm.prm`: ``load_prm`` and the PRM wrappers (one-pass scores + hidden states).
-  (:mod:`dprm.llm.prm_interface`: the one-pass PRM interface; :mod:`dprm.llm.prm_models`:
-  checkpoint classes.)
+  (:mod:`dprm.llm.prm_interface`: the one-pass PRM interface and device-map sharding;
+  :mod:`dprm.llm.prm_models`: checkpoint classes; :mod:`dprm.llm.park_adapter`: Park et al.'s
+  calibrated LoRA adapters.)
 - :mod:`dprm.llm.embed`: labels -> calibration set, best-of-N pools -> BoN set.
 - :mod:`dprm.llm.shard`: ``--shard i/n``, resumable parts, merge.
-- :mod:`dprm.llm.doctor`: the real checkpoints against their model cards (``dprm doctor``).
+- :mod:`dprm.llm.doctor`: the real checkpoints against published values (``dprm doctor``;
+  Park et al.'s demo values in ``golden/``).
 """

@@ -1,22 +1,44 @@
-"""``dprm doctor``: load each supported PRM and compare its step rewards with published values.
+"""``dprm doctor``: load each supported PRM and compare its outputs with published values.
 
-The first thing to run on a new GPU machine. For each PRM (a hub id or a local directory) it
-loads the checkpoint through :func:`dprm.llm.prm.load_prm` (the path every stage takes), scores
-the example of the model's own card, and compares the step rewards with the card's printed
-values (:data:`GOLDEN`): pass/fail per model with the largest difference. Without a GPU, or
-without the hub and no local copy, it says so and stops (it never tries a 7B model on a CPU
-unless ``--device cpu`` asks for it).
+The first thing to run on a new GPU machine. Each check (:data:`GOLDEN`) loads a checkpoint (a
+hub id or a local directory) through :func:`dprm.llm.prm.load_prm` (the path every stage takes),
+scores a published example and compares with the published numbers: pass/fail with the largest
+difference. Without a GPU, or without the hub and no local copy, it says so and stops (it never
+tries a 7B model on a CPU unless ``--device cpu`` asks for it).
 
-The example inputs are transcribed from the model cards; ReasonEval's example (GAIR's
-``codes/examples.py``) is not bundled, so its expected values are listed but not checked.
+Checks:
+
+- ``qwen-prm``, ``math-shepherd``: the model cards' examples and printed step rewards.
+- ``park-qwen-prm``: Park et al.'s demo (``prm-calibration``'s ``HuggingFace Demo.ipynb``):
+  Qwen2.5-Math-PRM-7B in bf16 with Park's system prompt on record 38 of
+  math500/Llama-3.2-1B-Instruct (an 8-step prefix), last-step reward 0.375. Bundled in
+  ``dprm/llm/golden/park_demo.json`` with its provenance.
+- ``park-adapter``: the same input through Park's adapter
+  ``young-j-park/Qwen2.5-Math-PRM-7B-calibrated-Llama-3.2-1B-Instruct``: quantiles 7.486e-05 /
+  0.002548 / 0.06445 at tau = 0.1 / 0.5 / 0.9, compared in logit space (they span three
+  orders of magnitude; a fixed absolute tolerance would pass anything at 1e-4).
+- ``reasoneval``: expected values listed, but its example input (GAIR's ``codes/examples.py``)
+  is not bundled, so it is not run.
+- ``skywork-prm``, ``rlhflow-prm``: no published step rewards are bundled (we could not read
+  the cards' printed outputs), so the doctor loads the checkpoint, scores the Qwen card's
+  example and reports the scores as RAN (the load path and the head's weights are exercised,
+  not the numbers).
+
+Tolerances fit bf16: a bf16 logit near 0.5 probability is exact to about 0.004 in probability,
+but attention kernels and batching change low bits of every layer; 0.03 in probability (the
+Qwen card check) and 0.35 in logit (about 40 % relative at small quantiles) leave room for that
+and still catch a wrong prompt, step split or head (each moves these values by far more).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -63,7 +85,12 @@ QWEN_STEPS = [
 
 @dataclass(frozen=True)
 class Golden:
-    """A model card's example: the hub id, the kind, dtype, and expected step rewards."""
+    """A published example: the hub id, PRM kind, dtype, expected values and tolerance.
+
+    ``scale`` is ``"prob"`` (absolute difference) or ``"logit"`` (difference of logits);
+    ``adapter`` is the hub id of a Park et al. adapter to attach; ``source`` says where the
+    numbers come from.
+    """
 
     hub_id: str
     kind: str
@@ -71,17 +98,41 @@ class Golden:
     expected: list[list[float]]
     atol: float
     options: dict = field(default_factory=dict)
+    scale: str = "prob"
+    adapter: str | None = None
+    source: str = ""
 
 
+@lru_cache(maxsize=1)
+def park_demo() -> dict:
+    """Park et al.'s demo record and values (``dprm/llm/golden/park_demo.json``)."""
+    text = resources.files("dprm.llm").joinpath("golden/park_demo.json").read_text("utf-8")
+    return json.loads(text)
+
+
+_PARK = "young-j-park/Qwen2.5-Math-PRM-7B-calibrated-Llama-3.2-1B-Instruct"
 GOLDEN: dict[str, Golden] = {
     "qwen-prm": Golden("Qwen/Qwen2.5-Math-PRM-7B", "qwen-prm", "bfloat16",
-                       [[1.0, 0.1904296875, 0.9765625, 1.0]], 0.03, {"prompt": "model-card"}),
+                       [[1.0, 0.1904296875, 0.9765625, 1.0]], 0.03, {"prompt": "model-card"},
+                       source="model card example, step rewards"),
     "math-shepherd": Golden("peiyi9979/math-shepherd-mistral-7b-prm", "math-shepherd", "float32",
                             [[0.9955, 0.9958, 0.9983, 0.9957], [0.9955, 0.9958, 0.9983, 0.0240]],
-                            2e-3),
+                            2e-3, source="model card example, step rewards"),
     "reasoneval": Golden("GAIR/ReasonEval-7B", "reasoneval", "float32",
                          [[0.9492, 0.7863, 0.2520, 0.7860, 0.9125, 0.5916, 0.4494, 0.8189,
-                           0.8240, 0.2671]], 2e-3),
+                           0.8240, 0.2671]], 2e-3, source="GAIR codes/examples.py, validity"),
+    "park-qwen-prm": Golden("Qwen/Qwen2.5-Math-PRM-7B", "qwen-prm", "bfloat16", [[0.375]], 0.03,
+                            source="Park et al.'s demo, math500/Llama-3.2-1B-Instruct record 38, "
+                            "last-step reward"),
+    "park-adapter": Golden("Qwen/Qwen2.5-Math-PRM-7B", "qwen-prm", "bfloat16",
+                           [[7.486343383789062e-05, 0.0025482177734375, 0.064453125]], 0.35,
+                           scale="logit", adapter=_PARK,
+                           source="Park et al.'s demo, the same record through the adapter, "
+                           "quantiles at tau = 0.1/0.5/0.9"),
+    "skywork-prm": Golden("Skywork/Skywork-o1-Open-PRM-Qwen-2.5-7B", "skywork-prm", "bfloat16",
+                          [], 0.0, source="no published step rewards bundled"),
+    "rlhflow-prm": Golden("RLHFlow/Llama3.1-8B-PRM-Deepseek-Data", "rlhflow-prm", "bfloat16",
+                          [], 0.0, source="no published step rewards bundled"),
 }  # fmt: skip
 
 
@@ -102,13 +153,38 @@ def _shepherd_scores(prm: Any) -> list[np.ndarray]:
     return out
 
 
-#: kind -> the card example's scores (None: no example input bundled)
-EXAMPLES = {"qwen-prm": _qwen_scores, "math-shepherd": _shepherd_scores, "reasoneval": None}
+def _park_steps() -> tuple[str, list[str]]:
+    demo = park_demo()
+    return demo["question"], demo["reasoning_prefix"].split("\n\n")  # Park's score() split
+
+
+def _park_raw(prm: Any) -> list[np.ndarray]:
+    question, steps = _park_steps()
+    return [prm.score_steps(question, [steps])[0].scores[-1:]]
+
+
+def _park_quantiles(prm: Any) -> list[np.ndarray]:
+    question, steps = _park_steps()
+    return [prm.score_steps(question, [steps])[0].quantiles[-1]]
+
+
+#: check -> its example's outputs (None: no example input bundled; "smoke": no values to
+#: compare, the Qwen card's example is scored to exercise the load path)
+EXAMPLES = {
+    "qwen-prm": _qwen_scores,
+    "math-shepherd": _shepherd_scores,
+    "reasoneval": None,
+    "park-qwen-prm": _park_raw,
+    "park-adapter": _park_quantiles,
+    "skywork-prm": "smoke",
+    "rlhflow-prm": "smoke",
+}
 
 
 @dataclass
 class Check:
-    """One model's outcome: ``status`` is "pass", "fail" or "skip"; ``message`` says why."""
+    """One check's outcome: ``status`` is "pass", "fail", "ran" (loaded and scored, nothing to
+    compare) or "skip" (not run); ``message`` says why."""
 
     name: str
     status: str
@@ -150,43 +226,73 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def _logit(x: np.ndarray) -> np.ndarray:
+    x = np.clip(np.asarray(x, dtype=np.float64), 1e-12, 1 - 1e-12)
+    return np.log(x) - np.log1p(-x)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:200]
+
+
 def check_model(
-    kind: str, source: str | None = None, device: str | None = None, hub: bool | None = None
+    name: str,
+    source: str | None = None,
+    device: str | None = None,
+    hub: bool | None = None,
+    adapter: str | None = None,
 ) -> Check:
-    """Load ``kind``'s PRM from ``source`` (default: its hub id) and compare with the card.
+    """Run golden check ``name`` (a key of :data:`GOLDEN`).
 
     Args:
-        kind: a key of :data:`GOLDEN`.
-        source: local directory or hub id (default: the card's hub id).
+        name: the check.
+        source: local directory or hub id of the PRM (default: the check's hub id).
         device: torch device.
         hub: whether the hub is reachable (default: checked with :func:`hub_reachable` when
             ``source`` is not a local directory).
+        adapter: local directory or hub id of the adapter (``park-adapter``; default: its hub id).
     """
     from dprm.llm.prm import load_prm
 
-    golden = GOLDEN[kind]
+    golden = GOLDEN[name]
     source = source or golden.hub_id
-    example = EXAMPLES[kind]
+    example = EXAMPLES[name]
     if example is None:
         return Check(source, "skip", "no example input bundled for this model; expected "
-                     f"values (card): {golden.expected[0]}")  # fmt: skip
-    if not os.path.isdir(source) and not (hub if hub is not None else hub_reachable()):
-        return Check(source, "skip", "no hub access and not a local directory: download the "
-                     f"checkpoint elsewhere and pass --prm {kind}=DIR")  # fmt: skip
+                     f"values ({golden.source}): {golden.expected[0]}")  # fmt: skip
+    adapter = adapter or golden.adapter
+    remote = [s for s in (source, adapter) if s is not None and not os.path.isdir(s)]
+    if remote and not (hub if hub is not None else hub_reachable()):
+        return Check(source, "skip", f"no hub access and not a local directory: {remote[0]}; "
+                     f"download it elsewhere and pass --prm {name}=DIR"
+                     + (" / --adapter DIR" if golden.adapter else ""))  # fmt: skip
+    if golden.adapter and importlib.util.find_spec("peft") is None:
+        return Check(source, "skip", "peft is not installed (pip install 'dprm[llm]')")
     try:
-        prm = load_prm(source, kind, device=device, dtype=golden.dtype, **golden.options)
+        prm = load_prm(source, golden.kind, device=device, dtype=golden.dtype, **golden.options)
+        if golden.adapter:
+            from dprm.llm.park_adapter import attach_adapter
+
+            attach_adapter(prm, adapter)
     except (OSError, ValueError, ImportError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return Check(source, "skip", f"cannot load ({type(err).__name__}: {first[:200]}); with "
-                     "no hub access, download it elsewhere and pass the directory")  # fmt: skip
+        return Check(source, "skip", f"cannot load ({type(err).__name__}: {_first_line(err)}); "
+                     "with no hub access, download it elsewhere and pass the directory")  # fmt: skip
+    if example == "smoke":
+        got = _qwen_scores(prm)[0]
+        ok = len(got) == len(QWEN_STEPS) and bool(np.all((got >= 0) & (got <= 1)))
+        shown = np.round(np.asarray(got, dtype=np.float64), 4).tolist()
+        return Check(source, "ran" if ok else "fail", f"loaded and scored the Qwen card's example: "
+                     f"{shown} ({golden.source}: nothing to compare)")  # fmt: skip
     got = example(prm)
+    transform = _logit if golden.scale == "logit" else (lambda v: np.asarray(v, np.float64))
     diffs = [
-        float(np.max(np.abs(np.asarray(g, dtype=np.float64) - np.asarray(e))))
-        if len(g) == len(e) else float("inf")
+        float(np.max(np.abs(transform(g) - transform(e)))) if len(g) == len(e) else float("inf")
         for g, e in zip(got, golden.expected, strict=True)
     ]  # fmt: skip
     worst = max(diffs)
     status = "pass" if worst <= golden.atol else "fail"
-    shown = [np.round(np.asarray(g, dtype=np.float64), 4).tolist() for g in got]
-    return Check(source, status, f"scores {shown} vs card {golden.expected} ({golden.dtype}, "
-                 f"tolerance {golden.atol})", worst)  # fmt: skip
+    shown = [np.asarray(g, dtype=np.float64).round(6).tolist() for g in got]
+    unit = " in logit" if golden.scale == "logit" else ""
+    return Check(source, status, f"{shown} vs {golden.expected} ({golden.source}; "
+                 f"{golden.dtype}, tolerance {golden.atol}{unit})", worst)  # fmt: skip

@@ -21,6 +21,11 @@ it in ``meta.json`` ``unscorable`` (question, response, reason), ``stats`` count
 the counts, and every other row of the part is written. ``strict=True`` (``--strict``) stops
 at the first one instead, naming the response.
 
+**Park et al.'s adapters.** With an adapter attached to the PRM (``dprm embed --adapter``,
+:mod:`dprm.llm.park_adapter`), calibration records get ``park_q10``, ``park_q50`` and
+``park_q90`` (its quantiles at tau = 0.1 / 0.5 / 0.9) right after ``prm_score``; the raw score
+and the hidden state stay the base PRM's, so every other calibrator sees the same inputs.
+
 **Resume.** Work is cut into parts of ``questions_per_part`` questions; each part is a small set
 directory written atomically; a rerun skips finished parts, and the shard output is joined
 from the parts at the end (duplicate keys are rejected).
@@ -38,6 +43,8 @@ import pandas as pd
 
 from dprm.data.contract import write_bon_set, write_calibration_set
 from dprm.io import DataError, read_json
+from dprm.llm.answers import canonical_answer, normalise_answer
+from dprm.llm.park_adapter import PARK_COLUMNS
 from dprm.llm.prm_interface import PRM, Encoded, UnscorableError
 from dprm.llm.prompts import split_steps
 from dprm.llm.shard import (
@@ -197,11 +204,18 @@ def embed_label_part(
     rows = np.flatnonzero(keep)
     hidden = np.zeros((len(rows), prm.hidden_dim), dtype=np.float32)
     scores = np.zeros(len(rows), dtype=np.float32)
+    park = np.zeros((len(rows), len(PARK_COLUMNS)), dtype=np.float32)
     for j, r in enumerate(rows):
         out = outputs[slot[r]]
         hidden[j], scores[j] = out.hidden[offset[r]], out.scores[offset[r]]
+        if out.quantiles is not None:
+            park[j] = out.quantiles[offset[r]]
     records = labels.iloc[rows].reset_index(drop=True)
-    records.insert(records.columns.get_loc("step") + 1, "prm_score", np.clip(scores, 0.0, 1.0))
+    at = records.columns.get_loc("step") + 1
+    records.insert(at, "prm_score", np.clip(scores, 0.0, 1.0))
+    if prm.adapter is not None:  # Park et al.'s calibrated quantiles next to the raw score
+        for k, column in enumerate(PARK_COLUMNS):
+            records.insert(at + 1 + k, column, park[:, k])
     stats = {
         "rows": int(len(rows)),
         "rows_truncated": int((~keep & scorable).sum()),
@@ -224,8 +238,9 @@ def embed_bon_part(
         strict: raise on the first response that cannot be scored instead of recording it.
 
     Returns:
-        (questions [Q] with prm_score, hidden [Q, D], responses with prm_score/correct/truncated,
-        stats, unscorable). A response's score is its last scored step's (the reference's
+        (questions [Q] with prm_score, hidden [Q, D], responses with prm_score/correct/truncated/
+        answer/step_scores, response hidden [R, D] (the complete trajectory's state at its last
+        scored step; contract v2), stats, unscorable). A response's score is its last scored step's (the reference's
         readout). Unscorable responses (and every response of a question whose question-only
         input cannot be scored) are left out and listed in ``unscorable``.
     """
@@ -284,6 +299,18 @@ def embed_bon_part(
     dim = prm.hidden_dim
     q_hidden = np.stack([q_outputs[q].hidden[0] for q in qids]) if qids else np.zeros((0, dim))
     kept = pool.iloc[scored]
+    # BoN contract v2: the canonical final answer (the pool's, if its grader gave one) and the
+    # states / step scores of the complete trajectory (its last scored step)
+    texts = kept["answer"] if "answer" in kept.columns else kept["response"]
+    answers = [
+        (normalise_answer(str(t)) if "answer" in kept.columns else canonical_answer(str(t)))
+        for t in texts
+    ]
+    r_hidden = (
+        np.stack([by_row[r][1].hidden[-1] for r in scored]).astype(np.float32)
+        if scored
+        else np.zeros((0, dim), np.float32)
+    )
     responses = pd.DataFrame(
         {
             "question_id": kept["question_id"].astype(str).to_numpy(),
@@ -294,6 +321,10 @@ def embed_bon_part(
             "correct": kept["correct"].astype(bool).to_numpy(),
             "truncated": np.array([by_row[r][1].truncated for r in scored], dtype=bool),
             "n_steps": np.array([by_row[r][0].n_steps for r in scored], dtype=np.int32),
+            "answer": np.array(answers, dtype=object),
+            "step_scores": [
+                np.clip(np.asarray(by_row[r][1].scores, np.float32), 0, 1) for r in scored
+            ],
         }
     )
     stats = {
@@ -302,7 +333,7 @@ def embed_bon_part(
         "responses_truncated": int(responses["truncated"].sum()),
         **bad.stats("responses", len(pool) - len(responses)),
     }
-    return questions, q_hidden.astype(np.float32), responses, stats, bad.entries
+    return questions, q_hidden.astype(np.float32), responses, r_hidden, stats, bad.entries
 
 
 def run_embed(
@@ -342,10 +373,11 @@ def run_embed(
 
     if kind not in ("calibration", "bon"):
         raise ValueError(f"kind={kind!r}: expected 'calibration' or 'bon'")
+    placement = ("prm_device_map",)  # where the layers sit does not change the numbers
     fingerprint = {
         **(fingerprint or {}),
         "stage": f"embed-{kind}",
-        **prm.provenance(),
+        **{k: v for k, v in prm.provenance().items() if k not in placement},
         "hidden_dtype": config.hidden_dtype,
         "questions_per_part": config.questions_per_part,
         "shard": str(shard),
@@ -372,11 +404,19 @@ def run_embed(
             part_meta = {"stats": stats, "unscorable": unscorable}
             write_calibration_set(path, records, hidden, part_meta, dtype=config.hidden_dtype)
         else:
-            qframe, hidden, responses, stats, unscorable = embed_bon_part(
+            qframe, hidden, responses, r_hidden, stats, unscorable = embed_bon_part(
                 rows, prm, strict=config.strict
             )
             part_meta = {"stats": stats, "unscorable": unscorable}
-            write_bon_set(path, qframe, hidden, responses, part_meta, dtype=config.hidden_dtype)
+            write_bon_set(
+                path,
+                qframe,
+                hidden,
+                responses,
+                part_meta,
+                dtype=config.hidden_dtype,
+                response_hidden=r_hidden,
+            )
         if on_part_done is not None:
             on_part_done(index)
     part_dirs = [store.path(i, "") for i in range(len(parts))]

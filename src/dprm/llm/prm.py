@@ -20,6 +20,12 @@ Registry (``kind``):
   + sep + steps joined by sep + sep, with sep = the pad token (``<s>``); separators are
   removed from the ids, BOS is prepended again, and the score (p_neutral + p_positive) is read
   at the reference's index arithmetic (the first two readouts discarded).
+- ``skywork-prm`` (Skywork-o1-Open-PRM-Qwen-2.5-1.5B / 7B): ``encode(bos + q + "\\n")``, then
+  each ``"\\n"``-piece of ``"\\n\\n".join(steps)`` encoded alone and followed by ``"\\n"`` (198);
+  score = sigmoid of the value head ``v_head.summary`` at the ``"\\n"`` ending each step.
+- ``rlhflow-prm`` (RLHFlow Llama3.1-8B-PRM-Deepseek-Data / -Mistral-Data): Llama-3.1 chat, every
+  step a user turn (the first prefixed by the question), every assistant answer ``"+"``; score =
+  softmax over the ``+`` / ``-`` logits at the token before each answer, taking ``+``.
 - ``token-classification``: any ``AutoModelForTokenClassification``; steps joined by a
   separator token (default ``<extra_0>``, also trailing), question/steps in the Qwen chat
   layout when the tokenizer has a chat template; score = softmax[positive_label] (sigmoid for
@@ -37,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from dprm.io import DataError
-from dprm.llm.generate import dtype_kwargs
 from dprm.llm.prm_interface import (
     PRM,
     Encoded,
 )
-from dprm.llm.prm_models import qwen_prm_class, reasoneval_class
+from dprm.llm.prm_models import qwen_prm_class, reasoneval_class, skywork_prm_class
 
 #: Qwen2.5-Math-PRM system prompts: Park et al.'s wording (default; it produced the paper's
 #: calibration data) and the model card's. Chosen with the ``prompt`` option (``--prm-prompt``).
@@ -123,7 +128,7 @@ class QwenPRM(PRM):
     separator = "<extra_0>"
 
     def _load(self, path: str) -> tuple[Any, Any]:
-        model = qwen_prm_class().from_pretrained(path, **dtype_kwargs(self.dtype))
+        model = qwen_prm_class().from_pretrained(path, **self.load_kwargs())
         return _tokenizer(path), model
 
     def _setup(self) -> None:
@@ -171,7 +176,7 @@ class MathShepherdPRM(PRM):
     def _load(self, path: str) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(self.dtype))
+        model = AutoModelForCausalLM.from_pretrained(path, **self.load_kwargs())
         return _tokenizer(path), model
 
     def _setup(self) -> None:
@@ -200,9 +205,7 @@ class ReasonEvalPRM(PRM):
     kind = "reasoneval"
 
     def _load(self, path: str) -> tuple[Any, Any]:
-        return _tokenizer(path), reasoneval_class().from_pretrained(
-            path, **dtype_kwargs(self.dtype)
-        )
+        return _tokenizer(path), reasoneval_class().from_pretrained(path, **self.load_kwargs())
 
     def _setup(self) -> None:
         self.separator = str(self.tokenizer.pad_token)
@@ -243,6 +246,114 @@ class ReasonEvalPRM(PRM):
         return probs[:, 1] + probs[:, 2]
 
 
+class SkyworkPRM(PRM):
+    """Skywork-o1-Open-PRM (Qwen2.5-Math-1.5B / 7B body + a one-output value head, sigmoid).
+
+    The input is Skywork's ``prepare_input(question, answer, step_token="\n")`` (bundled by
+    search-and-learn) on the answer ``"\n\n".join(steps)``: ``encode(bos + question + "\n")``,
+    then every ``"\n"``-separated piece of the answer encoded on its own and followed by the
+    step token ``"\n"`` (198). A dprm step (a ``"\n\n"``-separated block, which may hold single
+    newlines) is read at the step token that ends its last piece: exactly the last reward that
+    the reference computes on the prefix ``"\n\n".join(steps[:t])``, since that prefix's input
+    ids are the first ids of the whole trajectory's. The step tokens inside a block (and the one
+    after the empty piece that ``"\n\n"`` leaves) are in the input, as in the reference, but
+    not read. An empty step list is the question with one empty piece (one readout).
+    """
+
+    kind = "skywork-prm"
+    step_token = "\n"
+
+    def _load(self, path: str) -> tuple[Any, Any]:
+        model, info = skywork_prm_class().from_pretrained(
+            path, output_loading_info=True, **self.load_kwargs()
+        )
+        missing = [k for k in info.get("missing_keys", []) if "v_head" in k]
+        if missing:  # transformers would start them at random with only a warning
+            raise DataError(path, f"skywork-prm: the checkpoint lacks the value head {missing}")
+        return _tokenizer(path), model
+
+    def _setup(self) -> None:
+        self.step_id = int(self.tokenizer.encode(self.step_token)[-1])
+        bos = self.tokenizer.bos_token
+        if bos is None:
+            raise DataError(
+                self.name, "skywork-prm: the tokenizer has no bos_token (the reference prepends it)"
+            )
+        self.bos = str(bos)
+
+    def encode(self, question: str, steps: list[str]) -> Encoded:
+        ids = list(self.tokenizer.encode(self.bos + question + self.step_token))
+        pieces = "\n\n".join(steps).split(self.step_token)
+        flags = []
+        for piece in pieces:
+            ids += self.tokenizer.encode(piece) if piece else []
+            flags.append(len(ids))
+            ids.append(self.step_id)
+        # the prefix of t steps ends at its own last piece (pieces of "P\n\nR" = P's + [""] + R's)
+        ends = [
+            len("\n\n".join(steps[:t]).split(self.step_token)) for t in range(1, len(steps) + 1)
+        ]
+        return Encoded(ids, [flags[e - 1] for e in ends], len(steps))
+
+    def readout(self, hidden: Any) -> Any:
+        return self.model.v_head(hidden).float()[:, 0].sigmoid()
+
+
+class RLHFlowPRM(PRM):
+    """RLHFlow Llama3.1-8B-PRM-Deepseek-Data / -Mistral-Data: a causal LM in chat format.
+
+    Every step is a user turn (the first one is ``question + " " + step_1``), every assistant
+    turn is ``"+"``; the reward of step t is softmax over the ``+`` / ``-`` logits, taking ``+``,
+    at the token before step t's assistant answer (RLHFlow's ``prm_evaluate.py`` and
+    search-and-learn read ``logits[-3]`` of the conversation that ends with that answer). One
+    forward suffices: the whole conversation with every answer ``"+"`` is the reference's
+    input for its last step, and with causal attention the logits at the answer of step t
+    depend only on the first t turns, which are exactly the reference's input for step t (all
+    earlier answers are ``"+"`` in both). The answer positions are found by rendering the
+    conversation a second time with ``"-"`` answers: the ids differ exactly there. The chat
+    template (``content | trim`` in Llama-3.1's) is the checkpoint's own.
+    """
+
+    kind = "rlhflow-prm"
+
+    def _load(self, path: str) -> tuple[Any, Any]:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, **self.load_kwargs())
+        return _tokenizer(path), model
+
+    def _setup(self) -> None:
+        # the reference's tokenizer.encode("+")[-1], tokenizer.encode("-")[-1]
+        self.candidate_ids = [
+            int(self.tokenizer.encode(sign, add_special_tokens=False)[-1]) for sign in "+-"
+        ]
+
+    def _conversation_ids(self, question: str, steps: list[str], answer: str) -> list[int]:
+        messages = []
+        for index, step in enumerate(steps):
+            text = f"{question} {step}" if index == 0 else step
+            messages += [
+                {"role": "user", "content": text},
+                {"role": "assistant", "content": answer},
+            ]
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=False
+        )
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode(self, question: str, steps: list[str]) -> Encoded:
+        plus = self._conversation_ids(question, steps, "+")
+        minus = self._conversation_ids(question, steps, "-")
+        if len(plus) != len(minus):
+            return Encoded(plus, [], len(steps))  # reported as no_step_tag by prepare()
+        answers = [i for i, (a, b) in enumerate(zip(plus, minus, strict=True)) if a != b]
+        return Encoded(plus, [i - 1 for i in answers], len(steps))
+
+    def readout(self, hidden: Any) -> Any:
+        logits = self.model.get_output_embeddings()(hidden)[:, self.candidate_ids]
+        return logits.float().softmax(-1)[:, 0]
+
+
 class TokenClassificationPRM(PRM):
     """Any token-classification model read at a separator token (options: ``separator``,
     ``positive_label``, ``prompt``).
@@ -259,7 +370,7 @@ class TokenClassificationPRM(PRM):
         from transformers import AutoModelForTokenClassification
 
         return _tokenizer(path), AutoModelForTokenClassification.from_pretrained(
-            path, **dtype_kwargs(self.dtype)
+            path, **self.load_kwargs()
         )
 
     def _setup(self) -> None:
@@ -311,7 +422,15 @@ class TokenClassificationPRM(PRM):
 
 
 PRM_REGISTRY: dict[str, type[PRM]] = {
-    cls.kind: cls for cls in (QwenPRM, MathShepherdPRM, ReasonEvalPRM, TokenClassificationPRM)
+    cls.kind: cls
+    for cls in (
+        QwenPRM,
+        MathShepherdPRM,
+        ReasonEvalPRM,
+        SkyworkPRM,
+        RLHFlowPRM,
+        TokenClassificationPRM,
+    )
 }
 
 
@@ -322,12 +441,18 @@ def infer_kind(name_or_path: str) -> str:
         return "math-shepherd"
     if "reasoneval" in lowered:
         return "reasoneval"
+    if "skywork" in lowered and "prm" in lowered:
+        return "skywork-prm"
+    if "rlhflow" in lowered and "prm" in lowered:
+        return "rlhflow-prm"
     if "qwen2.5-math-prm" in lowered or "math-prm" in lowered:
         return "qwen-prm"
     config_path = Path(name_or_path) / "config.json"
     if config_path.exists():
         config = json.loads(config_path.read_text())
         archs = " ".join(config.get("architectures") or [])
+        if "SkyworkPRM" in archs:
+            return "skywork-prm"
         if "ProcessRewardModel" in archs:
             return "qwen-prm"
         if "ReasonEval" in archs or "score_dimension" in config:
@@ -354,8 +479,10 @@ def load_prm(
         kind: one of :data:`PRM_REGISTRY` (default: inferred from the name / config.json).
         device: torch device (default: cuda if available).
         dtype: torch dtype or name (default: bf16/fp16 on GPU, fp32 on CPU).
-        **options: ``max_tokens``, ``batch_tokens``; for ``token-classification`` also
-            ``separator`` and ``positive_label``.
+        **options: ``max_tokens``, ``batch_tokens``; ``device_map`` (``"auto"``),
+            ``max_memory`` and ``offload_folder`` to shard a PRM larger than one GPU; for
+            ``token-classification`` also ``separator`` and ``positive_label``; for ``qwen-prm``
+            ``prompt``.
 
     Raises:
         DataError: unknown ``kind`` (the message lists the registry).

@@ -57,6 +57,8 @@ class StepOutput:
     scores: np.ndarray
     hidden: np.ndarray
     truncated: bool
+    #: Park et al.'s calibrated quantiles [T, 3] (tau = 0.1, 0.5, 0.9) when an adapter is loaded
+    quantiles: np.ndarray | None = None
 
 
 @dataclass
@@ -89,20 +91,50 @@ class PRM:
         dtype: Any = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         batch_tokens: int = 16384,
+        device_map: str | dict | None = None,
+        max_memory: dict | None = None,
+        offload_folder: str | None = None,
         **options: Any,
     ):
         from dprm.llm.generate import default_device_dtype
 
         self.name = str(name_or_path)
         self.device, self.dtype = default_device_dtype(device, dtype)
+        self.device_map, self.max_memory = device_map, max_memory
+        self.offload_folder = offload_folder
         self.options = options
         self.tokenizer, self.model = self._load(self.name)
-        self.model.to(self.device).eval()
+        if self.device_map is None:
+            self.model.to(self.device)
+        else:  # accelerate placed the layers; inputs go where the embedding lives
+            self.device = _input_device(self.model)
+        self.model.eval()
         limit = getattr(self.model.config, "max_position_embeddings", None) or max_tokens
         self.max_tokens = int(min(max_tokens, limit))
         self.batch_tokens = int(batch_tokens)
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
+        #: a Park et al. calibrated adapter (:mod:`dprm.llm.park_adapter`), None without one
+        self.adapter: Any = None
         self._setup()
+
+    def load_kwargs(self) -> dict[str, Any]:
+        """``from_pretrained`` keywords: the dtype, and the device map when one is asked for.
+
+        ``device_map="auto"`` with ``max_memory`` (e.g. ``{0: "70GiB", 1: "70GiB", ...}``)
+        shards the layers over a node's GPUs with accelerate, in order, so the last shard holds
+        the final norm and the head; layers that do not fit go to CPU, then to
+        ``offload_folder`` on disk.
+        """
+        from dprm.llm.generate import dtype_kwargs
+
+        kwargs = dtype_kwargs(self.dtype)
+        if self.device_map is not None:
+            kwargs["device_map"] = self.device_map
+            if self.max_memory is not None:
+                kwargs["max_memory"] = self.max_memory
+            if self.offload_folder is not None:
+                kwargs["offload_folder"] = self.offload_folder
+        return kwargs
 
     # -- to implement -------------------------------------------------------------------
     def _load(self, path: str) -> tuple[Any, Any]:
@@ -133,13 +165,18 @@ class PRM:
         return "final (input of the score head, after the body's final norm)"
 
     def provenance(self) -> dict:
-        return {
+        out = {
             "prm": self.name,
             "prm_kind": self.kind,
             "layer": self.layer,
             "prm_dtype": str(self.dtype).replace("torch.", ""),
             "max_tokens": self.max_tokens,
         }
+        if self.device_map is not None:  # placement only: it does not change the numbers
+            out["prm_device_map"] = _plain_map(getattr(self.model, "hf_device_map", None))
+        if self.adapter is not None:
+            out.update(self.adapter.provenance())
+        return out
 
     def prepare(self, question: str, steps: list[str]) -> Encoded:
         """:meth:`encode` plus truncation to ``max_tokens`` (and trailing tokens dropped)."""
@@ -181,20 +218,47 @@ class PRM:
                 rows += [b] * len(encoded[i].positions)
                 cols += encoded[i].positions
             with torch.inference_mode():
-                out = self.body()(input_ids=ids.to(self.device), use_cache=False)
-                picked = out.last_hidden_state[
-                    torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)
-                ]
-                scores = self.readout(picked).float().cpu().numpy()
+                index = (torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long))
+                picked, scores = self._pass(ids, index, adapter=False)
+                scores = scores.float().cpu().numpy()
                 hidden = picked.float().cpu().numpy()
+                quantiles = None
+                if self.adapter is not None:
+                    quantiles = self._pass(ids, index, adapter=True)[1].float().cpu().numpy()
             offset = 0
             for i in batch:
                 t = len(encoded[i].positions)
                 results[i] = StepOutput(
-                    scores[offset : offset + t], hidden[offset : offset + t], encoded[i].truncated
+                    scores[offset : offset + t],
+                    hidden[offset : offset + t],
+                    encoded[i].truncated,
+                    None if quantiles is None else quantiles[offset : offset + t],
                 )
                 offset += t
         return results  # type: ignore[return-value]
+
+    def _pass(self, ids: Any, index: tuple[Any, Any], adapter: bool) -> tuple[Any, Any]:
+        """(last hidden states [P, D], readout) at ``index`` (rows, cols) of the batch ``ids``.
+
+        Without an adapter the readout is :meth:`readout` (scores [P]). With one loaded,
+        ``adapter=False`` runs the base PRM (LoRA off, the original head: raw scores [P]) and
+        ``adapter=True`` the calibrated one (its quantiles [P, M]). Under a device map the
+        states come off the last shard; accelerate's hooks move them to the head's device.
+        """
+        import contextlib
+
+        context = contextlib.nullcontext()
+        if self.adapter is not None and not adapter:
+            context = self.adapter.disabled()
+        with context:
+            out = self.body()(input_ids=ids.to(self.device), use_cache=False)
+            states = out.last_hidden_state
+            picked = states[index[0].to(states.device), index[1].to(states.device)]
+            if self.adapter is None:
+                return picked, self.readout(picked)
+            if adapter:
+                return picked, self.adapter.readout(picked)
+            return picked, self.adapter.base_readout(picked)
 
     def score_steps(self, question: str, steps_list: list[list[str]]) -> list[StepOutput]:
         """Scores [T] and hidden states [T, D] at every step of each trajectory (one pass each).
@@ -214,3 +278,29 @@ class PRM:
                     "over_long", f"question alone exceeds max_tokens={self.max_tokens}: {q[:60]!r}"
                 )
         return np.array([o.scores[0] for o in outs]), np.stack([o.hidden[0] for o in outs])
+
+
+def _input_device(model: Any) -> str:
+    """Where input ids go under a device map: the embedding's device (cpu when offloaded)."""
+    device = model.get_input_embeddings().weight.device
+    return "cpu" if device.type == "meta" else str(device)
+
+
+def _plain_map(device_map: Any) -> Any:
+    if not isinstance(device_map, dict):
+        return device_map
+    return {str(k): (v if isinstance(v, int | str) else str(v)) for k, v in device_map.items()}
+
+
+def parse_max_memory(text: str | None) -> dict | None:
+    """``"0=70GiB,1=70GiB,cpu=100GiB"`` -> ``{0: "70GiB", 1: "70GiB", "cpu": "100GiB"}``
+    (accelerate's ``max_memory``; ``--max-memory`` and a recipe's ``[[prms]] max_memory``)."""
+    if not text:
+        return None
+    out: dict = {}
+    for item in text.split(","):
+        device, sep, size = item.strip().partition("=")
+        if not sep or not device or not size:
+            raise DataError(None, f"max_memory {text!r}: expected DEV=SIZE[,DEV=SIZE...]")
+        out[int(device) if device.isdigit() else device] = size
+    return out

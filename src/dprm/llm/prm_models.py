@@ -67,3 +67,53 @@ def reasoneval_class() -> type:
             self.post_init()
 
     return ReasonEval7B
+
+
+@lru_cache(maxsize=1)
+def skywork_prm_class() -> type:
+    """``SkyworkPRM``: a Qwen2 body with Skywork-o1-Open-PRM's value head ``v_head.summary``.
+
+    The released checkpoints hold a Qwen2 causal LM (``model.*``, ``lm_head.weight``) plus the
+    value head ``v_head.summary.weight`` [1, h] and ``v_head.summary.bias`` [1] (the TRL-style
+    ``ValueHead`` of Skywork's ``PRM_MODEL``, bundled by search-and-learn); the reward is the
+    sigmoid of that one output, read on the body's last hidden state. ``lm_head`` is not loaded.
+    """
+    from torch import nn
+    from transformers import Qwen2Model
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2PreTrainedModel
+
+    class ValueHead(nn.Module):
+        """``summary``: Linear(h, 1), the checkpoint's ``v_head.summary.*`` (dropout is a no-op
+        at inference)."""
+
+        def __init__(self, hidden_size: int) -> None:
+            super().__init__()
+            self.summary = nn.Linear(hidden_size, 1)
+
+        def forward(self, hidden: Any) -> Any:
+            return self.summary(hidden)
+
+    class SkyworkPRM(_HeadOnBody, Qwen2PreTrainedModel):
+        _keys_to_ignore_on_load_unexpected = [r"lm_head\.weight"]
+        head_name = "v_head"
+
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            self.model = Qwen2Model(config)
+            self.v_head = ValueHead(config.hidden_size)
+            self.post_init()
+
+    return SkyworkPRM
+
+
+def _inputs_for_generation(input_ids: Any, **kwargs: Any) -> dict:
+    return {"input_ids": input_ids, **kwargs}
+
+
+def peft_ready(model: Any) -> Any:
+    """``model`` with a ``prepare_inputs_for_generation`` attribute, which peft's CAUSAL_LM
+    wrapper reads on construction (Park et al.'s adapters are saved with that task type;
+    transformers < 4.50 gave every model one). Set on the instance: the PRM never generates."""
+    if not hasattr(model, "prepare_inputs_for_generation"):
+        model.prepare_inputs_for_generation = _inputs_for_generation
+    return model

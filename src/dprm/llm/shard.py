@@ -329,6 +329,14 @@ def merge_sets(paths: list[Path], out: Path, meta: dict) -> Path:
             responses = pd.concat([s.responses for s in sets], ignore_index=True)
             _check_unique(responses, ["question_id", "response_id"], out)
             writer.responses = responses
+            if all(s.response_hidden is not None for s in sets):  # BoN v2: candidate states
+                target = writer.open_response_hidden(len(responses))
+                start = 0
+                for item in sets:
+                    for lo in range(0, len(item.responses), 8192):
+                        block = np.asarray(item.response_hidden[lo : lo + 8192])
+                        target[start + lo : start + lo + len(block)] = block
+                    start += len(item.responses)
         writer.meta.update(
             {k: v for k, v in meta.items() if k not in ("kind", "hidden_dim", "hidden_dtype")}
         )

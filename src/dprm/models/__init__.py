@@ -15,6 +15,7 @@ METHOD_MODULES = (
     "conformal",  # conformal
     "mono",  # mono
     "ot",  # ot
+    "park_qr",  # park-qr
     "qr",  # qr
     "score_only",  # isotonic, platt
 )

@@ -24,7 +24,7 @@ The source (``OTConfig.source``), two readings of the paper:
   training scores' (strictly increasing, piecewise-linear) quantile function; level tau means
   the source point whose score quantile is tau, and Q(tau | h) = T(S(tau), h). S is fixed and
   T monotone in x, so Q is monotone in tau by construction. In 1-D both readings have the same
-  optimum (T o S^-1 is the quantile function); they differ in the transport cost's geometry.
+  optimum (T = Q o S^-1, Q the quantile function); they differ in the transport cost's geometry.
 
 Why this does not collapse: both networks start at the unconditional optimum. g starts with
 dg/dtau = Q0, the marginal quantile function of the training targets, and f with df/dy = Q0^-1
@@ -69,13 +69,14 @@ class OTConfig(MapNetConfig):
     """Architecture (shared by f and g), the alternating schedule and optimisation settings.
 
     ``lr`` is g's learning rate, ``lr_f`` f's; f's schedule decays at the same training steps
-    as g's (it is stretched over f's ``max_steps // f_every`` updates). Adam betas (0.5, 0.9) as in CondOT: with the default
-    (0.9, 0.999) momentum the alternating game oscillates (validation WQL ~10 % worse on the
-    synthetic worlds, and unstable once f learns faster).
+    as g's (it is stretched over f's ``max_steps // f_every`` updates). Adam betas (0.5, 0.9) as
+    in CondOT: with the default (0.9, 0.999) momentum the alternating game oscillates
+    (validation WQL ~10 % worse on the synthetic worlds, and unstable once f learns faster).
     """
 
     # 2e-3 (was 4e-3): with the settings below, 4e-3 let patience select late, drifted
-    # checkpoints on some seeds (held-out Brier std over 5 seeds 0.0023 vs 0.0005 at 2e-3)
+    # checkpoints on some seeds (held-out ID Brier std over 5 seeds 0.0023, at 2e-3 0.0010;
+    # docs/calibrators.md)
     lr: float = in_range(2e-3, gt=0)
     lr_f: float = in_range(2e-3, gt=0)
     adam_betas: tuple[float, ...] = in_range((0.5, 0.9), ge=0, lt=1)
@@ -86,7 +87,7 @@ class OTConfig(MapNetConfig):
     f_every: int = in_range(4, ge=1)
     # Averaged g and f (Polyak / EMA, see WeightAverage) are evaluated, selected and returned:
     # the raw iterates of the alternating game jitter from checkpoint to checkpoint (validation
-    # WQL up to 0.011 apart), their average does not (0.0008).
+    # WQL up to 0.013 apart in the second half of training), their average does not (0.0013).
     ema_decay: float = in_range(0.99, ge=0, lt=1)
     # Patience in evaluations that fits the cap: warm-up 400 + 16 x 25 steps without a better
     # calibration area stops the run well before max_steps (the paper's 175 evaluations at

@@ -69,7 +69,8 @@ class TrainConfig:
     Early stopping follows the paper (patience 175 evaluations, min-delta 1e-4). One evaluation
     embeds every validation row, so it runs every ``eval_every`` = 25 steps; patience then spans
     4375 steps and the default ``max_steps`` = 1000 is the usual stop, with the best checkpoint
-    (lowest validation calibration area after ``warmup_steps``) kept.
+    (lowest validation calibration area after ``warmup_steps``) kept. ``ot`` overrides this
+    (``OTConfig``: patience 16 evaluations under a 2000-step cap, so that patience acts).
     """
 
     batch_size: int = in_range(256, ge=1)

@@ -67,7 +67,7 @@ def run_recipe(
     Returns:
         The report path and the failed units (rerun the same command to retry them).
     """
-    out = Path(out if out is not None else recipe.run.out)
+    out = Path(out if out is not None else recipe.run.out).absolute()
     started = time.perf_counter()
     # the executor first: one that cannot run here (no SLURM, no Ray) says so before any work
     runner = (
@@ -89,7 +89,11 @@ def _run(recipe: Recipe, out: Path, runner, started: float, progress: bool, log)
     worlds = recipe.worlds
     write_json(
         out / "recipe.json",
-        {"recipe": recipe.to_dict(), "dprm": __version__, "executor": runner.name},
+        {
+            "recipe": recipe.to_dict() | {"run": recipe.to_dict()["run"] | {"out": str(out)}},
+            "dprm": __version__,
+            "executor": runner.name,
+        },
     )
     pipe = Pipeline(
         out,

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dprm.config import ConfigError, from_dict, in_range, json_ready, read_toml
+from dprm.config import ConfigError, from_dict, in_range, json_ready
 
 #: the question splits of a world: calibrators train on ``train``; ``id`` / ``ood`` are held out
 SPLITS = ("train", "id", "ood")
@@ -45,7 +46,8 @@ class RunSection:
 
     Attributes:
         name: the run's name (report title).
-        out: output directory (relative to the working directory; ``dprm run --out`` wins).
+        out: output directory (relative to the working directory, like ``dprm run --out``,
+            which wins; recorded absolute in ``OUT/recipe.json``).
         shards: shards per GPU stage and split (0: one per visible GPU on the local executor,
             at least 1; Ray / SLURM: use at least the number of workers).
         questions_per_part: questions per resumable part inside a shard.
@@ -169,6 +171,10 @@ class PrmSpec:
     kind: str = ""
     gpus: float = in_range(1.0, ge=0)
     device: str = ""
+    #: "auto" shards a PRM larger than one GPU over its ``gpus`` (e.g. 4 for
+    #: Qwen2.5-Math-PRM-72B); ``max_memory`` as ``dprm embed --max-memory`` ("0=70GiB,...")
+    device_map: str = ""
+    max_memory: str = ""
     dtype: str = ""
     max_tokens: int = in_range(4096, ge=1)
     batch_tokens: int = in_range(16384, ge=1)
@@ -349,8 +355,6 @@ def _overrides(values: Any, source: str) -> dict[str, dict[str, Any]]:
 
 def check(recipe: Recipe, source: str) -> None:
     """Cross-table checks (names, source, calibrators and their overrides)."""
-    from dprm.report.grid import validate_overrides
-
     for name in ("generators", "prms"):
         names = [item.name for item in getattr(recipe, name)]
         for i, n in enumerate(names):
@@ -388,12 +392,91 @@ def check(recipe: Recipe, source: str) -> None:
         raise ConfigError(
             f"{source} [calibrators]: unknown or untrainable method(s) {bad}; trainable: {trainable}"
         )
+    for method, values in recipe.calibrators.overrides.items():
+        where = f"{source} [calibrators.overrides.{method}]"
+        if method not in methods:
+            raise ConfigError(
+                f"{where}: method {method!r} is not in [calibrators] methods = {methods}"
+            )
+        config_class = REGISTRY[method].config_class
+        if config_class is None:
+            if values:
+                raise ConfigError(f"{where}: method {method!r} has no hyper-parameters to set")
+            continue
+        from_dict(config_class, values, source=where)  # unknown keys, types and ranges
+
+
+#: a value that names a file or folder whatever exists: ``./x``, ``../x``, ``/x``, ``~/x``, ``x.jsonl``
+_PATH_LIKE = re.compile(r"^(\.{1,2}/|/|~)|\.(jsonl|json|parquet|csv)$")
+
+
+def _resolve(value: str, base: Path) -> str:
+    """A recipe value that is a path, made absolute against the recipe's folder; else itself.
+
+    Question sets, Park's labels and models are names (``math500``, a hub id) or paths. A value
+    is a path when it looks like one (:data:`_PATH_LIKE`) or names something next to the recipe;
+    the working directory is never looked at (a folder of the same name there is a decoy).
+    """
+    if not isinstance(value, str) or not value:
+        return value
+    expanded = Path(value).expanduser()
+    if expanded.is_absolute():
+        return str(expanded)
+    if _PATH_LIKE.search(value) or (base / value).exists():
+        return str((base / value).resolve())
+    return value
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The parsed recipe with every input path resolved against ``base`` (the recipe's folder):
+    question files, ``[data] park`` and the models of ``[[generators]]`` / ``[[prms]]``."""
+    data = dict(data)
+    if isinstance(data.get("questions"), dict):
+        questions = dict(data["questions"])
+        for split in SPLITS:
+            if isinstance(questions.get(split), list):
+                questions[split] = [_resolve(v, base) for v in questions[split]]
+        data["questions"] = questions
+    if isinstance(data.get("data"), dict) and "park" in data["data"]:
+        data["data"] = dict(data["data"]) | {"park": _resolve(data["data"]["park"], base)}
+    for name in ("generators", "prms"):
+        if isinstance(data.get(name), list):
+            data[name] = [
+                dict(t) | {"model": _resolve(t["model"], base)}
+                if isinstance(t, dict) and "model" in t
+                else t
+                for t in data[name]
+            ]
+    return data
+
+
+def read_recipe_file(path: Path) -> dict[str, Any]:
+    """Parse a recipe file (TOML is UTF-8 whatever the locale); errors are one line naming it."""
     try:
-        validate_overrides(methods, recipe.calibrators.overrides)
-    except ConfigError as err:
-        raise ConfigError(f"{source} [calibrators.overrides]: {err}") from None
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: recipe file not found") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the recipe file ({err.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path}: recipe file is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset "
+            f"{err.start}); save it as UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
 
 
 def load_recipe(path: str | Path) -> Recipe:
-    """Read and check a recipe file (see the module docstring)."""
-    return recipe_from_dict(read_toml(path, "recipe file"), str(path))
+    """Read and check a recipe file (see the module docstring).
+
+    Relative input paths resolve against the recipe's folder, not the working directory
+    (:func:`resolve_paths`); the recipe keeps them absolute (``OUT/recipe.json``).
+    """
+    path = Path(path)
+    data = resolve_paths(read_recipe_file(path), path.resolve().parent)
+    return recipe_from_dict(data, str(path))

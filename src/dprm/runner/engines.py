@@ -72,6 +72,11 @@ def prm(spec: dict[str, Any]):
         options: dict[str, Any] = {}
         if spec["prompt"] != "park":
             options["prompt"] = spec["prompt"]
+        if spec.get("device_map"):  # a PRM sharded over the worker's GPUs
+            from dprm.llm.prm_interface import parse_max_memory
+
+            options["device_map"] = spec["device_map"]
+            options["max_memory"] = parse_max_memory(spec.get("max_memory") or None)
         return load_prm(
             spec["model"],
             spec["kind"] or None,

@@ -33,6 +33,23 @@ from dprm.runner.state import State
 from dprm.runner.units import Executor, Unit
 
 
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Remove the ``.NAME.XXXX.tmp`` files and folders of dprm's atomic writers
+    (:func:`dprm.io.atomic_path`, :func:`dprm.io.atomic_dir`) under a run directory.
+
+    A writer that finishes renames its temporary onto the final name and one that fails removes
+    it, so any left is from a killed process (a figure stage, a worker). Called before a resumed
+    run starts: no writer of this run directory is running then.
+    """
+    stale = sorted(p for p in Path(out).rglob(".*.tmp") if p.name.count(".") >= 3)
+    for path in stale:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return stale
+
+
 class Pipeline:
     """Runs units stage by stage with a progress bar per stage and per-stage timing.
 
@@ -68,6 +85,13 @@ class Pipeline:
         self.reused: list[str] = []
         self._changed: dict[str, list[Path]] = {}
         self.state.digests.prune()
+        if self.layout.state.exists():  # a resume: what an interrupted writer left is garbage
+            stale = remove_stale_temporaries(out)
+            if stale:
+                self.log(
+                    f"{command}: removed {len(stale)} temporary file(s) an interrupted run left "
+                    f"(e.g. {stale[0].relative_to(out)})"
+                )
 
     def world_dir(self, world: str) -> Path:
         return self.layout.world_dir(world)

@@ -1,0 +1,138 @@
+"""Does adaptive compute pay? ``auto`` vs uniform vs the oracle on demo-size twin worlds.
+
+For each preset: write the demo-size twin world (200 ID + 60 OOD test questions, 200 training
+questions with calibration records and BoN pools), fit ``binomial``, ``ot`` and ``qr`` at seeds
+0, 1, 2 on ``train/calib``, and run :func:`dprm.ias.run_ias` on ``id/bon`` and ``ood/bon`` with
+``train_bon = train/bon`` (so ``auto`` learns on training pools only), the rules
+highest-last / majority / weighted-last / weighted-calibrated, the truth as an extra estimate, and
+the greedy sweep. Each (world, split, seed) directory gets the usual IAS files incl. pays.csv.
+
+``--summarise`` reads them all back and prints the done-when checks of issue 20 (auto with the
+recommended calibrator vs uniform, same rule, at costs 0.05 / 0.1 / 0.25; headroom captured;
+the beta sweeps' cost ranges at C = 0.9). The paper-size grid is beyond one CPU session here:
+this is the demo-size measurement, stated as such.
+
+Run: ``PYTHONPATH=src python benchmarks/ias_pays_grid.py --root /tmp/pays PRESET ...`` then
+``... --root /tmp/pays --summarise``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+METHODS = ("binomial", "ot", "qr")
+RULES = ("highest-last", "majority", "weighted-last", "weighted-calibrated")
+RECOMMENDED = "binomial"  # README "Which calibrator?": meant for IAS
+
+
+def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    import dprm
+    from dprm.data import read_bon_set, read_calibration_set
+    from dprm.data.synth import write_world
+    from dprm.ias import run_ias, truth_estimate
+    from dprm.ias.outputs import write_ias_outputs
+    from dprm.models import load
+
+    world = root / f"{preset}-demo"
+    if not (world / "train" / "bon").exists():
+        write_world(world, preset, size="demo", progress=False)
+    data = read_calibration_set(world / "train" / "calib")
+    train = read_bon_set(world / "train" / "bon", check_hidden=False)
+    for seed in seeds:
+        models = {}
+        for method in METHODS:
+            out = world / "models" / f"{method}-s{seed}"
+            if not out.exists():
+                dprm.fit(method, data, seed=seed, progress=False).save(out)
+            models[method] = load(out)
+        for split in ("id", "ood"):
+            res = world / "ias" / f"{split}-s{seed}"
+            if (res / "pays.csv").exists():
+                continue
+            bon = read_bon_set(world / split / "bon", check_hidden=False)
+            t0 = time.time()
+            summary, budgets = run_ias(
+                bon, models, mc_trials=0, seed=seed, greedy=True, rules=rules,
+                train_bon=train, extra_estimates=[truth_estimate(bon)], vote_trials=vote_trials,
+            )  # fmt: skip
+            write_ias_outputs(res, summary, budgets, meta={"world": preset, "split": split})
+            print(f"{preset} {split} seed {seed}: {time.time() - t0:.0f} s", flush=True)
+
+
+def summarise(root: Path) -> None:
+    pays, full = [], []
+    for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
+        split, seed = Path(path).parent.name.split("-s")
+        world = Path(path).parents[2].name.removesuffix("-demo")
+        frame = pd.read_csv(path).assign(world=world, split=split, seed=int(seed))
+        pays.append(frame)
+        f = pd.read_csv(Path(path).parent / "ias_full.csv")
+        full.append(f.assign(world=world, split=split, seed=int(seed)))
+    pays, full = pd.concat(pays), pd.concat(full)
+    pays.to_csv(root / "pays_all.csv", index=False)
+    print(f"{pays.world.nunique()} worlds, seeds {sorted(pays.seed.unique())}")
+    keys = ["world", "split", "rule", "cost"]
+    ref = pays[pays.kind == "oracle"].groupby(keys)["headroom"].mean()
+    for method in (RECOMMENDED, "ot", "qr", "base", "truth"):
+        auto = pays[(pays.kind == "auto") & (pays.method == method)]
+        cells = auto.groupby(keys)[["gain", "headroom"]].mean()
+        if cells.empty:
+            continue
+        cells = cells.join(ref.rename("oracle_headroom"))
+        below = cells["gain"] < -0.005
+        big = cells["oracle_headroom"] >= 0.04
+        share = cells["gain"].sum() / cells["headroom"].sum()
+        print(
+            f"auto[{method:>8}]: cells {len(cells)}, not below uniform by >0.005 in "
+            f"{1 - below.mean():.1%} (worst {cells['gain'].min():+.4f}); headroom >= 0.04 in "
+            f"{int(big.sum())} cells, gain >= 0.02 in {int((cells['gain'][big] >= 0.02).sum())} "
+            f"(mean gain there {cells['gain'][big].mean():+.4f}); mean gain {cells['gain'].mean():+.4f}"
+            f", share of headroom captured (sum gain / sum headroom) {share:.1%}, mean per-cell "
+            f"share {np.nanmean(cells['gain'] / cells['headroom'].where(cells['headroom'] > 0)):.1%}"
+        )
+    print("\nper rule (recommended calibrator), mean over seeds and worlds:")
+    rec = pays[(pays.kind == "auto") & (pays.method == RECOMMENDED)]
+    print(rec.groupby(["rule", "split", "cost"])[["accuracy", "gain", "headroom"]].mean().round(4))
+    print("\nC rule vs uniform (highest-last), where the C sweep reaches the cost:")
+    c = pays[(pays.kind == "C")].dropna(subset=["accuracy"])
+    print(c.groupby(["method", "split", "cost"])[["gain", "headroom"]].mean().round(4))
+    print("\nbeta sweeps at C = 0.9 (cost range, accuracy monotone?):")
+    beta = full[full.sweep.isin(["beta", "beta-cal"])]
+    for (world, split, method, sweep), grp in beta.groupby(["world", "split", "method", "sweep"]):
+        g = grp.groupby("level")[["cost", "accuracy"]].mean().sort_index()
+        mono = bool((np.diff(g["accuracy"].to_numpy()) >= -1e-9).all())
+        lo, hi = g["cost"].min(), g["cost"].max()
+        print(f"  {world:>24} {split:>3} {method:>8} {sweep:>8}: cost {lo:.3f}-{hi:.3f} "
+              f"({hi / lo:5.1f}x), accuracy {g['accuracy'].min():.3f}-{g['accuracy'].max():.3f}, "
+              f"non-decreasing {mono}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("presets", nargs="*")
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--vote-trials", type=int, default=96)
+    parser.add_argument("--summarise", action="store_true")
+    parser.add_argument("--rules", default=",".join(RULES))
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    for preset in args.presets:
+        seeds = [int(s) for s in args.seeds.split(",")]
+        run(args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")))
+    if args.summarise:
+        summarise(args.root)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Recipe files: paths relative to the recipe's folder, encodings, errors in recipe terms."""
+
+from __future__ import annotations
+
+import pytest
+
+from dprm.cli import main
+from dprm.config import ConfigError
+from dprm.recipe.spec import load_recipe, recipe_from_dict
+
+BASE = {"generators": [{"name": "g", "model": "m"}], "prms": [{"name": "p", "model": "x"}]}
+
+
+def test_relative_paths_resolve_against_the_recipe_folder_not_the_cwd(tmp_path, monkeypatch):
+    home = tmp_path / "project"
+    (home / "prm_calibration").mkdir(parents=True)
+    (home / "models" / "tiny-prm").mkdir(parents=True)
+    (home / "q").mkdir()
+    (home / "q" / "train.jsonl").write_text("")
+    (home / "recipe.toml").write_text(
+        '[data]\nsource = "park"\npark = "prm_calibration"\n'
+        '[questions]\ntrain = ["q/train.jsonl", "math500train"]\n'
+        '[[generators]]\nname = "g"\nmodel = "Qwen/Qwen2.5-Math-1.5B-Instruct"\n'
+        '[[prms]]\nname = "p"\nmodel = "models/tiny-prm"\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "prm_calibration").mkdir(parents=True)  # a decoy of the same name
+    monkeypatch.chdir(elsewhere)
+
+    recipe = load_recipe("../project/recipe.toml")
+    assert recipe.data.park == str(home / "prm_calibration")
+    assert recipe.questions.train == (str(home / "q" / "train.jsonl"), "math500train")
+    assert recipe.prms[0].model == str(home / "models" / "tiny-prm")
+    assert recipe.generators[0].model == "Qwen/Qwen2.5-Math-1.5B-Instruct"  # a hub id stays
+
+
+def test_a_file_path_that_is_missing_is_still_a_path_of_the_recipe_folder(tmp_path, monkeypatch):
+    (tmp_path / "r.toml").write_text(
+        '[questions]\nid = ["./missing.jsonl"]\n'
+        '[[generators]]\nname = "g"\nmodel = "m"\n[[prms]]\nname = "p"\nmodel = "x"\n'
+    )
+    monkeypatch.chdir(tmp_path.parent)
+    assert load_recipe(tmp_path / "r.toml").questions.id == (str(tmp_path / "missing.jsonl"),)
+
+
+def test_a_non_utf8_recipe_is_one_line_naming_the_file(tmp_path, capsys):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[run]\nname = "caf\xe9"\n'.encode("latin-1"))
+    assert main(["run", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and "UTF-8" in err
+
+
+def test_override_errors_speak_in_recipe_terms():
+    with pytest.raises(ConfigError) as typo:
+        recipe_from_dict(
+            BASE | {"calibrators": {"methods": ["qr"], "overrides": {"qr": {"max_step": 3}}}},
+            "r.toml",
+        )
+    message = str(typo.value)
+    assert "r.toml [calibrators.overrides.qr]" in message and "'max_step'" in message
+    assert "--set" not in message and "KEY=VALUE" not in message
+    with pytest.raises(ConfigError) as other:
+        recipe_from_dict(
+            BASE | {"calibrators": {"methods": ["qr"], "overrides": {"ot": {"max_steps": 3}}}},
+            "r.toml",
+        )
+    assert "[calibrators.overrides.ot]" in str(other.value) and "--set" not in str(other.value)
+    with pytest.raises(ConfigError, match=r"\[calibrators.overrides.qr\].*max_steps"):
+        recipe_from_dict(
+            BASE | {"calibrators": {"methods": ["qr"], "overrides": {"qr": {"max_steps": "x"}}}},
+            "r.toml",
+        )
