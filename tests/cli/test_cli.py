@@ -141,3 +141,25 @@ def test_help_defaults_survive_percent_signs() -> None:
     parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
     parser.add_argument("--share", default="50%", help="a share")
     assert "(default: 50%)" in parser.format_help()
+
+
+def test_reproduce_tune_trials_and_seeds_reach_the_run_config(tmp_path, monkeypatch):
+    """`reproduce --tune-trials N` asks the train stage to tune (RunConfig.tune_trials); --seeds
+    is a count, and 0 is refused by the parser (it used to crash with an IndexError)."""
+    import types
+
+    import dprm.report.reproduce
+
+    seen = {}
+
+    def fake(out, config, **kwargs):
+        seen["config"] = config
+        return types.SimpleNamespace(failures=[], report=Path(out) / "report.md")
+
+    monkeypatch.setattr(dprm.report.reproduce, "reproduce", fake)
+    argv = ["reproduce", "--grid", "demo", "--out", str(tmp_path / "o"), "--quiet"]
+    assert main([*argv, "--tune-trials", "4", "--seeds", "2"]) == 0
+    assert seen["config"].tune_trials == 4 and list(seen["config"].seeds) == [0, 1]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--seeds", "0"])
+    assert exit_info.value.code == 2

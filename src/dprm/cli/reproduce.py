@@ -35,6 +35,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         keep_worlds=True if args.keep_worlds else None,
         jobs=args.jobs if args.jobs is not None else _default_jobs(),
         worlds=[w.strip() for w in args.worlds.split(",") if w.strip()] if args.worlds else None,
+        tune_trials=args.tune_trials,
     )
     claim_run_folder(args.out, "reproduce")  # only a folder reproduce made; locked till the end
     outcome = reproduce(
@@ -53,6 +54,8 @@ def _default_jobs() -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from dprm.cli._common import integer_at_least
+
     parser = sub.add_parser(
         "reproduce",
         help="synth -> train -> evaluate -> ias -> tables, figures and report.md (resumable)",
@@ -86,7 +89,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "registry among ot, qr, mono, binomial, isotonic, platt, conformal; paper ot, qr)",
     )
     parser.add_argument(
-        "--seeds", type=int, default=None, help="training seeds per method (demo: 1, paper: 3)"
+        "--seeds",
+        type=integer_at_least(1),
+        default=None,
+        metavar="N",
+        help="how many training seeds per method, seeds 0..N-1 (demo: 1, paper: 3)",
+    )
+    parser.add_argument(
+        "--tune-trials",
+        type=integer_at_least(0),
+        default=0,
+        metavar="N",
+        help="tune every gradient-trained method with N Optuna trials on each world's training "
+        "split before training (dprm tune; the same N for every method; 0 = the defaults)",
     )
     parser.add_argument(
         "--set",
