@@ -49,6 +49,7 @@ import torch
 
 from dprm.data import read_calibration_set, synth
 from dprm.evaluation import evaluate_calibrator
+from dprm.metrics import linear_r2
 from dprm.models.fit import CollapseError, fit
 
 METHODS = ("ot", "qr", "mono", "binomial")
@@ -59,17 +60,6 @@ FIELDS = [
     "method", "seed", "collapsed", "seconds", "best_step", "steps",
     *[f"{s}_{k}" for s in SPLITS for k in KEYS], "setting",
 ]  # fmt: skip
-
-
-def linear_r2(train_hidden, train_target, test_hidden, test_target, alpha: float = 1.0) -> float:
-    """Held-out R^2 of a ridge regression of ``target`` on standardised h (twin_residuals.py)."""
-    mean, scale = train_hidden.mean(0), train_hidden.std(0) + 1e-6
-    a = (train_hidden - mean) / scale
-    b = (test_hidden - mean) / scale
-    centre = train_target.mean()
-    weight = np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ (train_target - centre))
-    resid = test_target - (b @ weight + centre)
-    return float(1 - np.mean(resid**2) / np.var(test_target))
 
 
 def write_lambda_world(out: Path, preset: str, lam: float, seed: int, hidden_dim: int) -> dict:

@@ -44,18 +44,7 @@ from fit_twin import (
 from dprm import metrics as M
 from dprm.data import read_calibration_set
 from dprm.data.synth import GENERATORS, PRMS, SIZES, write_world
-
-
-def linear_r2(train_hidden, train_target, test_hidden, test_target, alpha: float = 1.0) -> float:
-    """Held-out R^2 of a ridge regression of ``target`` on standardised h (alpha on the
-    standardised scale)."""
-    mean, scale = train_hidden.mean(0), train_hidden.std(0) + 1e-6
-    a = (train_hidden - mean) / scale
-    b = (test_hidden - mean) / scale
-    centre = train_target.mean()
-    weight = np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ (train_target - centre))
-    resid = test_target - (b @ weight + centre)
-    return float(1 - np.mean(resid**2) / np.var(test_target))
+from dprm.metrics import linear_r2
 
 
 def qr_rows(paths, splits, kinds, gen: str, prm: str):

@@ -194,3 +194,35 @@ def crps_true(q_mid, true_p) -> float:
     """
     q_mid = np.asarray(q_mid, dtype=np.float64)
     return float(2.0 * np.mean(pinball(q_mid, true_p, midpoint_levels(q_mid.shape[1]))))
+
+
+def linear_r2(
+    train_hidden: np.ndarray,
+    train_target: np.ndarray,
+    test_hidden: np.ndarray,
+    test_target: np.ndarray,
+    alpha: float = 1.0,
+) -> float:
+    """Held-out R² of a ridge regression of ``target`` on standardised h: how *linearly*
+    decodable a quantity is from the hidden state (the twin's linear R², docs/synth.md).
+
+    Args:
+        train_hidden: [n, d] hidden states the ridge is fitted on.
+        train_target: [n] the target on those rows (e.g. the true success logit ``true_mu``).
+        test_hidden: [m, d] held-out hidden states.
+        test_target: [m] the target on the held-out rows.
+        alpha: ridge penalty on the standardised scale.
+
+    Returns:
+        1 − mean squared held-out residual / variance of ``test_target`` (negative when the
+        linear readout is worse than the held-out mean).
+    """
+    train_hidden = np.asarray(train_hidden, dtype=np.float64)
+    test_hidden = np.asarray(test_hidden, dtype=np.float64)
+    mean, scale = train_hidden.mean(0), train_hidden.std(0) + 1e-6
+    a = (train_hidden - mean) / scale
+    b = (test_hidden - mean) / scale
+    centre = float(np.mean(train_target))
+    weight = np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ (train_target - centre))
+    resid = np.asarray(test_target) - (b @ weight + centre)
+    return float(1 - np.mean(resid**2) / np.var(test_target))

@@ -374,3 +374,18 @@ def test_errors_on_wrong_shapes() -> None:
         M.quantile_error_true(np.zeros((1, 100)), np.zeros(5), np.ones(5))
     with pytest.raises(ValueError, match="q_mid must have shape"):
         M.quantile_error_true(np.zeros(100), np.zeros(1), np.ones(1))
+
+
+def test_linear_r2_hand_cases():
+    """A target linear in h is recovered (R² -> 1); one independent of h scores <= ~0; the
+    held-out mean predictor scores 0 by definition."""
+    from dprm.metrics import linear_r2
+
+    rng = np.random.default_rng(0)
+    h_train, h_test = rng.normal(size=(2000, 5)), rng.normal(size=(500, 5))
+    w = np.array([1.0, -2.0, 0.5, 0.0, 3.0])
+    assert linear_r2(h_train, h_train @ w, h_test, h_test @ w) > 0.999
+    noise_train, noise_test = rng.normal(size=2000), rng.normal(size=500)
+    assert linear_r2(h_train, noise_train, h_test, noise_test) < 0.01
+    # squares of h are invisible to a linear readout (E[x^2 x] = 0 for a symmetric x)
+    assert linear_r2(h_train, h_train[:, 0] ** 2, h_test, h_test[:, 0] ** 2) < 0.02
