@@ -394,12 +394,17 @@ def main_ood_dprm(args) -> int:
                       f"{'ok' if ok else 'MISS'}", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    return finish(cells, t0, args.write)
+
+
+def finish(cells: dict, t0: float, write: bool) -> int:
+    """Print the fitted cell table (grid order) and the time; write it into synth.py if asked."""
     order = [(g, p, k) for g in S.GENERATORS for p in S.PRMS for k in ("id", "ood")]
     table = format_table({key: cells[key] for key in order if key in cells})
     print()
     print(table)
     print(f"\n{time.perf_counter() - t0:.0f}s")
-    if args.write:
+    if write:
         write_table(table)
         print(f"wrote {SYNTH_FILE}")
     return 0
@@ -443,15 +448,7 @@ def main_qr(args) -> int:
                     f"{'ok' if ok else 'MISS'}",
                     flush=True,
                 )
-    order = [(g, p, k) for g in S.GENERATORS for p in S.PRMS for k in ("id", "ood")]
-    table = format_table({key: cells[key] for key in order if key in cells})
-    print()
-    print(table)
-    print(f"\n{time.perf_counter() - t0:.0f}s")
-    if args.write:
-        write_table(table)
-        print(f"wrote {SYNTH_FILE}")
-    return 0
+    return finish(cells, t0, args.write)
 
 
 def main() -> int:

@@ -28,6 +28,9 @@ import pytest
 
 from dprm.cli import COMMANDS, build_parser, main
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from fixtures.cli_errors import one_line_error  # noqa: E402
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -61,15 +64,6 @@ def snapshot(root: Path) -> dict[str, str]:
         else hashlib.sha256(p.read_bytes()).hexdigest()
         for p in items
     }
-
-
-def one_line_error(capsys, *names: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    for name in names:
-        assert name in err, (name, err)
-    return err
 
 
 def train(data, out, *extra: str) -> list[str]:

@@ -24,6 +24,9 @@ import pytest
 from dprm.cli import COMMANDS, build_parser, main
 from dprm.io import MARKER_FILE, write_json
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from fixtures.cli_errors import one_line_error  # noqa: E402
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 FAST = ["--set", "max_steps=20", "--set", "eval_every=10", "--set", "warmup_steps=10"]
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -51,15 +54,6 @@ def existing_output(tmp_path: Path, kind: str) -> Path:
     else:
         path.write_text("results")
     return path
-
-
-def one_line_error(capsys, *names: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    for name in names:
-        assert name in err, (name, err)
-    return err
 
 
 def run_train(world, out, *extra):
