@@ -712,3 +712,23 @@ def test_empty_sets_are_refused_with_their_file(tmp_path: Path) -> None:
     write_bon_by_hand(tmp_path / "bon", questions.iloc[:0], responses.iloc[:0], make_hidden(0))
     with pytest.raises(DataError, match=r"bon/questions\.parquet: has no rows"):
         read_bon_set(tmp_path / "bon")
+
+
+@pytest.mark.parametrize(
+    ("bad", "row"),
+    [
+        (np.array([0.2, np.nan]), 2),
+        (np.array([[0.1, 0.2]]), 1),  # a nested list: not one score per step
+        (np.float64(0.5), 3),  # a scalar, not a list
+        (np.array([-0.1]), 0),
+    ],
+)
+def test_step_scores_checked_row_named(bad, row: int) -> None:
+    from dprm.data.contract import _check_step_scores
+
+    values = [np.array([0.1, 0.9]), np.array([1.0]), None, np.array([0.0, 0.5, 0.7])]
+    good = pd.DataFrame({"step_scores": values})
+    _check_step_scores(good, Path("bon/responses.parquet"))  # the fast path accepts it
+    values[row] = bad
+    with pytest.raises(DataError, match=rf"'step_scores' row {row}: expected a list of scores"):
+        _check_step_scores(pd.DataFrame({"step_scores": values}), Path("bon/responses.parquet"))

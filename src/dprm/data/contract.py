@@ -428,7 +428,14 @@ def _check_step_scores(responses: pd.DataFrame, path: Path) -> None:
     """The optional ``step_scores`` column: a list of finite scores in [0, 1] per response."""
     if BON_STEP_SCORES not in responses.columns:
         return
-    for row, value in enumerate(responses[BON_STEP_SCORES]):
+    values = responses[BON_STEP_SCORES].tolist()
+    try:  # fast path: one concatenation; the per-row walk below only names the bad row
+        flat = np.concatenate([np.asarray(v, dtype=np.float64) for v in values if v is not None])
+        if flat.ndim == 1 and np.isfinite(flat).all() and (flat >= 0).all() and (flat <= 1).all():
+            return
+    except (TypeError, ValueError):
+        pass
+    for row, value in enumerate(values):
         arr = np.asarray(value if value is not None else [], dtype=np.float64)
         if arr.ndim != 1 or not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
             raise DataError(
