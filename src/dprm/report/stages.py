@@ -395,6 +395,21 @@ def pays_plan(world_dir: str | Path, split: str, rules: Sequence[str]) -> PaysPl
     return PaysPlan(tuple(kept), None if train is None else str(train_dir), tuple(notes))
 
 
+def _for_rules(bon, rules: Sequence[str]):
+    """``bon`` without its per-step scores when no rule aggregates them (``*-min`` /
+    ``*-product``): the candidate tables then skip a per-candidate pass over the steps."""
+    import dataclasses
+
+    from dprm.data.contract import BON_STEP_SCORES
+    from dprm.ias.rules import parse_rule
+
+    if BON_STEP_SCORES not in bon.responses.columns:
+        return bon
+    if any(parse_rule(r)[1] in ("min", "product") for r in rules):
+        return bon
+    return dataclasses.replace(bon, responses=bon.responses.drop(columns=BON_STEP_SCORES))
+
+
 def _pays_rows(
     bon,
     estimates: list,
@@ -414,13 +429,15 @@ def _pays_rows(
     computed once per (world, split) and every unit uses the same Monte Carlo orders.
     """
     from dprm.data import read_bon_set
+    from dprm.ias.allocation import REPORT_COSTS
     from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
-    from dprm.ias.pays import run_pays
+    from dprm.ias.pays import COST_GRID, run_pays
 
+    bon = _for_rules(bon, plan.rules)
     train = None
     train_estimates: dict = {}
     if plan.train_bon is not None:
-        train = read_bon_set(plan.train_bon, check_hidden=False)
+        train = _for_rules(read_bon_set(plan.train_bon, check_hidden=False), plan.rules)
         train_estimates = {
             name: estimate_from_model(m, train, name, beta=beta) for name, m in models.items()
         }
@@ -434,6 +451,9 @@ def _pays_rows(
             calibrated[name] = candidate_estimates(model, bon)
             if train is not None:
                 calibrated[f"train:{name}"] = candidate_estimates(model, train)
+    # the reference's lines are drawn in the IAS figures (a cost grid); a calibrator's auto
+    # rows are read at the report's costs only (each cost is an allocation to evaluate)
+    costs = COST_GRID if method == REFERENCE else REPORT_COSTS
     rows = run_pays(
         bon,
         [e for e in estimates if e.method in train_estimates],
@@ -441,6 +461,7 @@ def _pays_rows(
         train_bon=train,
         train_estimates=train_estimates or None,
         calibrated=calibrated or None,
+        costs=costs,
         trials=vote_trials,
         seed=seed,
     )

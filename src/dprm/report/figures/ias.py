@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dprm.ias.rules import CONTRACT_RULE
 from dprm.report.figures.style import (
     COLORS,
     _datasets,
@@ -23,6 +24,7 @@ from dprm.report.figures.style import (
     panel_title,
     save_data,
 )
+from dprm.report.pays import reference_lines
 from dprm.report.tables import dataset_label, display, method_order
 
 
@@ -45,13 +47,23 @@ def frontier_figure(
         ias[ias["sweep"] == "C"], ["dataset", "generator", "method", "C"], ["cost", "accuracy"]
     )
     banded = bool((df["n_seeds"] > 1).any())
+    # the IAS stage's uniform / oracle rows of the contract rule (the "does it pay?" lines)
+    refs = ias[ias["sweep"].isin(["uniform", "oracle"])]
+    has_oracle = bool((refs["sweep"] == "oracle").any())
 
     def reference(ax, gen: str, dataset: str) -> None:
-        u = uniform[(uniform["dataset"] == dataset) & (uniform["generator"] == gen)]
-        u = _mean_over_seeds(u, ["n"], ["cost", "accuracy"])
-        ax.plot(
-            u["cost"], u["accuracy"], color="0.75", linewidth=1.2, label="same n for all (no IAS)"
-        )
+        if uniform is not None:
+            u = uniform[(uniform["dataset"] == dataset) & (uniform["generator"] == gen)]
+            u = _mean_over_seeds(u, ["n"], ["cost", "accuracy"])
+            ax.plot(
+                u["cost"],
+                u["accuracy"],
+                color="0.75",
+                linewidth=1.2,
+                label="uniform: same n for all (no IAS)",
+            )
+        sel = refs[(refs["dataset"] == dataset) & (refs["generator"] == gen)]
+        reference_lines(ax, sel, CONTRACT_RULE, ("oracle",) if uniform is not None else None)
 
     def draw(ax, m: str, sel: pd.DataFrame, methods: list[str]) -> None:
         _method_curve(ax, m, methods, sel["cost"], sel["accuracy"], marker="o", markersize=3.5)
@@ -73,7 +85,7 @@ def frontier_figure(
         xlabel="normalised cost  mean N / N_max",
         ylabel="accuracy (exact expectation)",
         xlim=(0, 1.02),
-        reference=None if uniform is None else reference,
+        reference=None if uniform is None and refs.empty else reference,
     )
     caption = (
         "IAS best-of-N: accuracy against normalised cost mean N_i / 64 as the target C sweeps "
@@ -82,6 +94,13 @@ def frontier_figure(
         "the mixture over 100 quantile levels); the answer is always the candidate with the "
         "highest raw PRM score. A wider horizontal span means the method's budgets respond to C; "
         "grey: the same n for every question, for reference."
+        + (
+            " Dotted: the oracle allocation of the same mean cost, which knows every question's "
+            "true accuracy-vs-n curve on its pool (the ceiling of any allocation; oracle − "
+            "uniform is the headroom of the report's 'Does adaptive compute pay?' table)."
+            if has_oracle
+            else ""
+        )
         + (
             " Markers are seed means; bars span the min–max over training seeds (cost and "
             "accuracy); the plotted numbers are in the CSV beside the figure."
