@@ -175,29 +175,29 @@ def pays_markdown(pays: pd.DataFrame, world: str | None = None) -> str:
 
 
 def _cells_text(sub: pd.DataFrame) -> str:
-    """``above / level / below`` counts of (method, cost) cells with the worst and best gain."""
+    """``above / level / below`` counts of (method, cost) cells, the gain range and the worst."""
     from dprm.report.tables import display
 
     g = sub["gain"]
     above, below = int((g > LEVEL).sum()), int((g < -LEVEL).sum())
     level = len(sub) - above - below
-    parts = [f"above uniform by more than {LEVEL} in {above} of {len(sub)}"]
-    parts.append(f"level (within ±{LEVEL}) in {level}")
-    text = ", ".join(parts) + f", below in {below}"
+    cells = "(calibrator, cost) cells" if sub["method"].nunique() > 1 else "costs"
     worst, best = sub.loc[g.idxmin()], sub.loc[g.idxmax()]
-    text += (
-        f" (gain {worst['gain']:+.3f} to {best['gain']:+.3f}; worst: "
-        f"{display(worst['method'])} at cost {worst['cost']:g})"
+    who = f"{display(worst['method'])} at {worst['cost']:g}" if cells != "costs" else ""
+    low, high = f"{worst['gain']:+.3f}", f"{best['gain']:+.3f}"
+    return (
+        f"above uniform in {above} of {len(sub)} {cells}, level in {level}, below in {below}; "
+        + f"gain {low if low == high else f'{low} to {high}'}"
+        + (f" (lowest: {who})" if who else "")
     )
-    return text
 
 
 def pays_reading(pays: pd.DataFrame) -> list[str]:
     """Bullets generated from the numbers: per world, split and rule, the headroom and, for each
     allocation kind, in how many (method, cost) cells it is above uniform, level or below.
 
-    Gains are seed means; "level" is within ±:data:`LEVEL` of uniform best-of-n at the same
-    mean cost and selection rule.
+    Gains are seed means; "above" / "below" mean by more than :data:`LEVEL`, "level" within
+    it, against uniform best-of-n at the same mean cost and selection rule.
     """
     from dprm.report.tables import dataset_label
 
@@ -211,25 +211,25 @@ def pays_reading(pays: pd.DataFrame) -> list[str]:
         oracle = block[block["kind"] == "oracle"]
         if oracle.empty:
             continue
-        head = oracle["headroom"]
+        low, high = f"{oracle['headroom'].min():+.3f}", f"{oracle['headroom'].max():+.3f}"
         text = (
             f"- **{world}, {dataset_label(str(split))}, {rule}**: headroom (oracle − uniform) "
-            f"{head.min():+.3f} to {head.max():+.3f}"
+            + (low if low == high else f"{low} to {high}")
         )
         for kind, sub in block.groupby("kind", sort=False):
             if kind in ("uniform", "oracle"):
                 continue
             reached = sub[np.isfinite(sub["accuracy"])]
-            word = "the C rule" if kind == "C" else f"`{kind}`"
+            word = "The C rule" if kind == "C" else f"`{kind}`"
             if reached.empty:
-                text += f"; {word} does not reach these costs"
+                text += f". {word} does not reach these costs"
                 continue
-            text += f"; {word}: {_cells_text(reached)}"
+            text += f". {word}: {_cells_text(reached)}"
             share = reached["share"].dropna()
             if not share.empty:
-                text += f", mean share of the headroom {share.mean():+.0%}"
+                text += f"; mean share of the headroom {share.mean():+.0%}"
             if len(reached) < len(sub):
-                text += f"; {len(sub) - len(reached)} cell(s) outside its cost range"
+                text += f"; {len(sub) - len(reached)} cell(s) outside its sweep's cost range"
         lines.append(text + ".")
     return lines
 
