@@ -490,8 +490,8 @@ def pays_lines(pays, cfg) -> list[str]:
     reading = pays_reading(pays)
     if reading:
         lines += [
-            f"Reading (generated from the numbers below; seed means; 'level' = within ±{LEVEL} "
-            "of uniform):",
+            f"Reading (generated from the numbers below, seed means): 'above' / 'below' = by "
+            f"more than {LEVEL} against uniform at the same cost and rule, 'level' = within it.",
             "",
             *reading,
             "",
