@@ -410,6 +410,21 @@ def _for_rules(bon, rules: Sequence[str]):
     return dataclasses.replace(bon, responses=bon.responses.drop(columns=BON_STEP_SCORES))
 
 
+@functools.lru_cache(maxsize=2)
+def _read_train_bon(path: str, stamp: tuple):
+    """A world's ``train/bon``, read once per process for all its IAS units (``stamp``: the
+    files' sizes and modification times, so a set changed on disk is read again)."""
+    from dprm.data import read_bon_set
+
+    return read_bon_set(path, check_hidden=False)
+
+
+def _stamp(path: str) -> tuple:
+    return tuple(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(path).iterdir())
+    )
+
+
 def _pays_rows(
     bon,
     estimates: list,
@@ -428,7 +443,6 @@ def _pays_rows(
     rule weighted by its own candidate estimates, ``rule[method]``), so uniform and oracle are
     computed once per (world, split) and every unit uses the same Monte Carlo orders.
     """
-    from dprm.data import read_bon_set
     from dprm.ias.allocation import REPORT_COSTS
     from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
     from dprm.ias.pays import COST_GRID, run_pays
@@ -437,7 +451,7 @@ def _pays_rows(
     train = None
     train_estimates: dict = {}
     if plan.train_bon is not None:
-        train = _for_rules(read_bon_set(plan.train_bon, check_hidden=False), plan.rules)
+        train = _for_rules(_read_train_bon(plan.train_bon, _stamp(plan.train_bon)), plan.rules)
         train_estimates = {
             name: estimate_from_model(m, train, name, beta=beta) for name, m in models.items()
         }
