@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dprm.report.pays import pays_markdown, pays_reading, pays_rows, pays_summary
 
@@ -33,6 +34,7 @@ def _pays_frame() -> pd.DataFrame:
             add(seed, "highest-last", "uniform", "uniform", cost, uni, uni, orc)
             add(seed, "highest-last", "oracle", "oracle", cost, orc, uni, orc)
             add(seed, "highest-last", "ot", "auto", cost, uni + 0.02 + 0.01 * seed, uni, orc)
+            add(seed, "highest-last", "truth", "auto", cost, uni + 0.03, uni, orc)
             # the C rule reaches cost 0.25 only (NaN at 0.1) and loses there
             add(seed, "highest-last", "qr", "C", cost, np.nan if cost == 0.1 else 0.68, uni, orc)
             # a kind this module does not know (another helper's allocation) is rendered too
@@ -64,8 +66,15 @@ def test_pays_markdown_renders_the_numbers():
     assert "|  |  | oracle (headroom) | 0.600 (+0.100) | 0.740 (+0.040) |" in lines
     assert "|  | majority | uniform | 0.400 | 0.400 |" in lines
     # order inside a rule: uniform, the C rule, auto, other kinds, the oracle last
-    order = [line.split(" | ")[2] for line in lines[2:7]]
-    assert order == ["uniform", "C rule, QR", "auto, OT", "auto-seq, OT", "oracle (headroom)"]
+    order = [line.split(" | ")[2] for line in lines[2:8]]
+    assert order == [
+        "uniform",
+        "C rule, QR",
+        "auto, OT",
+        "auto, Truth",
+        "auto-seq, OT",
+        "oracle (headroom)",
+    ]
 
 
 def test_pays_reading_says_where_auto_wins_is_level_or_loses():
@@ -76,6 +85,8 @@ def test_pays_reading_says_where_auto_wins_is_level_or_loses():
     assert "`auto`: above uniform in 2 of 2 costs, level in 0, below in 0" in hl
     assert "The C rule: above uniform in 0 of 1 costs, level in 0, below in 1" in hl
     assert "1 cell(s) outside its sweep's cost range" in hl
+    # the truth is not counted among the calibrators but reported apart
+    assert "with the true distribution of p given h (truth) the gain is +0.030" in hl
     assert "`auto-seq`: above uniform in 0 of 2 costs, level in 2, below in 0" in hl
     assert "headroom (oracle − uniform) +0.050." in vote
     assert "`auto`: above uniform in 0 of 2 costs, level in 0, below in 2; gain -0.010" in vote
@@ -116,3 +127,34 @@ def test_pays_rows_joins_the_reference_with_each_seed():
     base = rows[(rows["kind"] == "C") & np.isclose(rows["cost"], 0.1)]
     assert np.allclose(base["accuracy"], 0.6)  # halfway between the two C points
     assert pays_rows(pd.DataFrame(ref[-2:]), seeds).empty  # no uniform / oracle rows: nothing
+
+
+def test_reference_lines_draw_uniform_and_oracle_of_one_rule():
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from dprm.report.pays import reference_lines
+
+    rows = pd.DataFrame(
+        [
+            {"sweep": s, "rule": r, "level": c, "cost": c, "accuracy": a + c}
+            for c in (0.02, 0.05, 0.1)
+            for s, r, a in (
+                ("uniform", "highest-last", 0.5),
+                ("oracle", "highest-last", 0.6),
+                ("oracle", "majority", 0.9),  # another rule: not drawn
+                ("C", np.nan, 0.1),  # not a reference line
+            )
+        ]
+    )
+    fig, ax = plt.subplots()
+    reference_lines(ax, rows)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"uniform best-of-n", "oracle (same mean cost)"}
+    assert np.allclose(lines["oracle (same mean cost)"].get_ydata(), [0.62, 0.65, 0.7])
+    assert lines["uniform best-of-n"].get_linestyle() == "--"
+    ax.clear()
+    reference_lines(ax, rows, sweeps=("oracle",), xrange=(0.03, 0.2), label=False)
+    (line,) = ax.get_lines()
+    x, y = line.get_xdata(), line.get_ydata()
+    assert x.min() == 0.03 and x.max() == 0.1  # clipped to the range and to the points
+    assert np.allclose(y, 0.6 + x) and line.get_label() == "_nolegend_"
+    plt.close(fig)

@@ -21,6 +21,8 @@ import pandas as pd
 KIND_ORDER = {"uniform": 0, "C": 1, "auto": 2, "oracle-p": 8, "oracle": 9}
 #: a gain over uniform within this band counts as level (the issue's tolerance)
 LEVEL = 0.005
+#: the synthetic truth's method name (a reference, counted apart from the calibrators)
+TRUTH = "truth"
 
 
 def pays_rows(
@@ -216,9 +218,12 @@ def pays_reading(pays: pd.DataFrame) -> list[str]:
             f"- **{world}, {dataset_label(str(split))}, {rule}**: headroom (oracle − uniform) "
             + (low if low == high else f"{low} to {high}")
         )
-        for kind, sub in block.groupby("kind", sort=False):
+        for kind, every in block.groupby("kind", sort=False):
             if kind in ("uniform", "oracle"):
                 continue
+            # the synthetic truth is a reference, not a calibrator: counted apart
+            truth = every[every["method"] == TRUTH]
+            sub = every if len(truth) == len(every) else every[every["method"] != TRUTH]
             reached = sub[np.isfinite(sub["accuracy"])]
             word = "The C rule" if kind == "C" else f"`{kind}`"
             if reached.empty:
@@ -230,6 +235,12 @@ def pays_reading(pays: pd.DataFrame) -> list[str]:
                 text += f"; mean share of the headroom {share.mean():+.0%}"
             if len(reached) < len(sub):
                 text += f"; {len(sub) - len(reached)} cell(s) outside its sweep's cost range"
+            truth = truth[np.isfinite(truth["accuracy"])] if sub is not truth else truth.iloc[:0]
+            if not truth.empty:
+                low, high = f"{truth['gain'].min():+.3f}", f"{truth['gain'].max():+.3f}"
+                text += "; with the true distribution of p given h (truth) the gain is " + (
+                    low if low == high else f"{low} to {high}"
+                )
         lines.append(text + ".")
     return lines
 
@@ -239,6 +250,10 @@ def reference_lines(
     rows: pd.DataFrame,
     rule: str = "highest-last",
     sweeps: Sequence[str] | None = None,
+    *,
+    xrange: tuple[float, float] | None = None,
+    color: str | Sequence[float] = "0.25",
+    label: bool = True,
 ) -> None:
     """Draw uniform (dashed) and oracle (dotted) accuracy-vs-cost lines of one rule on an IAS
     axis, from ``ias_full.csv`` rows (``sweep`` uniform / oracle; seeds averaged).
@@ -249,6 +264,10 @@ def reference_lines(
             rule's).
         rule: the selection rule whose lines are drawn.
         sweeps: which of the two lines to draw (default both).
+        xrange: draw only this cost range (the lines interpolated linearly between their
+            points), so a panel's narrow cost range is not widened to the lines' own.
+        color: line colour.
+        label: give the lines legend labels.
     """
     styles = {"uniform": ("--", "uniform best-of-n"), "oracle": (":", "oracle (same mean cost)")}
     rule_of = rows["rule"].fillna(rule) if "rule" in rows.columns else pd.Series(rule, rows.index)
@@ -256,6 +275,13 @@ def reference_lines(
         sub = rows[(rows["sweep"] == sweep) & (rule_of == rule)]
         if sub.empty:
             continue
-        style, label = styles[sweep]
-        mean = sub.groupby("level", sort=True)[["cost", "accuracy"]].mean()
-        ax.plot(mean["cost"], mean["accuracy"], style, color="0.25", lw=1.2, label=label)
+        style, name = styles[sweep]
+        mean = sub.groupby("level", sort=True)[["cost", "accuracy"]].mean().sort_values("cost")
+        x, y = mean["cost"].to_numpy(float), mean["accuracy"].to_numpy(float)
+        if xrange is not None:
+            lo, hi = max(xrange[0], x.min()), min(xrange[1], x.max())
+            if lo >= hi:
+                continue
+            grid = np.linspace(lo, hi, 50)
+            x, y = grid, np.interp(grid, x, y)
+        ax.plot(x, y, style, color=color, lw=1.2, label=name if label else "_nolegend_")

@@ -134,6 +134,7 @@ def beta_figure(
     )
     methods = methods or [m for m in method_order(df["method"]) if m != "truth"]
     df = df[df["method"].isin(methods)]
+    refs = ias[ias["sweep"].isin(["uniform", "oracle"])]
     datasets, generators = _datasets(df), _generators(df)
     fig, axes = _grid(1, len(datasets), width=5.2, height=4.0)
     plt = _plt()
@@ -143,6 +144,18 @@ def beta_figure(
     for c, dataset in enumerate(datasets):
         ax = axes[0, c]
         for g, gen in enumerate(generators):
+            # uniform / oracle of the contract rule over the β curves' own cost range
+            drawn = df[(df["dataset"] == dataset) & (df["generator"] == gen)]
+            if not drawn.empty and not refs.empty:
+                sel = refs[(refs["dataset"] == dataset) & (refs["generator"] == gen)]
+                reference_lines(
+                    ax,
+                    sel,
+                    CONTRACT_RULE,
+                    xrange=(drawn["cost"].min(), drawn["cost"].max()),
+                    color=gen_colors[g],
+                    label=g == 0,
+                )
             for k, m in enumerate(methods):
                 sel = _select(df, dataset, gen, m, "level")
                 if sel.empty:
@@ -179,6 +192,13 @@ def beta_figure(
         "rule at C = 0.9; candidates are drawn one at a time and sampling stops at the first whose "
         "raw PRM score reaches Q(β | h_i), or at N_i. Each curve sweeps β from 0 (stop early, low "
         "cost) to 1 (stop late); cost and accuracy are exact expectations over the random order."
+        + (
+            " Dashed and dotted lines in each generator's colour: uniform best-of-n and the "
+            "oracle allocation at the same mean cost (highest-last selection), over the range "
+            "of costs the β curves span (from 0.02, the lowest cost those rows are computed at)."
+            if not refs.empty
+            else ""
+        )
     )
     title = title or "β-threshold early stopping at C = 0.9 (β = 0, 0.1, …, 1)"
     return _finish(fig, axes, stem, title, caption)
