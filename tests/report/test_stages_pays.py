@@ -158,3 +158,15 @@ def test_tiny_run_reports_the_pays_table(tiny_run):
         assert f"{r['accuracy']:.3f}" in text
     results = json.loads((out / "results.json").read_text())
     assert len(results["pays"]) == len(pays)
+
+
+def test_resume_does_not_redo_the_pays_units(pipe_world):
+    from dprm.report.stages import ias_units
+
+    pipe, _ = pipe_world
+    pipe.run_stage("ias", ias_units(pipe, WORLD))
+    assert pipe.timing["ias"]["units"] == 2 and not pipe.failures
+    units = ias_units(pipe, WORLD)
+    assert all(pipe.is_done(u) for u in units)  # same rules, trials and train/bon: reused
+    pipe.config.vote_trials = 16  # a setting of the rows changes: the units are redone
+    assert not any(pipe.is_done(u) for u in ias_units(pipe, WORLD))
