@@ -71,3 +71,18 @@ def test_override_errors_speak_in_recipe_terms():
             BASE | {"calibrators": {"methods": ["qr"], "overrides": {"qr": {"max_steps": "x"}}}},
             "r.toml",
         )
+
+
+def test_ias_rules_reach_the_run_config_and_unknown_ones_are_refused():
+    from dprm.recipe.run import run_config
+
+    recipe = recipe_from_dict(
+        BASE | {"ias": {"rules": ["highest-min"], "vote_trials": 8}}, "r.toml"
+    )
+    cfg = run_config(recipe)
+    assert cfg.ias_rules == ["highest-min"] and cfg.vote_trials == 8
+    assert run_config(recipe_from_dict(BASE, "r.toml")).ias_rules == ["highest-last", "majority"]
+    with pytest.raises(
+        ConfigError, match=r"r.toml \[ias\]: unknown selection rule\(s\) \['mode'\]"
+    ):
+        recipe_from_dict(BASE | {"ias": {"rules": ["mode"]}}, "r.toml")

@@ -42,6 +42,8 @@ def run_config(recipe: Recipe, jobs: int = 1) -> RunConfig:
         jobs=jobs,
         beta=recipe.ias.beta,
         mc_trials=recipe.ias.mc_trials,
+        ias_rules=list(recipe.ias.rules),
+        vote_trials=recipe.ias.vote_trials,
     )
 
 

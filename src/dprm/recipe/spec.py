@@ -17,7 +17,7 @@ Layout of a recipe (every table but ``[[generators]]`` and ``[[prms]]`` is optio
     [[generators]]   name, model, backend, gpus, tensor_parallel_size, ... (park_name)
     [[prms]]         name, model, kind, gpus, max_tokens, ...
     [calibrators]    methods, seeds, [calibrators.overrides.METHOD] key = value
-    [ias]            beta, mc_trials
+    [ias]            beta, mc_trials, rules, vote_trials
     [executor.ray]   address, cpus_per_task, max_retries
     [executor.slurm] partition, account, time_min, cpus_per_task, mem_gb, ...
 """
@@ -197,6 +197,10 @@ class IasSection:
 
     beta: float = in_range(0.1, gt=0, lt=1)
     mc_trials: int = in_range(100, ge=1)
+    #: selection rules of the "does it pay?" rows (dprm.ias.rules.RULES); [] = none
+    rules: tuple[str, ...] = ("highest-last", "majority")
+    #: Monte Carlo orders per question of the voting rules among them
+    vote_trials: int = in_range(64, ge=2)
 
 
 @dataclass(frozen=True)
@@ -391,6 +395,14 @@ def check(recipe: Recipe, source: str) -> None:
         trainable = sorted(set(REGISTRY) - {"base"})
         raise ConfigError(
             f"{source} [calibrators]: unknown or untrainable method(s) {bad}; trainable: {trainable}"
+        )
+    from dprm.ias.rules import RULES
+
+    unknown = [r for r in recipe.ias.rules if r not in RULES]
+    if unknown:
+        raise ConfigError(
+            f"{source} [ias]: unknown selection rule(s) {unknown} in 'rules'; choose from "
+            f"{list(RULES)}"
         )
     for method, values in recipe.calibrators.overrides.items():
         where = f"{source} [calibrators.overrides.{method}]"

@@ -16,6 +16,7 @@ import pandas as pd
 from dprm.io import atomic_path, read_json, write_json
 from dprm.report.checks import frontier_checks, greedy_checks, table_checks
 from dprm.report.grid import IAS_SPLITS
+from dprm.report.pays import pays_rows
 from dprm.report.tables import display
 from dprm.runner.layout import REFERENCE, Layout
 
@@ -38,7 +39,7 @@ def collect(
 ) -> dict[str, Any]:
     """Tidy frames from the unit outputs of the requested grid."""
     metrics, coverage, reliability, flex = [], [], [], {}
-    ias, uniform, budgets, history = [], [], [], []
+    ias, uniform, budgets, history, pays = [], [], [], [], []
     for world in worlds:
         gen, prm = _split_world(world)
         tag = {"world": world, "generator": gen, "prm": prm}
@@ -70,17 +71,32 @@ def collect(
                 if "flex" in block:
                     flex.setdefault(world, {})[method] = block["flex"]
         for split in IAS_SPLITS:
+            reference, by_seed = pd.DataFrame(), {}
             for method, seed in [(REFERENCE, 0)] + [(m, s) for m in methods for s in seeds]:
                 path = layout.ias_dir(world, split, method, seed) / "ias_full.csv"
                 if path.exists():
                     df = pd.read_csv(path)
                     ias.append(df.assign(**tag, dataset=split, seed=seed))
+                    if method == REFERENCE:
+                        reference = df
+                    else:
+                        by_seed.setdefault(seed, []).append(df)
                     b = _budgets_at(path.parent / "budgets.parquet", BUDGET_C)
                     if b is not None:
                         budgets.append(b.assign(**tag, dataset=split, seed=seed))
             path = layout.ias_dir(world, split, REFERENCE, 0) / "uniform.csv"
             if path.exists():
                 uniform.append(pd.read_csv(path).assign(**tag, dataset=split))
+            rows = pays_rows(
+                reference, {s: pd.concat(f, ignore_index=True) for s, f in by_seed.items()}
+            )
+            if not rows.empty:
+                pays.append(
+                    pd.concat(
+                        [pd.DataFrame({"world": world, "split": split}, index=rows.index), rows],
+                        axis=1,
+                    )
+                )
     frame = pd.DataFrame
     return {
         "metrics": frame(metrics),
@@ -89,6 +105,7 @@ def collect(
         "ias": pd.concat(ias, ignore_index=True) if ias else frame(),
         "uniform": pd.concat(uniform, ignore_index=True) if uniform else frame(),
         "budgets": pd.concat(budgets, ignore_index=True) if budgets else frame(),
+        "pays": pd.concat(pays, ignore_index=True) if pays else frame(),
         "history": frame(history),
         "flex": flex,
     }
@@ -278,6 +295,21 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
 
 
 # ----------------------------------------------------------------------------- outputs
+def write_pays_tables(pays: pd.DataFrame, directory: Path) -> list[Path]:
+    """``tables/pays.csv`` (every row, every seed) and ``tables/pays.md`` (a table per world)."""
+    from dprm.report.pays import pays_markdown
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_path(directory / "pays.csv") as tmp:
+        pays.to_csv(tmp, index=False)
+    text = "".join(
+        f"## {world}\n\n{pays_markdown(pays, world)}\n" for world in dict.fromkeys(pays["world"])
+    )
+    with atomic_path(directory / "pays.md") as tmp:
+        tmp.write_text(text)
+    return [directory / "pays.csv", directory / "pays.md"]
+
+
 def _ran(metrics: pd.DataFrame) -> dict[str, list[int]]:
     """The calibrators with results: ``{method: [seeds]}`` (Base excluded)."""
     if metrics.empty:
@@ -348,9 +380,12 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         if not metrics.empty
         else None
     )
+    pays = data["pays"]
+    if not pays.empty:
+        write_pays_tables(pays, layout.tables)
     pipe.timing["tables"] = {
         "seconds": time.perf_counter() - t0,
-        "units": sum(len(t) for t in protocol_tables.values()),
+        "units": sum(len(t) for t in protocol_tables.values()) + int(not pays.empty),
         "skipped": 0,
     }
     t0 = time.perf_counter()
@@ -403,6 +438,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         },
         "ias": ias.to_dict("records"),
         "uniform": data["uniform"].to_dict("records"),
+        "pays": pays.to_dict("records"),
         "coverage": data["coverage"].to_dict("records"),
         "reliability": data["reliability"].to_dict("records"),
         "training_curves": data["history"].to_dict("records"),
@@ -423,6 +459,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         names=names,
         ran=ran,
         ias_ran=not ias.empty,
+        pays=pays,
     )
     return text, results
 

@@ -317,6 +317,7 @@ def render_report(
     names: RunNames | None = None,
     ran: dict[str, list[int]] | None = None,
     ias_ran: bool = True,
+    pays=None,
 ) -> str:
     """The report: data, calibrators, versions and timing; checks; Table 1 per PRM and protocol;
     paper vs dprm; figures; appendix. No heading is left without content.
@@ -328,6 +329,8 @@ def render_report(
         names: what the data is called (default: the synthetic grid's words).
         ran: the calibrators with results, ``{method: [seeds]}`` (default: all requested).
         ias_ran: whether any IAS result exists.
+        pays: the "does it pay?" rows (:func:`dprm.report.pays.pays_rows` of every world and
+            split), if any.
     """
     names = names or RunNames()
     ran = {m: list(cfg.seeds) for m in cfg.methods} if ran is None else ran
@@ -395,6 +398,8 @@ def render_report(
             intro += ("; " if intro else "") + "the cost-aware allocation against the C rule"
         lines += ["## Checks", "", intro[:1].upper() + intro[1:] + ":", ""]
         lines += check_lines
+    if pays is not None and not pays.empty:
+        lines += pays_lines(pays, cfg)
     for protocol, by_prm in tables.items():
         if not by_prm:
             continue
@@ -432,6 +437,69 @@ def render_report(
             png = next(p for p in f["files"] if p.endswith(".png"))
             lines += [f"![{f['name']}]({_rel(png, out)})", "", f"*{f['caption']}*", ""]
     return "\n".join(lines) + "\n"
+
+
+def pays_lines(pays, cfg) -> list[str]:
+    """The "Does adaptive compute pay?" section: how it is computed, a reading generated from
+    the numbers, then a table per world (:func:`dprm.report.pays.pays_markdown`)."""
+    from dprm.report.pays import LEVEL, pays_markdown, pays_reading
+
+    kinds = set(pays["kind"])
+    seeds = int(pays["seed"].nunique()) if "seed" in pays.columns else 1
+    rules = ", ".join(f"`{r}`" for r in dict.fromkeys(pays.loc[pays["kind"] == "uniform", "rule"]))
+    costs = ", ".join(f"{c:g}" for c in sorted(pays["cost"].unique()))
+    vote = getattr(cfg, "vote_trials", None)
+    lines = [
+        "## Does adaptive compute pay?",
+        "",
+        f"Accuracy at equal mean cost ({costs}; cost = mean draws per question / N_max) on the "
+        f"held-out best-of-N sets, per selection rule ({rules}). **uniform** gives every "
+        "question the same number of draws. The **C rule** is the paper's allocation: its C "
+        "sweep interpolated to the cost (`--` where the sweep does not reach it), selection by "
+        "the highest last-step score. **auto** allocates on each question's predicted accuracy "
+        "of the *selected* answer, learnt on the world's training best-of-N set (`train/bon`) "
+        "only; it falls back to uniform when the test questions' states look unlike the "
+        "training ones. "
+        + (
+            "**oracle-p** is `auto`'s allocation on each question's true success probability "
+            "(known in a synthetic world) but not its pool. "
+            if "oracle-p" in kinds
+            else ""
+        )
+        + "The **oracle** knows every question's true accuracy-vs-n curve on its realised pool; "
+        "oracle − uniform is the *headroom* (in brackets on the oracle row). Other cells: "
+        "accuracy, and in brackets the share of the headroom captured, (method − uniform) / "
+        "headroom"
+        + (f"; ± is the std over {seeds} training seeds" if seeds > 1 else "")
+        + ". `highest-*` rules are exact expectations"
+        + (
+            f"; voting rules are a Monte Carlo mean over {vote} random orders per question, the "
+            "same orders for every row"
+            if vote
+            else ""
+        )
+        + ". See docs/ias-pays.md for the definitions.",
+        "",
+    ]
+    if "auto" not in kinds:
+        lines += [
+            "No `auto` rows: this run has no training best-of-N set (`train/bon`) to learn "
+            "the allocation on.",
+            "",
+        ]
+    reading = pays_reading(pays)
+    if reading:
+        lines += [
+            f"Reading (generated from the numbers below, seed means): 'above' / 'below' = by "
+            f"more than {LEVEL} against uniform at the same cost and rule, 'level' = within it.",
+            "",
+            *reading,
+            "",
+        ]
+    for world in dict.fromkeys(pays["world"]):
+        lines += [f"### {world}", "", pays_markdown(pays, world)]
+    lines += ["Standalone: `tables/pays.md`, every row and seed in `tables/pays.csv`.", ""]
+    return lines
 
 
 def _table_lines(protocol: str, word: str, by_prm: dict, names: RunNames) -> list[str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -308,6 +310,185 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
 
 
 # ----------------------------------------------------------------------------- ias
+@dataclass(frozen=True)
+class PaysPlan:
+    """What the "does it pay?" rows of one (world, split) can be (:func:`pays_plan`).
+
+    Attributes:
+        rules: the selection rules that run (the requested ones the sets support).
+        train_bon: the training BoN set ``auto`` learns on, or None (no ``auto`` rows).
+        notes: one line per thing skipped, and why.
+    """
+
+    rules: tuple[str, ...]
+    train_bon: str | None
+    notes: tuple[str, ...] = ()
+
+
+def _bon_features(bon_dir: Path) -> set[str] | None:
+    """What a BoN set on disk offers the selection rules, from its meta.json and the schema of
+    its responses (no data read): ``answers`` (contract v2), ``steps`` (per-step scores),
+    ``states`` (candidate hidden states); None when the set is not on disk."""
+    meta_path = bon_dir / "meta.json"
+    if not meta_path.exists():
+        return None
+    import pyarrow.parquet as pq
+
+    from dprm.data.contract import BON_STEP_SCORES, RESPONSE_HIDDEN_FILE
+    from dprm.io import read_json
+
+    meta = read_json(meta_path)
+    names = set(pq.read_schema(bon_dir / "responses.parquet").names)
+    features = set()
+    if int(meta.get("bon_version", 1)) >= 2 and "answer" in names:
+        features.add("answers")
+    if BON_STEP_SCORES in names:
+        features.add("steps")
+    if (bon_dir / RESPONSE_HIDDEN_FILE).exists():
+        features.add("states")
+    return features
+
+
+def pays_plan(world_dir: str | Path, split: str, rules: Sequence[str]) -> PaysPlan:
+    """The rules and training set of the "does it pay?" rows of one (world, split).
+
+    ``auto`` needs the world's ``train/bon`` (synthetic worlds write one; a recipe's real data
+    has none: then uniform and oracle rows only). Voting rules (``weighted-*``, ``majority``)
+    need final answers (BoN contract v2) in the test set and, for ``auto``, in ``train/bon``;
+    ``*-min`` / ``*-product`` need per-step scores; ``*-calibrated`` needs candidate hidden
+    states. A rule a set cannot serve is skipped with a note. When the world is not on disk
+    (a synthetic world deleted after use, regenerated before the unit runs) every rule is kept.
+    """
+    from dprm.ias.rules import parse_rule
+
+    world_dir = Path(world_dir)
+    test = _bon_features(world_dir / split / "bon")
+    train_dir = world_dir / TRAIN_SPLIT / "bon"
+    train = _bon_features(train_dir)
+    if test is None:  # not on disk now: a synthetic world (v2, with train/bon)
+        return PaysPlan(tuple(rules), str(train_dir))
+    notes = []
+    if train is None:
+        notes.append(
+            f"{world_dir.name}/{split}: no {TRAIN_SPLIT}/bon, so no 'auto' rows "
+            "(uniform and oracle rows kept)"
+        )
+    kept = []
+    for rule in rules:
+        kind, weight = parse_rule(rule)
+        need = {"answers"} if kind in ("weighted", "majority") else set()
+        need |= {"steps"} if weight in ("min", "product") else set()
+        need |= {"states"} if weight == "calibrated" else set()
+        missing = (need - test) | (need - train if train is not None else set())
+        if missing:
+            what = {
+                "answers": "final answers (it is BoN contract v1)",
+                "steps": "per-step scores",
+                "states": "candidate hidden states",
+            }
+            notes.append(
+                f"{world_dir.name}/{split}: rule {rule!r} skipped: the BoN set has no "
+                + ", no ".join(what[m] for m in sorted(missing))
+            )
+            continue
+        kept.append(rule)
+    return PaysPlan(tuple(kept), None if train is None else str(train_dir), tuple(notes))
+
+
+def _for_rules(bon, rules: Sequence[str]):
+    """``bon`` without its per-step scores when no rule aggregates them (``*-min`` /
+    ``*-product``): the candidate tables then skip a per-candidate pass over the steps."""
+    import dataclasses
+
+    from dprm.data.contract import BON_STEP_SCORES
+    from dprm.ias.rules import parse_rule
+
+    if BON_STEP_SCORES not in bon.responses.columns:
+        return bon
+    if any(parse_rule(r)[1] in ("min", "product") for r in rules):
+        return bon
+    return dataclasses.replace(bon, responses=bon.responses.drop(columns=BON_STEP_SCORES))
+
+
+@functools.lru_cache(maxsize=2)
+def _read_train_bon(path: str, stamp: tuple):
+    """A world's ``train/bon``, read once per process for all its IAS units (``stamp``: the
+    files' sizes and modification times, so a set changed on disk is read again)."""
+    from dprm.data import read_bon_set
+
+    return read_bon_set(path, check_hidden=False)
+
+
+def _stamp(path: str) -> tuple:
+    return tuple(
+        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(Path(path).iterdir())
+    )
+
+
+def _pays_rows(
+    bon,
+    estimates: list,
+    models: dict,
+    method: str,
+    plan: PaysPlan,
+    *,
+    beta: float,
+    vote_trials: int,
+    seed: int,
+):
+    """The "does it pay?" rows of one IAS unit (:func:`dprm.ias.pays.run_pays`).
+
+    The reference unit keeps every row (uniform, oracle, oracle-p, and ``auto`` of Base and
+    the truth); a calibrator's unit keeps its own rows (``auto``, and the reference rows of a
+    rule weighted by its own candidate estimates, ``rule[method]``), so uniform and oracle are
+    computed once per (world, split) and every unit uses the same Monte Carlo orders.
+    """
+    from dprm.ias.allocation import REPORT_COSTS
+    from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
+    from dprm.ias.pays import COST_GRID, run_pays
+
+    bon = _for_rules(bon, plan.rules)
+    train = None
+    train_estimates: dict = {}
+    if plan.train_bon is not None:
+        train = _for_rules(_read_train_bon(plan.train_bon, _stamp(plan.train_bon)), plan.rules)
+        train_estimates = {
+            name: estimate_from_model(m, train, name, beta=beta) for name, m in models.items()
+        }
+        if any(e.method == "truth" for e in estimates):
+            truth = truth_estimate(train)
+            if truth is not None:
+                train_estimates["truth"] = truth
+    calibrated: dict = {}
+    if any(r.endswith("-calibrated") for r in plan.rules):
+        for name, model in models.items():
+            calibrated[name] = candidate_estimates(model, bon)
+            if train is not None:
+                calibrated[f"train:{name}"] = candidate_estimates(model, train)
+    # the reference's lines are drawn in the IAS figures (a cost grid); a calibrator's auto
+    # rows are read at the report's costs only (each cost is an allocation to evaluate)
+    costs = COST_GRID if method == REFERENCE else REPORT_COSTS
+    rows = run_pays(
+        bon,
+        [e for e in estimates if e.method in train_estimates],
+        rules=plan.rules,
+        train_bon=train,
+        train_estimates=train_estimates or None,
+        calibrated=calibrated or None,
+        costs=costs,
+        trials=vote_trials,
+        seed=seed,
+    )
+    if rows.empty:
+        return rows
+    if method != REFERENCE:
+        own = (rows["method"] == method) | rows["rule"].astype(str).str.endswith(f"[{method}]")
+        rows = rows[own]
+    # the columns of run_sweeps' rows that these rows do not have (as dprm ias writes them)
+    rows = rows.assign(C=np.nan, accuracy_mc=np.nan, n_questions=len(bon.questions))
+    return rows.reset_index(drop=True)
+
+
 def sweep_one(
     bon_dir: str,
     out: str,
@@ -318,11 +499,19 @@ def sweep_one(
     model_dir: str | None,
     beta: float,
     mc_trials: int,
-) -> None:
-    """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth).
+    rules: Sequence[str] = (),
+    vote_trials: int = 64,
+) -> dict:
+    """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth),
+    and its "does it pay?" rows (:func:`_pays_rows`) for each of ``rules``.
 
     Module level with plain arguments, so any executor (worker process, Ray, SLURM) can run it.
+
+    Returns:
+        ``{"pays_notes": [...]}``: what the "does it pay?" rows skipped (:func:`pays_plan`).
     """
+    import pandas as pd
+
     from dprm.data import read_bon_set
     from dprm.ias import Pools, estimate_from_model, run_sweeps, truth_estimate, uniform_curve
     from dprm.ias.outputs import write_ias_outputs
@@ -333,7 +522,8 @@ def sweep_one(
     if method == REFERENCE:
         from dprm.models.raw_score import RawScoreCalibrator
 
-        estimates = [estimate_from_model(RawScoreCalibrator(bon.hidden_dim), bon, "base")]
+        models = {"base": RawScoreCalibrator(bon.hidden_dim)}
+        estimates = [estimate_from_model(models["base"], bon, "base")]
         truth = truth_estimate(bon)
         if truth is not None:
             estimates.append(truth)
@@ -341,19 +531,45 @@ def sweep_one(
     else:
         from dprm.models import load
 
-        estimates = [estimate_from_model(load(model_dir), bon, method, beta=beta)]
+        models = {method: load(model_dir)}
+        estimates = [estimate_from_model(models[method], bon, method, beta=beta)]
     # The greedy sweep (cost-aware allocation, beyond the paper) rides along: same estimates.
     mc_seed = _mc_seed(world, split)
     summary, budgets = run_sweeps(pools, estimates, mc_trials=mc_trials, seed=mc_seed, greedy=True)
+    notes: tuple[str, ...] = ()
+    if rules:
+        plan = pays_plan(Path(bon_dir).parent.parent, split, rules)
+        notes = plan.notes
+        if plan.rules:
+            pays = _pays_rows(
+                bon,
+                estimates,
+                models,
+                method,
+                plan,
+                beta=beta,
+                vote_trials=vote_trials,
+                seed=mc_seed,
+            )
+            summary = pd.concat([summary, pays], ignore_index=True)
     meta = {"world": world, "split": split, "method": method, "seed": seed}
     meta |= {"beta": beta, "mc_trials": mc_trials, "mc_seed": mc_seed}
+    meta |= {"rules": list(rules), "vote_trials": vote_trials, "pays_notes": list(notes)}
     write_ias_outputs(Path(out), summary, budgets, uniform=uniform, meta=meta)
+    return {"pays_notes": list(notes)}
 
 
 def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
     settings = {"beta": pipe.config.beta, "mc_trials": pipe.config.mc_trials}
     units = []
     for split in IAS_SPLITS:
+        plan = pays_plan(pipe.world_dir(world), split, pipe.config.ias_rules)
+        for note in plan.notes:
+            pipe.log(f"{pipe.command}: ias: {note}")
+        pays = {"rules": list(plan.rules), "vote_trials": pipe.config.vote_trials}
+        reads = [pipe.world_dir(world) / split / "bon"]
+        if plan.train_bon is not None and plan.rules:
+            reads.append(Path(plan.train_bon))  # auto learns on it: a change re-runs the unit
         jobs = [(REFERENCE, 0)] + [
             (m, s)
             for m in pipe.config.methods
@@ -380,9 +596,13 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                         else str(pipe.layout.model_dir(world, method, seed)),
                         pipe.config.beta,
                         pipe.config.mc_trials,
+                        tuple(plan.rules),
+                        pipe.config.vote_trials,
                     ),
-                    inputs=_model_inputs(pipe, world, model, seed) | settings | {"split": split},
-                    reads=pipe.reads(pipe.world_dir(world) / split / "bon"),
+                    inputs=_model_inputs(pipe, world, model, seed)
+                    | settings
+                    | {"split": split, "pays": pays},
+                    reads=pipe.reads(*reads),
                     world=world,
                 )
             )

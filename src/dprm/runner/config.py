@@ -28,6 +28,23 @@ class RunConfig:
     #: > 0: each gradient-trained method is trained with the best parameters of a search of
     #: this many trials per (world, method) on the training split (dprm.models.tune)
     tune_trials: int = 0
+    #: selection rules (dprm.ias.rules.RULES) of the IAS stage's "does it pay?" rows: uniform,
+    #: oracle and (with the world's train/bon) ``auto`` per rule; empty = none
+    ias_rules: list[str] = field(default_factory=lambda: ["highest-last", "majority"])
+    #: Monte Carlo orders per question of the voting rules (``majority``, ``weighted-*``) there
+    vote_trials: int = 64
+
+    def __post_init__(self) -> None:
+        from dprm.config import ConfigError
+        from dprm.ias.rules import RULES
+
+        unknown = [r for r in self.ias_rules if r not in RULES]
+        if unknown:
+            raise ConfigError(
+                f"ias_rules: unknown selection rule(s) {unknown}; choose from {list(RULES)}"
+            )
+        if int(self.vote_trials) < 2:
+            raise ConfigError(f"vote_trials: expected an integer >= 2, found {self.vote_trials!r}")
 
     @property
     def worlds(self) -> list[str]:

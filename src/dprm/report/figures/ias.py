@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dprm.ias.rules import CONTRACT_RULE
 from dprm.report.figures.style import (
     COLORS,
     _datasets,
@@ -23,6 +24,7 @@ from dprm.report.figures.style import (
     panel_title,
     save_data,
 )
+from dprm.report.pays import reference_lines
 from dprm.report.tables import dataset_label, display, method_order
 
 
@@ -45,13 +47,23 @@ def frontier_figure(
         ias[ias["sweep"] == "C"], ["dataset", "generator", "method", "C"], ["cost", "accuracy"]
     )
     banded = bool((df["n_seeds"] > 1).any())
+    # the IAS stage's uniform / oracle rows of the contract rule (the "does it pay?" lines)
+    refs = ias[ias["sweep"].isin(["uniform", "oracle"])]
+    has_oracle = bool((refs["sweep"] == "oracle").any())
 
     def reference(ax, gen: str, dataset: str) -> None:
-        u = uniform[(uniform["dataset"] == dataset) & (uniform["generator"] == gen)]
-        u = _mean_over_seeds(u, ["n"], ["cost", "accuracy"])
-        ax.plot(
-            u["cost"], u["accuracy"], color="0.75", linewidth=1.2, label="same n for all (no IAS)"
-        )
+        if uniform is not None:
+            u = uniform[(uniform["dataset"] == dataset) & (uniform["generator"] == gen)]
+            u = _mean_over_seeds(u, ["n"], ["cost", "accuracy"])
+            ax.plot(
+                u["cost"],
+                u["accuracy"],
+                color="0.75",
+                linewidth=1.2,
+                label="uniform: same n for all (no IAS)",
+            )
+        sel = refs[(refs["dataset"] == dataset) & (refs["generator"] == gen)]
+        reference_lines(ax, sel, CONTRACT_RULE, ("oracle",) if uniform is not None else None)
 
     def draw(ax, m: str, sel: pd.DataFrame, methods: list[str]) -> None:
         _method_curve(ax, m, methods, sel["cost"], sel["accuracy"], marker="o", markersize=3.5)
@@ -73,7 +85,7 @@ def frontier_figure(
         xlabel="normalised cost  mean N / N_max",
         ylabel="accuracy (exact expectation)",
         xlim=(0, 1.02),
-        reference=None if uniform is None else reference,
+        reference=None if uniform is None and refs.empty else reference,
     )
     caption = (
         "IAS best-of-N: accuracy against normalised cost mean N_i / 64 as the target C sweeps "
@@ -82,6 +94,13 @@ def frontier_figure(
         "the mixture over 100 quantile levels); the answer is always the candidate with the "
         "highest raw PRM score. A wider horizontal span means the method's budgets respond to C; "
         "grey: the same n for every question, for reference."
+        + (
+            " Dotted: the oracle allocation of the same mean cost, which knows every question's "
+            "true accuracy-vs-n curve on its pool (the ceiling of any allocation; oracle − "
+            "uniform is the headroom of the report's 'Does adaptive compute pay?' table)."
+            if has_oracle
+            else ""
+        )
         + (
             " Markers are seed means; bars span the min–max over training seeds (cost and "
             "accuracy); the plotted numbers are in the CSV beside the figure."
@@ -115,6 +134,7 @@ def beta_figure(
     )
     methods = methods or [m for m in method_order(df["method"]) if m != "truth"]
     df = df[df["method"].isin(methods)]
+    refs = ias[ias["sweep"].isin(["uniform", "oracle"])]
     datasets, generators = _datasets(df), _generators(df)
     fig, axes = _grid(1, len(datasets), width=5.2, height=4.0)
     plt = _plt()
@@ -124,6 +144,18 @@ def beta_figure(
     for c, dataset in enumerate(datasets):
         ax = axes[0, c]
         for g, gen in enumerate(generators):
+            # uniform / oracle of the contract rule over the β curves' own cost range
+            drawn = df[(df["dataset"] == dataset) & (df["generator"] == gen)]
+            if not drawn.empty and not refs.empty:
+                sel = refs[(refs["dataset"] == dataset) & (refs["generator"] == gen)]
+                reference_lines(
+                    ax,
+                    sel,
+                    CONTRACT_RULE,
+                    xrange=(drawn["cost"].min(), drawn["cost"].max()),
+                    color=gen_colors[g],
+                    label=g == 0,
+                )
             for k, m in enumerate(methods):
                 sel = _select(df, dataset, gen, m, "level")
                 if sel.empty:
@@ -160,6 +192,13 @@ def beta_figure(
         "rule at C = 0.9; candidates are drawn one at a time and sampling stops at the first whose "
         "raw PRM score reaches Q(β | h_i), or at N_i. Each curve sweeps β from 0 (stop early, low "
         "cost) to 1 (stop late); cost and accuracy are exact expectations over the random order."
+        + (
+            " Dashed and dotted lines in each generator's colour: uniform best-of-n and the "
+            "oracle allocation at the same mean cost (highest-last selection), over the range "
+            "of costs the β curves span (from 0.02, the lowest cost those rows are computed at)."
+            if not refs.empty
+            else ""
+        )
     )
     title = title or "β-threshold early stopping at C = 0.9 (β = 0, 0.1, …, 1)"
     return _finish(fig, axes, stem, title, caption)
