@@ -75,6 +75,11 @@ SETTINGS: dict[str, tuple[str, dict]] = {
     "new_prm_score": ("ot", {"source": "prm_score"}),
     # the runner-up: the new settings at the old learning rate (docs/calibrators.md)
     "new_lr4e-3": ("ot", {"lr": 4e-3, "lr_f": 4e-3}),
+    # ensembles of K independent min-max games on the same batches (OTConfig.ensemble_size)
+    "new_ens2": ("ot", {"ensemble_size": 2}),
+    "new_ens3": ("ot", {"ensemble_size": 3}),
+    "new_ens4": ("ot", {"ensemble_size": 4}),
+    "new_ens6": ("ot", {"ensemble_size": 6}),
     "qr": ("qr", {}),
 }
 FIELDS = [

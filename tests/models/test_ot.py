@@ -14,6 +14,8 @@ world 0.024-0.025 at 800 steps, 0.10x the marginal quantile function's error; di
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -193,3 +195,74 @@ def test_prm_score_source_starts_at_the_marginal_quantiles():
 def test_unknown_source_is_rejected():
     with pytest.raises(ConfigError, match="source"):
         OTCalibrator(3, {"source": "scores"})
+
+
+@pytest.fixture(scope="module")
+def ensemble_fit():
+    with torch.random.fork_rng():
+        torch.set_num_threads(1)
+        data = gaussian_logit_world(600, seed=3)
+        fast = {"max_steps": "40", "warmup_steps": "10", "eval_every": "10", "batch_size": "64"}
+        return (
+            data,
+            fast,
+            fit("ot", data, overrides={**fast, "ensemble_size": "3"}, seed=5, progress=False),
+        )
+
+
+def test_ensemble_is_the_mean_of_monotone_members(ensemble_fit):
+    """Q(tau | h) = mean_k T_k(tau | h): monotone, in [0, 1], and the members differ."""
+    _, _, model = ensemble_fit
+    extreme = np.concatenate([HIDDEN, HIDDEN * 20]).astype(np.float32)
+    q = model.quantiles(extreme, LEVELS_101)
+    assert (np.diff(q, axis=1) >= 0).all() and q.min() >= 0 and q.max() <= 1
+    with torch.no_grad():
+        hidden = torch.as_tensor(extreme)
+        levels = torch.as_tensor(LEVELS_101, dtype=torch.float32)
+        members = [
+            model.quantile_function(g.embed(model.standardizer(hidden)), g).quantile(levels)
+            for g, _ in model.potentials
+        ]
+    assert len(members) == 3
+    np.testing.assert_allclose(q, torch.stack(members).mean(0).numpy(), atol=1e-6)
+    assert (members[0] - members[1]).abs().max() > 1e-3  # independent inits and levels
+
+
+def test_ensemble_deterministic_given_seed_and_saved_whole(ensemble_fit, tmp_path):
+    data, fast, model = ensemble_fit
+    again = fit("ot", data, overrides={**fast, "ensemble_size": "3"}, seed=5, progress=False)
+    a, b = model.state_dict(), again.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(k.startswith("members_g.1.") for k in a) and any(
+        k.startswith("members_f.1.") for k in a
+    )
+    model.save(tmp_path / "ens")
+    loaded = load(tmp_path / "ens")
+    assert loaded.config["ensemble_size"] == 3
+    np.testing.assert_array_equal(
+        loaded.quantiles(HIDDEN, LEVELS_101), model.quantiles(HIDDEN, LEVELS_101)
+    )
+
+
+def test_single_map_keeps_its_weight_names_and_old_configs_load(tmp_path):
+    """ensemble_size 1 is the map as before (same weight names); a config saved before the key
+    existed loads as one map whatever the default is."""
+    data = gaussian_logit_world(600, seed=3)
+    fast = {"max_steps": "20", "warmup_steps": "10", "eval_every": "10", "batch_size": "64"}
+    model = fit("ot", data, overrides={**fast, "ensemble_size": "1"}, seed=5, progress=False)
+    assert {k.split(".")[0] for k in model.state_dict()} == {"standardizer", "net", "dual"}
+    model.save(tmp_path / "old")
+    path = tmp_path / "old" / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["config"]["ensemble_size"]  # as written before ensemble_size existed
+    path.write_text(json.dumps(saved))
+    loaded = load(tmp_path / "old")
+    assert loaded.settings.ensemble_size == 1
+    np.testing.assert_array_equal(
+        loaded.quantiles(HIDDEN, LEVELS_101), model.quantiles(HIDDEN, LEVELS_101)
+    )
+
+
+def test_ensemble_size_must_be_positive():
+    with pytest.raises(ConfigError, match="ensemble_size"):
+        OTCalibrator(3, {"ensemble_size": 0})
