@@ -63,6 +63,8 @@ from dprm.models.training import Batch, Trainer
 
 #: the readings of the transport's source (module docstring)
 SOURCES = ("uniform", "prm_score")
+#: what the ensemble members train on (``OTConfig.ensemble_batches``)
+ENSEMBLE_BATCHES = ("independent", "shared")
 
 
 @dataclass
@@ -109,6 +111,11 @@ class OTConfig(MapNetConfig):
         super().__post_init__()
         if self.source not in SOURCES:
             raise ConfigError(f"source must be one of {list(SOURCES)}, got {self.source!r}")
+        if self.ensemble_batches not in ENSEMBLE_BATCHES:
+            raise ConfigError(
+                f"ensemble_batches must be one of {list(ENSEMBLE_BATCHES)}, "
+                f"got {self.ensemble_batches!r}"
+            )
 
 
 class EnsembleQuantiles(QuantileFunction):
@@ -263,8 +270,11 @@ class OTCalibrator(QuantileMapCalibrator):
         """The alternating min-max: g every batch, f every ``f_every``-th batch, per member.
 
         Each member has its own optimisers (and gradient clipping), so the members are K
-        independent games on the same batches; member k reads level (tau + k / K) mod 1 of the
-        batch's tau ~ U(0, 1) (still uniform; the members' levels are spread out).
+        independent games. With ``ensemble_batches = "independent"`` member k > 0 draws its own
+        shuffled batches and levels from the trainer's seeded streams (member 0 gets the
+        trainer's batch), so the members differ in their trajectories as K seeds do; with
+        ``"shared"`` they see the same batches and member k reads level (tau + k / K) mod 1
+        (still uniform), so they differ by their initialisation and levels only.
         """
         config: OTConfig = self.settings
         size = config.ensemble_size
@@ -291,7 +301,9 @@ class OTCalibrator(QuantileMapCalibrator):
             # g step: f's parameters are constants (no gradients computed for them).
             f.requires_grad_(False)
             context_g = g.embed(batch.hidden)
-            tau = batch.tau if member == 0 else torch.remainder(batch.tau + member / size, 1.0)
+            tau = batch.tau
+            if member and config.ensemble_batches == "shared":
+                tau = torch.remainder(batch.tau + member / size, 1.0)
             source = self.source_points(tau)
             loss_g, transported = self.transport_loss(context_g, source, context_f.detach(), member)
             norm_g = trainer.update(loss_g, opt_g, sched_g, g_params)
@@ -303,10 +315,15 @@ class OTCalibrator(QuantileMapCalibrator):
                 logs["grad_norm_f"] = trainer.update(loss_f, opt_f, sched_f, f_params)
             return logs
 
+        # members 1..K-1's own batch streams (drawing from the trainer's seeded generators)
+        streams = [trainer.batches() for _ in range(size - 1)]
+        independent = config.ensemble_batches == "independent"
+
         def step(batch: Batch, index: int) -> dict[str, float]:
             if size == 1:
                 return member_step(batch, index, 0)
-            logs = [member_step(batch, index, k) for k in range(size)]
+            batches = [batch, *(next(s) if independent else batch for s in streams)]
+            logs = [member_step(b, index, k) for k, b in enumerate(batches)]
             return {key: sum(log[key] for log in logs) / size for key in logs[0]}  # members' mean
 
         return trainer.run(step, desc="ot")
