@@ -101,11 +101,13 @@ class OTConfig(MapNetConfig):
     dual_barrier: float = in_range(10.0, ge=0)
     # the transport's source: "uniform" (tau ~ U(0, 1)) or "prm_score" (module docstring)
     source: str = "uniform"
-    # K members (g_k, f_k), each its own min-max on the same batches (member k's levels shifted
-    # by k / K, mod 1), Q(tau | h) = mean_k T_k(tau | h); validation, selection and early
-    # stopping see the mean (bagging of the paper's objective, which is unchanged per member).
-    # A saved config without this key is a single map (``OTCalibrator.from_config``).
+    # K members (g_k, f_k), each its own min-max, Q(tau | h) = mean_k T_k(tau | h); validation,
+    # selection and early stopping see the mean (bagging of the paper's objective, which is
+    # unchanged per member). A saved config without this key is one map (``from_config``).
     ensemble_size: int = in_range(1, ge=1)
+    # what the members train on: "independent" (each its own shuffled batches and levels, as K
+    # seeds) or "shared" (the same batches; member k's levels shifted by k / K, mod 1)
+    ensemble_batches: str = "independent"
 
     def __post_init__(self) -> None:
         super().__post_init__()
