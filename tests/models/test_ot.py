@@ -263,6 +263,23 @@ def test_single_map_keeps_its_weight_names_and_old_configs_load(tmp_path):
     )
 
 
-def test_ensemble_size_must_be_positive():
+def test_shared_batches_members_differ_by_init_and_levels_only():
+    """ "shared": one batch stream, so member 0 trains exactly as a single map would;
+    "independent": member 0 still starts as the single map but sees other batches."""
+    data = gaussian_logit_world(600, seed=3)
+    # no averaging and only the last step eligible: every member's last iterate is returned
+    fast = {"max_steps": "20", "warmup_steps": "20", "eval_every": "10", "batch_size": "64"}
+    fast["ema_decay"] = "0"
+    single = fit("ot", data, overrides=fast, seed=5, progress=False).state_dict()
+    for batches, same in (("shared", True), ("independent", False)):
+        overrides = {**fast, "ensemble_size": "2", "ensemble_batches": batches}
+        pair = fit("ot", data, overrides=overrides, seed=5, progress=False).state_dict()
+        assert all(k in pair for k in single)
+        assert all(torch.equal(pair[k], single[k]) for k in single) == same, batches
+
+
+def test_ensemble_settings_are_checked():
     with pytest.raises(ConfigError, match="ensemble_size"):
         OTCalibrator(3, {"ensemble_size": 0})
+    with pytest.raises(ConfigError, match="ensemble_batches"):
+        OTCalibrator(3, {"ensemble_size": 2, "ensemble_batches": "bootstrap"})
