@@ -257,6 +257,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--hard", action="store_true", help="also run each world's hard variant")
+    parser.add_argument("--hard-only", action="store_true", help="run only the hard variants")
     parser.add_argument("--summary-only", action="store_true")
     args = parser.parse_args()
     args.history = args.history or args.out.with_name(args.out.stem + "_history.csv")
@@ -278,8 +279,8 @@ def main() -> None:
                     s: read_calibration_set(paths[f"{s}/calib"], check_hidden=False)
                     for s in ("train", "id", "ood")
                 }
-                variants = [(f"{preset}:{world_seed}", sets)]
-                if args.hard:
+                variants = [] if args.hard_only else [(f"{preset}:{world_seed}", sets)]
+                if args.hard or args.hard_only:
                     hard, r2 = harden(sets, int(world_seed))
                     print(f"{preset}:{world_seed} hard variant: held-out linear R^2 {r2:.3f}")
                     variants.append((f"{preset}:{world_seed}:hard", hard))
