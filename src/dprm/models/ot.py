@@ -26,6 +26,13 @@ The source (``OTConfig.source``), two readings of the paper:
   T monotone in x, so Q is monotone in tau by construction. In 1-D both readings have the same
   optimum (T = Q o S^-1, Q the quantile function); they differ in the transport cost's geometry.
 
+An ensemble (``OTConfig.ensemble_size`` K, default 4): K pairs (g_k, f_k), each trained by the
+objectives above with its own optimisers, initialisation and (by default) its own batches and
+levels, i.e. K seeds inside one fit; Q(tau | h) = mean_k T_k(tau | h), monotone as a mean of
+monotone maps. Validation, checkpoint selection and early stopping see the mean. This is
+bagging: it leaves the paper's objective unchanged and narrows the seed-to-seed spread that the
+checkpoint selection leaves (docs/calibrators.md, issue 19).
+
 Why this does not collapse: both networks start at the unconditional optimum. g starts with
 dg/dtau = Q0, the marginal quantile function of the training targets, and f with df/dy = Q0^-1
 (the marginal CDF), its exact convex conjugate; at that point the g gradient f'(T) - tau is zero
@@ -104,7 +111,10 @@ class OTConfig(MapNetConfig):
     # K members (g_k, f_k), each its own min-max, Q(tau | h) = mean_k T_k(tau | h); validation,
     # selection and early stopping see the mean (bagging of the paper's objective, which is
     # unchanged per member). A saved config without this key is one map (``from_config``).
-    ensemble_size: int = in_range(1, ge=1)
+    # 4: the smallest K that met issue 19's seed-to-seed spread target on the development worlds
+    # without moving the Brier means beyond the single map's spread (docs/calibrators.md; K = 1
+    # missed the OOD spread, K = 3 met it with worse means); costs ~3.4x K = 1's CPU time.
+    ensemble_size: int = in_range(4, ge=1)
     # what the members train on: "independent" (each its own shuffled batches and levels, as K
     # seeds) or "shared" (the same batches; member k's levels shifted by k / K, mod 1)
     ensemble_batches: str = "independent"
