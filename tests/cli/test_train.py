@@ -142,10 +142,11 @@ def test_collapse_exits_nonzero_and_writes_nothing(world, tmp_path, monkeypatch,
     def collapsing(klass, train_set, val, config, seed, progress):
         model, history = original(klass, train_set, val, config, seed, progress)
         with torch.no_grad():
-            for p in model.net.parameters():
-                p.zero_()
-            model.net.marginal_scale.bias.fill_(-60.0)
-            model.net.picnn.curvature.bias.fill_(-60.0)
+            for net, _ in model.potentials:  # every member of the ensemble (Q is their mean)
+                for p in net.parameters():
+                    p.zero_()
+                net.marginal_scale.bias.fill_(-60.0)
+                net.picnn.curvature.bias.fill_(-60.0)
         return model, history
 
     monkeypatch.setattr(cls, "fit_model", classmethod(collapsing))
