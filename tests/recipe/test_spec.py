@@ -71,3 +71,16 @@ def test_override_errors_speak_in_recipe_terms():
             BASE | {"calibrators": {"methods": ["qr"], "overrides": {"qr": {"max_steps": "x"}}}},
             "r.toml",
         )
+
+
+def test_tune_trials_key_reaches_the_run_config_and_is_validated():
+    from dprm.recipe.run import run_config
+
+    recipe = recipe_from_dict(BASE | {"calibrators": {"methods": ["qr"], "tune_trials": 12}}, "r")
+    assert recipe.calibrators.tune_trials == 12
+    assert run_config(recipe).tune_trials == 12
+    assert run_config(recipe_from_dict(BASE, "r")).tune_trials == 0  # default: no search
+    with pytest.raises(ConfigError, match=r"r.toml.*tune_trials"):
+        recipe_from_dict(BASE | {"calibrators": {"tune_trials": -1}}, "r.toml")
+    with pytest.raises(ConfigError, match=r"r.toml.*tune_trials"):
+        recipe_from_dict(BASE | {"calibrators": {"tune_trials": "many"}}, "r.toml")

@@ -62,7 +62,7 @@ from dprm.models.fit import (
     resolve_config,
 )
 from dprm.models.interface import REGISTRY, Standardizer, predict
-from dprm.models.training import evaluation_hook
+from dprm.models.training import evaluation_hook, reuse_standardized_rows
 from dprm.version import __version__
 
 #: the gradient-trained calibrators a search covers by default (each gets the same trials)
@@ -400,9 +400,11 @@ def run_study(
 
     objective = make_objective(method, split, settings)
     try:
-        # one trial at a time, re-counting after each: failed trials are retried, not counted
-        while finished_trials(study) < settings.trials:
-            study.optimize(objective, n_trials=1, callbacks=[tick, *callbacks])
+        # The trials share one standardised copy of the split (same numbers, no per-trial copy).
+        with reuse_standardized_rows():
+            # one trial at a time, re-counting after each: failed trials are retried, not counted
+            while finished_trials(study) < settings.trials:
+                study.optimize(objective, n_trials=1, callbacks=[tick, *callbacks])
     finally:
         bar.close()
     return study

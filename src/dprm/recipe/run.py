@@ -42,6 +42,7 @@ def run_config(recipe: Recipe, jobs: int = 1) -> RunConfig:
         jobs=jobs,
         beta=recipe.ias.beta,
         mc_trials=recipe.ias.mc_trials,
+        tune_trials=recipe.calibrators.tune_trials,
     )
 
 
