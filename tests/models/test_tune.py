@@ -161,3 +161,52 @@ def test_tuned_overrides_reuses_the_study(data, tmp_path):
     first = T.tuned_overrides("qr", data, tmp_path, trials=2)
     again = T.tuned_overrides("qr", data, tmp_path, trials=2)  # resumed: nothing to run
     assert first == again and first["lr"] > 0
+
+
+@pytest.mark.parametrize("method", ["qr", "ot"])
+def test_trials_sharing_the_standardised_rows_compute_what_they_compute_alone(
+    data, method, monkeypatch
+):
+    """In a search the trainers reuse one standardised copy of the split (and its statistics):
+    the standardiser is fitted once, and each fit's history and weights equal a fit alone."""
+    import torch
+
+    from dprm.models.fit import fit_split
+    from dprm.models.interface import Standardizer
+    from dprm.models.training import reuse_standardized_rows
+
+    split = T.split_for_tuning(data)
+    fits = []
+    original_fit = Standardizer.fit
+
+    def counted_fit(self, *args, **kwargs):
+        fits.append(1)
+        return original_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Standardizer, "fit", counted_fit)
+
+    def train(seed):
+        model, history, _ = fit_split(
+            method,
+            split.train_std,
+            split.val_std,
+            overrides={"max_steps": 30},
+            seed=seed,
+            progress=False,
+        )
+        return model, history
+
+    alone = [train(seed) for seed in (0, 1)]
+    assert len(fits) == 2
+    with reuse_standardized_rows():
+        shared = [train(seed) for seed in (0, 1)]
+    assert len(fits) == 3  # the second trial reused the first one's rows and statistics
+    for (model_a, history_a), (model_b, history_b) in zip(alone, shared, strict=True):
+        assert [{k: v for k, v in e.items() if k != "seconds"} for e in history_a] == [
+            {k: v for k, v in e.items() if k != "seconds"} for e in history_b
+        ]
+        a, b = model_a.state_dict(), model_b.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with reuse_standardized_rows():  # a new block starts with an empty cache
+        train(0)
+    assert len(fits) == 4
