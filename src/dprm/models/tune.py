@@ -38,6 +38,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import shutil
 import time
 import zlib
@@ -509,6 +510,8 @@ def tune_method(
     return entry | {
         "seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
+        # which process searched it: with jobs > 1, methods of one worker share its core
+        "process": os.getpid(),
     }
 
 
@@ -612,7 +615,9 @@ def tune(
         raise ConfigError("jobs > 1 needs a calibration set read from a directory")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _optuna()
+    # Create the SQLite schema here, once: worker processes that each create it at the same
+    # time race on it (sqlite3.IntegrityError on alembic_version, seen with jobs = 2).
+    _optuna().storages.RDBStorage(storage_url(out))
     started = time.perf_counter()
     entries: dict[str, dict] = {}
     if jobs <= 1:
