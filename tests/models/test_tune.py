@@ -279,3 +279,19 @@ def test_search_killed_by_sigkill_resumes_without_repeating_finished_trials(tiny
     assert [(t.number, t.params, t.value, t.datetime_complete) for t in study.trials[:2]] == before
     best = json.loads((out / "best.json").read_text())
     assert best["methods"]["qr"]["trials"] == {"complete": 4, "pruned": 0, "fail": 1}
+
+
+@pytest.mark.slow
+def test_parallel_workers_give_the_sequential_result(tiny_world, tmp_path):
+    """jobs = 2 (two worker processes sharing one fresh SQLite file) finds what jobs = 1 finds;
+    the schema is created once up front (two workers creating it at once used to collide)."""
+    settings = dataclasses.replace(FAST, trials=1, max_steps=10)
+    path = tiny_world()["train/calib"]
+    methods = ["qr", "mono"]
+    parallel = T.tune(path, tmp_path / "two", methods=methods, settings=settings, jobs=2,
+                      progress=False)  # fmt: skip
+    sequential = T.tune(path, tmp_path / "one", methods=methods, settings=settings, progress=False)
+    for method in methods:
+        assert parallel["methods"][method]["params"] == sequential["methods"][method]["params"]
+        assert parallel["methods"][method]["value"] == sequential["methods"][method]["value"]
+    assert parallel["methods"]["qr"]["process"] != sequential["methods"]["qr"]["process"]
