@@ -210,6 +210,9 @@ def partial(search: Path, args) -> None:
             f"{sum(wall) / len(wall):18.2f} {mean_full:20.2f}"
         )
         per_method[s.study_name] = args.target_trials * mean_cpu + mean_full
+    missing = [m for m in args.methods.split(",") if m and m not in per_method]
+    if missing:
+        print(f"no finished trial yet (NOT in the extrapolation below): {', '.join(missing)}")
     n_workers = max(1, min(args.jobs, len(per_method)))
     total = schedule(per_method, n_workers)
     print(
