@@ -21,6 +21,7 @@ import csv
 import json
 import os
 import platform
+import resource
 import time
 from pathlib import Path
 
@@ -60,6 +61,7 @@ def main() -> None:
     methods = [m for m in args.methods.split(",") if m]
     settings = TuneSettings(trials=args.trials, seed=args.seed, max_steps=args.max_steps)
     load_before = os.getloadavg()
+    children_before = _children_cpu()
     started = time.perf_counter()
     best = tune(
         world / "train" / "calib",
@@ -71,6 +73,7 @@ def main() -> None:
         progress=False,
     )
     wall = time.perf_counter() - started
+    children_cpu = _children_cpu() - children_before  # every worker, start-up included
     load_after = os.getloadavg()
     with open(search / "trials.csv") as handle:
         trials = list(csv.DictReader(handle))
@@ -90,6 +93,9 @@ def main() -> None:
             "method_seconds": entry.get("seconds"),
             "trial_cpu_seconds": round(sum(cpu), 1),
             "method_cpu_seconds": entry.get("cpu_seconds"),
+            "mean_complete_cpu_s": _mean(cpu_of(mine, "complete")),
+            "mean_pruned_cpu_s": _mean(cpu_of(mine, "pruned")),
+            "process": entry.get("process"),
             "validation": entry.get("validation"),
         }
     print(
@@ -107,12 +113,29 @@ def main() -> None:
             f"{r['mean_pruned_s']:14.2f} {r['trial_seconds']:9.1f} {r['method_seconds']:9.1f} "
             f"{r['trial_cpu_seconds']:13.1f} {r['method_cpu_seconds']:13.1f}"
         )
+    print(
+        "CPU s per trial (mean): "
+        + ", ".join(
+            f"{m} {r['mean_complete_cpu_s']:.1f} complete / {r['mean_pruned_cpu_s']:.1f} pruned"
+            for m, r in rows.items()
+        )
+    )
     print(f"MEASURED wall time: {wall:.1f} s ({wall / 60:.1f} min)")
     n_workers = max(1, min(args.jobs, len(methods)))
-    cpu_wall = schedule({m: r["method_cpu_seconds"] for m, r in rows.items()}, n_workers)
+    workers: dict[str, float] = {}  # process -> CPU seconds of the methods it searched
+    for method, r in rows.items():
+        key = str(r["process"])
+        workers[key] = workers.get(key, 0.0) + r["method_cpu_seconds"]
+        print(f"  worker {key}: {method} {r['method_cpu_seconds']:.1f} CPU s")
+    cpu_wall = max(workers.values())
     print(
-        f"ESTIMATE for {n_workers} dedicated cores (each worker's CPU seconds, 1 thread, as if "
-        f"it had its core alone): {cpu_wall:.0f} s ({cpu_wall / 60:.1f} min)"
+        f"MEASURED CPU seconds per worker (1 thread each; split, trials and refit of its "
+        f"methods): {', '.join(f'{v:.0f}' for v in workers.values())}; all worker processes "
+        f"incl. start-up (getrusage): {children_cpu:.0f}"
+    )
+    print(
+        f"ESTIMATE for {n_workers} dedicated cores (the busiest worker's CPU seconds, as if "
+        f"each worker had its core alone): {cpu_wall:.0f} s ({cpu_wall / 60:.1f} min)"
     )
     extrapolated = None
     if args.trials < args.target_trials:
@@ -133,12 +156,27 @@ def main() -> None:
         "jobs": args.jobs,
         "methods": rows,
         "wall_seconds": round(wall, 1),
+        "worker_cpu_seconds": workers,
+        "children_cpu_seconds": round(children_cpu, 1),
         "dedicated_cores_estimate_seconds": round(cpu_wall, 1),
         "extrapolated_seconds": extrapolated,
         "load_before": load_before,
         "load_after": load_after,
     }
     (out / "bench_tune.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_of(trials: list[dict], state: str) -> list[float]:
+    return [float(t["cpu_seconds"] or 0) for t in trials if t["state"] == state]
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 2) if values else float("nan")
 
 
 def partial(search: Path, args) -> None:
@@ -172,6 +210,9 @@ def partial(search: Path, args) -> None:
             f"{sum(wall) / len(wall):18.2f} {mean_full:20.2f}"
         )
         per_method[s.study_name] = args.target_trials * mean_cpu + mean_full
+    missing = [m for m in args.methods.split(",") if m and m not in per_method]
+    if missing:
+        print(f"no finished trial yet (NOT in the extrapolation below): {', '.join(missing)}")
     n_workers = max(1, min(args.jobs, len(per_method)))
     total = schedule(per_method, n_workers)
     print(

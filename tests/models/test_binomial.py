@@ -21,10 +21,13 @@ from dprm.models import REGISTRY, load
 from dprm.models.binomial import (
     BinomialCalibrator,
     BinomialConfig,
+    CountTrainer,
     latent_logit_normal,
+    midpoints,
     mixture_log_likelihood,
     systematic_levels,
 )
+from dprm.models.training import Trainer
 
 LEVELS = (np.arange(99) + 0.5) / 99
 
@@ -145,3 +148,26 @@ def test_registered_save_load_identical(one_thread, tmp_path):
     np.testing.assert_array_equal(
         loaded.quantiles(data.hidden, levels), model.quantiles(data.hidden, levels)
     )
+
+
+def test_evaluation_shares_one_embedding_and_scores_as_each_alone(one_thread):
+    """CountTrainer.evaluate embeds each validation block once for both scores: the quantile
+    scores equal the base trainer's evaluation and the NLL equals the mixture NLL on its own."""
+    data = beta_world(4, 700, (4, 8))
+    config = BinomialConfig(**FAST)
+    torch.manual_seed(0)
+    model = BinomialCalibrator(data.hidden_dim, vars(config))
+    trainer = CountTrainer(model, data, data, config, seed=0, progress=False)
+    model.initialise(trainer)
+    with torch.no_grad():  # off the marginal initialisation: h matters, scores are not trivial
+        for p in model.net.context_mlp.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    got = trainer.evaluate()
+    alone = Trainer.evaluate(trainer)
+    assert got["wql"] == alone["wql"] and got["calibration_area"] == alone["calibration_area"]
+    with torch.no_grad():
+        context = model.net.embed(trainer.val_rows.matrix)
+        raw = model.net.quantile_levels(context, midpoints(config.val_levels))
+        ll = mixture_log_likelihood(raw, trainer.val_k, trainer.val_n, config.link, config.eps)
+    assert got["nll"] == pytest.approx(-float(ll.double().sum()) / len(data), rel=1e-6)
+    assert model.training  # evaluation hands the model back in training mode

@@ -161,3 +161,137 @@ def test_tuned_overrides_reuses_the_study(data, tmp_path):
     first = T.tuned_overrides("qr", data, tmp_path, trials=2)
     again = T.tuned_overrides("qr", data, tmp_path, trials=2)  # resumed: nothing to run
     assert first == again and first["lr"] > 0
+
+
+@pytest.mark.parametrize("method", ["qr", "ot"])
+def test_trials_sharing_the_standardised_rows_compute_what_they_compute_alone(
+    data, method, monkeypatch
+):
+    """In a search the trainers reuse one standardised copy of the split (and its statistics):
+    the standardiser is fitted once, and each fit's history and weights equal a fit alone."""
+    import torch
+
+    from dprm.models.fit import fit_split
+    from dprm.models.interface import Standardizer
+    from dprm.models.training import reuse_standardized_rows
+
+    split = T.split_for_tuning(data)
+    fits = []
+    original_fit = Standardizer.fit
+
+    def counted_fit(self, *args, **kwargs):
+        fits.append(1)
+        return original_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Standardizer, "fit", counted_fit)
+
+    def train(seed):
+        model, history, _ = fit_split(
+            method,
+            split.train_std,
+            split.val_std,
+            overrides={"max_steps": 30},
+            seed=seed,
+            progress=False,
+        )
+        return model, history
+
+    alone = [train(seed) for seed in (0, 1)]
+    assert len(fits) == 2
+    with reuse_standardized_rows():
+        shared = [train(seed) for seed in (0, 1)]
+    assert len(fits) == 3  # the second trial reused the first one's rows and statistics
+    for (model_a, history_a), (model_b, history_b) in zip(alone, shared, strict=True):
+        assert [{k: v for k, v in e.items() if k != "seconds"} for e in history_a] == [
+            {k: v for k, v in e.items() if k != "seconds"} for e in history_b
+        ]
+        a, b = model_a.state_dict(), model_b.state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with reuse_standardized_rows():  # a new block starts with an empty cache
+        train(0)
+    assert len(fits) == 4
+
+
+#: `dprm tune` in a child process whose third trial hangs mid-training (after telling the
+#: test it started), so the test can SIGKILL the process with two trials finished, one running
+_HANGING_TUNE = """
+import pathlib, sys, time
+from dprm.models import tune as T
+real_fit_split, calls = T.fit_split, []
+def fit_split(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:
+        pathlib.Path(sys.argv[1]).write_text("third trial running")
+        time.sleep(300)
+    return real_fit_split(*args, **kwargs)
+T.fit_split = fit_split
+from dprm.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_search_killed_by_sigkill_resumes_without_repeating_finished_trials(tiny_world, tmp_path):
+    """The real thing: SIGKILL of the process running `dprm tune` in the middle of a trial, then
+    the same command again. The SQLite study keeps the two finished trials (not re-run), the
+    killed trial is marked failed (not counted) and only the missing trials run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import optuna
+
+    import dprm
+    from dprm.cli import main
+
+    out, started = tmp_path / "search", tmp_path / "started"
+    command = [
+        "tune", "--data", str(tiny_world()["train/calib"]), "--methods", "qr", "--trials", "4",
+        "--max-steps", "20", "--out", str(out), "--quiet",
+    ]  # fmt: skip
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join([str(Path(dprm.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }  # fmt: skip
+    child = subprocess.Popen([sys.executable, "-c", _HANGING_TUNE, str(started), *command], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert child.poll() is None, f"dprm tune exited early ({child.returncode})"
+            assert time.monotonic() < deadline, "the third trial never started"
+            time.sleep(0.1)
+        study = optuna.load_study(study_name="qr", storage=T.storage_url(out))
+        states = [t.state.name for t in study.trials]
+        assert states == ["COMPLETE", "COMPLETE", "RUNNING"]
+        before = [(t.number, t.params, t.value, t.datetime_complete) for t in study.trials[:2]]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+    assert main(command) == 0  # the same command again
+    study = optuna.load_study(study_name="qr", storage=T.storage_url(out))
+    states = [t.state.name for t in study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert [(t.number, t.params, t.value, t.datetime_complete) for t in study.trials[:2]] == before
+    best = json.loads((out / "best.json").read_text())
+    assert best["methods"]["qr"]["trials"] == {"complete": 4, "pruned": 0, "fail": 1}
+
+
+@pytest.mark.slow
+def test_parallel_workers_give_the_sequential_result(tiny_world, tmp_path):
+    """jobs = 2 (two worker processes sharing one fresh SQLite file) finds what jobs = 1 finds;
+    the schema is created once up front (two workers creating it at once used to collide)."""
+    settings = dataclasses.replace(FAST, trials=1, max_steps=10)
+    path = tiny_world()["train/calib"]
+    methods = ["qr", "mono"]
+    parallel = T.tune(path, tmp_path / "two", methods=methods, settings=settings, jobs=2,
+                      progress=False)  # fmt: skip
+    sequential = T.tune(path, tmp_path / "one", methods=methods, settings=settings, progress=False)
+    for method in methods:
+        assert parallel["methods"][method]["params"] == sequential["methods"][method]["params"]
+        assert parallel["methods"][method]["value"] == sequential["methods"][method]["value"]
+    assert parallel["methods"]["qr"]["process"] != sequential["methods"]["qr"]["process"]

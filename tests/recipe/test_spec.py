@@ -86,3 +86,16 @@ def test_ias_rules_reach_the_run_config_and_unknown_ones_are_refused():
         ConfigError, match=r"r.toml \[ias\]: unknown selection rule\(s\) \['mode'\]"
     ):
         recipe_from_dict(BASE | {"ias": {"rules": ["mode"]}}, "r.toml")
+
+
+def test_tune_trials_key_reaches_the_run_config_and_is_validated():
+    from dprm.recipe.run import run_config
+
+    recipe = recipe_from_dict(BASE | {"calibrators": {"methods": ["qr"], "tune_trials": 12}}, "r")
+    assert recipe.calibrators.tune_trials == 12
+    assert run_config(recipe).tune_trials == 12
+    assert run_config(recipe_from_dict(BASE, "r")).tune_trials == 0  # default: no search
+    with pytest.raises(ConfigError, match=r"r.toml.*tune_trials"):
+        recipe_from_dict(BASE | {"calibrators": {"tune_trials": -1}}, "r.toml")
+    with pytest.raises(ConfigError, match=r"r.toml.*tune_trials"):
+        recipe_from_dict(BASE | {"calibrators": {"tune_trials": "many"}}, "r.toml")

@@ -227,24 +227,31 @@ class CountTrainer(Trainer):
         self.val_n = torch.as_tensor(val.records["n_rollouts"].to_numpy(np.float32))
 
     @torch.no_grad()
-    def validation_nll(self) -> float:
+    def evaluate(self) -> dict[str, float]:
+        """The base scores (calibration area, WQL) and ``nll``, one embedding per validation block.
+
+        Both read the same context u0 = embed(h): embedding once, not once per score, halves
+        the cost of an evaluation at D = 3584 (same numbers).
+        """
         model: BinomialCalibrator = self.model  # type: ignore[assignment]
         cfg = model.settings
-        levels = midpoints(cfg.val_levels)
-        model.eval()
+        nll_levels = midpoints(cfg.val_levels)
+        levels = torch.as_tensor(self.levels, dtype=torch.float32)
+        q = np.empty((len(self.val_rows), len(levels)), dtype=np.float64)
         total = 0.0
+        model.eval()
         for start, block in self.val_rows.chunks():
             stop = start + block.shape[0]
-            raw = model.net.quantile_levels(model.net.embed(block), levels)
+            context = model.net.embed(block)
+            quantiles = model.quantile_function(context).quantile(levels)
+            q[start:stop] = quantiles.clamp(0.0, 1.0).numpy()
+            raw = model.net.quantile_levels(context, nll_levels)
             ll = mixture_log_likelihood(
                 raw, self.val_k[start:stop], self.val_n[start:stop], cfg.link, cfg.eps
             )
             total -= float(ll.double().sum())
         model.train()
-        return total / max(len(self.val_rows), 1)
-
-    def evaluate(self) -> dict[str, float]:
-        return {**super().evaluate(), "nll": self.validation_nll()}
+        return {**self.quantile_scores(q), "nll": total / max(len(self.val_rows), 1)}
 
 
 BinomialCalibrator.trainer_class = CountTrainer

@@ -58,6 +58,30 @@ def evaluation_hook(hook: Callable[[int, dict[str, float]], None]) -> Iterator[N
         EVALUATION_HOOK.reset(token)
 
 
+#: set through :func:`reuse_standardized_rows`: trainers built while it is set share the
+#: standardised copies of the arrays they were given (key: the arrays' ids and the size limit).
+ROWS_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "dprm_rows_cache", default=None
+)
+
+
+@contextlib.contextmanager
+def reuse_standardized_rows() -> Iterator[None]:
+    """Trainers built in this block on the same (train, val) arrays share their standardised rows.
+
+    A hyper-parameter search trains one model after another on one split; alone, each trainer
+    fits the same standardiser and copies the same [N, D] rows again (at D = 3584 and 24k
+    training rows, 3.7 s of a 7.4 s qr trial, measured). In this block the first trainer's
+    float32 copies and standardiser statistics are reused read-only, so each trial computes
+    exactly what it computes alone. The cache (and the arrays it keeps alive) is dropped on exit.
+    """
+    token = ROWS_CACHE.set({})
+    try:
+        yield
+    finally:
+        ROWS_CACHE.reset(token)
+
+
 #: the learning-rate schedules of ``TrainConfig.lr_schedule``
 LR_SCHEDULES = ("step", "cosine")
 
@@ -167,8 +191,41 @@ class StandardizedRows:
         return self.standardizer(torch.from_numpy(block))
 
     def chunks(self, size: int = 4096) -> Iterator[tuple[int, Tensor]]:
+        """Consecutive blocks of rows (read-only views of the in-memory copy when there is one)."""
         for start in range(0, len(self), size):
-            yield start, self[np.arange(start, min(start + size, len(self)))]
+            stop = min(start + size, len(self))
+            if self.matrix is not None:  # a view: no [size, D] copy per validation pass
+                yield start, self.matrix[start:stop]
+            else:
+                yield start, self[np.arange(start, stop)]
+
+    def bound_to(self, standardizer: Standardizer) -> StandardizedRows:
+        """The same rows (shared, not copied) for a model whose standardiser has equal statistics."""
+        twin = copy.copy(self)
+        twin.standardizer = standardizer
+        return twin
+
+
+def standardized_split(
+    train_hidden, val_hidden, standardizer: Standardizer, max_bytes: float
+) -> tuple[StandardizedRows, StandardizedRows]:
+    """Fit ``standardizer`` on the training rows; both parts' standardised rows.
+
+    Inside :func:`reuse_standardized_rows` a second call on the same arrays loads the first
+    call's statistics into ``standardizer`` and shares its rows instead of recomputing them.
+    """
+    cache = ROWS_CACHE.get()
+    key = (id(train_hidden), id(val_hidden), max_bytes)
+    if cache is not None and key in cache:
+        _, _, stats, train_rows, val_rows = cache[key]
+        standardizer.load_state_dict(stats)
+        return train_rows.bound_to(standardizer), val_rows.bound_to(standardizer)
+    train_rows = StandardizedRows(train_hidden, standardizer, max_bytes, fit=True)
+    val_rows = StandardizedRows(val_hidden, standardizer, max_bytes)
+    if cache is not None:  # the arrays are kept too, so their ids stay theirs
+        stats = {k: v.clone() for k, v in standardizer.state_dict().items()}
+        cache[key] = (train_hidden, val_hidden, stats, train_rows, val_rows)
+    return train_rows, val_rows
 
 
 class WeightAverage:
@@ -245,8 +302,9 @@ class Trainer:
     ):
         self.model, self.config, self.progress = model, config, progress
         max_bytes = config.preload_max_gb * 2**30
-        self.train_rows = StandardizedRows(train.hidden, model.standardizer, max_bytes, fit=True)
-        self.val_rows = StandardizedRows(val.hidden, model.standardizer, max_bytes)
+        self.train_rows, self.val_rows = standardized_split(
+            train.hidden, val.hidden, model.standardizer, max_bytes
+        )
         self.target, self.score = _column(train, "success_prob"), _column(train, "prm_score")
         self.n_rollouts = _column(train, "n_rollouts")
         self.n_correct = torch.as_tensor(train.n_correct, dtype=torch.float32)
@@ -346,7 +404,10 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Validation calibration area and WQL (docs/design.md §3) at the trained levels."""
-        q = self.validation_quantiles()
+        return self.quantile_scores(self.validation_quantiles())
+
+    def quantile_scores(self, q: np.ndarray) -> dict[str, float]:
+        """Calibration area and WQL of validation quantiles ``q`` [N_val, L] at the levels."""
         y = self.val_target
         return {
             "calibration_area": M.calibration_area(q, y, self.levels),

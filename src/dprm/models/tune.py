@@ -38,6 +38,7 @@ import dataclasses
 import io
 import json
 import math
+import os
 import shutil
 import time
 import zlib
@@ -62,7 +63,7 @@ from dprm.models.fit import (
     resolve_config,
 )
 from dprm.models.interface import REGISTRY, Standardizer, predict
-from dprm.models.training import evaluation_hook
+from dprm.models.training import evaluation_hook, reuse_standardized_rows
 from dprm.version import __version__
 
 #: the gradient-trained calibrators a search covers by default (each gets the same trials)
@@ -400,9 +401,11 @@ def run_study(
 
     objective = make_objective(method, split, settings)
     try:
-        # one trial at a time, re-counting after each: failed trials are retried, not counted
-        while finished_trials(study) < settings.trials:
-            study.optimize(objective, n_trials=1, callbacks=[tick, *callbacks])
+        # The trials share one standardised copy of the split (same numbers, no per-trial copy).
+        with reuse_standardized_rows():
+            # one trial at a time, re-counting after each: failed trials are retried, not counted
+            while finished_trials(study) < settings.trials:
+                study.optimize(objective, n_trials=1, callbacks=[tick, *callbacks])
     finally:
         bar.close()
     return study
@@ -507,6 +510,8 @@ def tune_method(
     return entry | {
         "seconds": round(time.perf_counter() - started, 3),
         "cpu_seconds": round(time.process_time() - cpu_started, 3),
+        # which process searched it: with jobs > 1, methods of one worker share its core
+        "process": os.getpid(),
     }
 
 
@@ -610,7 +615,9 @@ def tune(
         raise ConfigError("jobs > 1 needs a calibration set read from a directory")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _optuna()
+    # Create the SQLite schema here, once: worker processes that each create it at the same
+    # time race on it (sqlite3.IntegrityError on alembic_version, seen with jobs = 2).
+    _optuna().storages.RDBStorage(storage_url(out))
     started = time.perf_counter()
     entries: dict[str, dict] = {}
     if jobs <= 1:

@@ -189,6 +189,10 @@ class CalibratorsSection:
     methods: tuple[str, ...] = ("ot", "qr")
     seeds: int = in_range(1, ge=1)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # > 0: each gradient-trained method (ot, qr, mono, binomial) is trained with the best
+    # parameters of a `dprm tune` search of this many trials per (world, method) on the
+    # training split (the same trials for each; needs optuna); 0 = the methods' defaults
+    tune_trials: int = in_range(0, ge=0)
 
 
 @dataclass(frozen=True)
