@@ -157,6 +157,28 @@ def test_choose_is_the_lowest_validation_score():
     assert T.choose({"mono": {}}, "wql") is None
 
 
+def test_ot_trials_train_one_map_and_the_refit_bags_the_default_ensemble(
+    data, tmp_path, monkeypatch
+):
+    from dprm.models.ot import OTConfig
+
+    seen = []
+    real_fit_split = T.fit_split
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["overrides"].get("ensemble_size"))
+        return real_fit_split(*args, **kwargs)
+
+    monkeypatch.setattr(T, "fit_split", spy)
+    settings = dataclasses.replace(FAST, trials=1)
+    best = T.tune(data, tmp_path, methods=["ot"], settings=settings, progress=False)
+    assert seen == [1]  # the trial: one map
+    entry = best["methods"]["ot"]
+    assert "ensemble_size" not in entry["overrides"]
+    saved = json.loads((tmp_path / "ot" / "config.json").read_text())
+    assert saved["config"]["ensemble_size"] == OTConfig().ensemble_size > 1  # the refit: bagged
+
+
 def test_tuned_overrides_reuses_the_study(data, tmp_path):
     first = T.tuned_overrides("qr", data, tmp_path, trials=2)
     again = T.tuned_overrides("qr", data, tmp_path, trials=2)  # resumed: nothing to run

@@ -144,6 +144,14 @@ SEARCH_SPACES: dict[str, dict[str, LogFloat | Choice | Layers]] = {
 }
 
 
+#: settings of the *trials* only, not of the tuned model: ``ot``'s trials train one map (the
+#: member whose learning rates, sizes and f cadence are searched) and the refit bags
+#: ``ensemble_size`` maps with the best member settings, as ``dprm train`` does. An ensemble in
+#: every trial would cost K min-max games per trial (4x ``ot``'s trial CPU) for a score that
+#: mostly measures the member's settings.
+TRIAL_ONLY: dict[str, dict[str, Any]] = {"ot": {"ensemble_size": 1}}
+
+
 def suggest_overrides(method: str, trial) -> dict[str, Any]:
     """The config overrides of one trial, drawn from ``SEARCH_SPACES[method]``."""
     return {key: dim.suggest(trial, key) for key, dim in SEARCH_SPACES[method].items()}
@@ -191,6 +199,7 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
             "hidden_dim": data.hidden_dim,
             "seed": settings.seed,
             "fixed": settings.fixed(),
+            "trial_only": TRIAL_ONLY.get(method, {}),
             "prune_startup": settings.prune_startup,
             "space": space,
         }
@@ -323,7 +332,8 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
 
     def train_trial(trial) -> float:
         overrides = suggest_overrides(method, trial) | settings.fixed()
-        trial.set_user_attr("overrides", overrides)
+        trial.set_user_attr("overrides", overrides)  # what the tuned model is refitted with
+        overrides = overrides | TRIAL_ONLY.get(method, {})
         config = resolve_config(method, None, overrides)
         best = math.inf
 
