@@ -32,7 +32,17 @@ RULES = ("highest-last", "majority", "weighted-last", "weighted-calibrated")
 RECOMMENDED = "binomial"  # README "Which calibrator?": meant for IAS
 
 
-def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES) -> None:
+def run(
+    root: Path,
+    preset: str,
+    seeds: list[int],
+    vote_trials: int,
+    rules=RULES,
+    *,
+    size: str = "demo",
+    methods=METHODS,
+    models_only: bool = False,
+) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -43,18 +53,26 @@ def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES
     from dprm.ias.outputs import write_ias_outputs
     from dprm.models import load
 
-    world = root / f"{preset}-demo"
+    world = root / f"{preset}-{size}"
     if not (world / "train" / "bon").exists():
-        write_world(world, preset, size="demo", progress=False)
+        t0 = time.time()
+        write_world(world, preset, size=size, progress=False)
+        print(f"{preset}: world written in {time.time() - t0:.0f} s", flush=True)
     data = read_calibration_set(world / "train" / "calib")
     train = read_bon_set(world / "train" / "bon", check_hidden=False)
     for seed in seeds:
         models = {}
-        for method in METHODS:
+        for method in methods:
             out = world / "models" / f"{method}-s{seed}"
             if not out.exists():
+                t0 = time.time()
                 dprm.fit(method, data, seed=seed, progress=False).save(out)
+                print(
+                    f"{preset}: {method} seed {seed} fitted in {time.time() - t0:.0f} s", flush=True
+                )
             models[method] = load(out)
+        if models_only:
+            continue
         for split in ("id", "ood"):
             res = world / "ias" / f"{split}-s{seed}"
             if (res / "pays.csv").exists():
@@ -73,7 +91,7 @@ def summarise(root: Path) -> None:
     pays, full = [], []
     for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
         split, seed = Path(path).parent.name.split("-s")
-        world = Path(path).parents[2].name.removesuffix("-demo")
+        world = Path(path).parents[2].name.removesuffix("-demo").removesuffix("-paper")
         frame = pd.read_csv(path).assign(world=world, split=split, seed=int(seed))
         pays.append(frame)
         f = pd.read_csv(Path(path).parent / "ias_full.csv")
@@ -125,11 +143,17 @@ def main() -> None:
     parser.add_argument("--vote-trials", type=int, default=96)
     parser.add_argument("--summarise", action="store_true")
     parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--size", default="demo", choices=("tiny", "demo", "paper"))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--models-only", action="store_true", help="write worlds, fit, stop")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for preset in args.presets:
         seeds = [int(s) for s in args.seeds.split(",")]
-        run(args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")))
+        run(
+            args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")),
+            size=args.size, methods=tuple(args.methods.split(",")), models_only=args.models_only,
+        )  # fmt: skip
     if args.summarise:
         summarise(args.root)
 

@@ -278,3 +278,51 @@ def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed
         )
         writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
     return path
+
+
+def fresh_pool_stream(seed: int, split_index: int, pool: int) -> np.random.Generator:
+    """The stream of fresh pool ``pool`` of a test split (population oracle): separate from
+    every stream :func:`dprm.data.synth.write_world` uses, so the written world is unchanged."""
+    return np.random.default_rng([seed, split_index, 30, pool])
+
+
+def draw_fresh_pool(bq, pool: int, *, step_scores_too: bool = False):
+    """One fresh candidate pool for each of a test split's questions, their latents fixed.
+
+    Same generative model as the written pools: correct ~ Bernoulli(p_q) and the final score as
+    :func:`dprm.data.synth.draw_pool`; answers as :func:`draw_answers` (a fresh draw of the
+    question's wrong-answer distribution: the twin draws it with the pool, it is not a stored
+    question latent); with ``step_scores_too``, per-step scores as :func:`step_scores` over
+    lengths drawn as the candidates' (slow: a Python loop over candidates). Candidate hidden
+    states are not drawn.
+
+    Args:
+        bq: :class:`dprm.data.synth.BonQuestions` of the split.
+        pool: the pool's index (its own stream, :func:`fresh_pool_stream`).
+
+    Returns:
+        (questions, responses): data frames shaped like a BoN set's (v2 columns ``answer`` and,
+        with ``step_scores_too``, ``step_scores``), question ids as in the written set.
+    """
+    from dprm.data import synth
+
+    rng = fresh_pool_stream(bq.seed, bq.split_index, pool)
+    prm_rng = np.random.default_rng(rng.integers(2**63))
+    split = bq.world.splits[bq.split_index]
+    q_count = len(bq.rec.true_p)
+    questions, responses, correct = synth.draw_pool(
+        rng, prm_rng, bq.prm, bq.cell, bq.rec, np.arange(q_count), split.name,
+        bq.world.pool_size,
+    )  # fmt: skip
+    p = np.clip(np.asarray(bq.rec.true_p, dtype=np.float64), 1e-12, 1 - 1e-12)
+    responses["answer"] = draw_answers(rng, correct, np.log(p) - np.log1p(-p)).ravel()
+    if step_scores_too:
+        typical = bq.gen.mean_steps * bq.world.max_steps / synth.SIZES["paper"].max_steps
+        length = np.clip(
+            np.round(typical * np.exp(synth.LENGTH_SPREAD * rng.standard_normal(correct.shape))),
+            bq.world.min_steps,
+            bq.world.max_steps,
+        ).astype(np.int64)
+        final = responses["prm_score"].to_numpy(np.float64).clip(1e-6, 1 - 1e-6)
+        responses["step_scores"] = step_scores(rng, final, length)
+    return questions, responses
