@@ -149,3 +149,25 @@ def test_twin_questions_replays_the_written_set_and_refuses_others(tiny_world):
         .ne("oracle-pop")
         .all()
     )
+
+
+def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
+    import dprm
+    from dprm.data import read_bon_set, read_calibration_set
+    from dprm.ias import run_ias
+
+    paths = tiny_world("llama-3.1-8b__qwen-prm")
+    bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
+    model = dprm.fit("qr", read_calibration_set(paths["train/calib"]), seed=0, progress=False)
+    summary, _ = run_ias(
+        bon, {"qr": model}, mc_trials=0, rules=["highest-last"], train_bon=train,
+        sequential=True, vote_trials=8,
+    )  # fmt: skip
+    seq = summary[summary["sweep"] == "auto-seq"].set_index(["method", "level"])
+    auto = summary[summary["sweep"] == "auto"].set_index(["method", "level"])
+    assert set(seq.index.get_level_values("method")) == {"base", "qr"}
+    assert sorted(set(seq.index.get_level_values("level"))) == [0.05, 0.1, 0.25]
+    for key, row in seq.iterrows():  # control variate: auto's exact accuracy + the difference
+        assert row["accuracy"] == pytest.approx(auto.loc[key, "accuracy"] + row["minus_auto"])
+        assert row["cost"] == pytest.approx(auto.loc[key, "cost"])  # the same budget
+    assert "auto-seq" in set(pays_table(summary)["kind"])

@@ -19,6 +19,10 @@ At a target cost c (mean draws per question / N_max), on one BoN set and one sel
   ``oracle-pop`` knows every question's true accuracy-vs-n curve, which is the issue's oracle.
   Both headrooms are reported (``headroom``: oracle - uniform; ``headroom_pop``: oracle-pop -
   uniform);
+* **auto-seq** (per calibrator with candidate estimates, ``highest-*`` rules, with
+  ``sequential=True``): :mod:`dprm.ias.sequential`, which also reads the drawn candidates'
+  calibrated estimates; a Monte Carlo over draw orders (``accuracy_se``), with its paired
+  difference to ``auto`` on the same orders (``minus_auto``, ``minus_auto_se``);
 * **oracle-p** (synthetic sets): ``auto``'s allocation on each question's *true* success
   probability (not its pool): what question-level knowledge can reach;
 * **C rule** (per calibrator): the paper's C sweep, its accuracy linearly interpolated along its
@@ -58,12 +62,15 @@ from dprm.ias.rules import (
     parse_rule,
     rule_table,
 )
+from dprm.ias.sequential import SequentialAuto, draw_orders, order_outcomes, outcome_accuracy
 
 #: target costs of the uniform / oracle / auto rows of ias.csv (curves for the figures)
 COST_GRID = (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5)
 PAYS_COLUMNS = ["rule", "method", "kind", "cost", "accuracy", "accuracy_se"]
 #: fresh pools per question of the population oracle (its curves' Monte Carlo)
 POP_POOLS = 16
+#: draw orders per question of the ``auto-seq`` Monte Carlo
+SEQ_TRIALS = 32
 
 
 def _mean_budget(cost: float, n_max: int) -> float:
@@ -172,6 +179,85 @@ def auto_rows(
     frame.insert(0, "rule", table.rule)
     frame.insert(2, "sweep", "auto")
     return frame, budgets
+
+
+def sequential_rows(
+    cands: Candidates,
+    table: RuleTable,
+    weight: np.ndarray,
+    estimates: Sequence[Estimate],
+    train_cands: Candidates,
+    train_estimates: Mapping[str, Estimate],
+    allocator: AutoAllocator,
+    costs: Sequence[float] = REPORT_COSTS,
+    n_max: int = N_MAX,
+    trials: int = SEQ_TRIALS,
+    seed: int = 0,
+    shifted: bool = False,
+) -> pd.DataFrame:
+    """``sweep = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every estimate that has
+    candidate estimates on both sets, for one ``highest-*`` rule.
+
+    The floor share is ``auto``'s (cross-fitted on the training pools; 1 when ``shifted``). The
+    policy is scored by a Monte Carlo over ``trials`` draw orders per question (raw:
+    ``accuracy_orders``, ``accuracy_orders_se``); ``auto`` is scored on the same orders, and the
+    reported ``accuracy`` is auto's exact accuracy plus the paired difference ``minus_auto``
+    (a control variate: unbiased, with the far smaller standard error of the difference,
+    ``accuracy_se`` = ``minus_auto_se``).
+
+    Args:
+        cands, table, weight: the test pools, the rule's exact table on them, and the rule's
+            candidate weights [Q, K].
+        estimates: test estimates (``candidate`` [R] set); train_estimates: the same methods on
+            the training set (``candidate`` set).
+        allocator: ``auto``'s allocator for the rule (its selection model g).
+
+    Returns:
+        columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, floor_share,
+        minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, seq_trials``.
+    """
+    orders = draw_orders(cands.size, trials, seed)
+    outcomes = order_outcomes(weight, cands.correct, orders)
+    mean_budgets = [_mean_budget(c, n_max) for c in costs]
+    rows = []
+    for est in estimates:
+        train_est = train_estimates.get(est.method)
+        if est.candidate is None or train_est is None or train_est.candidate is None:
+            continue
+        share, _ = allocator.floor_share(train_est, seed=seed)
+        if shifted:
+            share = 1.0
+        seq = SequentialAuto.fit(
+            allocator.model,
+            estimate_samples(train_est),
+            train_cands.gather(train_est.candidate, 0.5),
+            train_cands.correct,
+            train_cands.row >= 0,
+        )
+        budgets = seq.budgets(
+            estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders,
+            mean_budgets, share, n_max,
+        )  # fmt: skip
+        predicted = allocator.predicted(est)
+        for j, cost in enumerate(costs):
+            raw, raw_se, per = outcome_accuracy(outcomes, budgets[j])
+            fixed = allocator.budgets(est, cost, share, n_max, predicted)
+            _, _, per_auto = outcome_accuracy(outcomes, fixed)
+            diff = per - per_auto
+            diff_se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else np.nan
+            # control variate: auto's exact accuracy + the paired difference on common orders
+            # (unbiased, as the orders' mean of auto is unbiased for its exact accuracy)
+            acc = table.accuracy(fixed)[0] + diff.mean()
+            rows.append((est.method, cost, budgets[j].mean() / n_max, acc, diff_se, share,
+                         diff.mean(), diff_se, raw, raw_se))  # fmt: skip
+    frame = pd.DataFrame(
+        rows,
+        columns=["method", "level", "cost", "accuracy", "accuracy_se", "floor_share",
+                 "minus_auto", "minus_auto_se", "accuracy_orders", "accuracy_orders_se"],
+    )  # fmt: skip
+    frame.insert(0, "rule", table.rule)
+    frame.insert(2, "sweep", "auto-seq")
+    return frame.assign(seq_trials=trials)
 
 
 def p_oracle_rows(
@@ -319,6 +405,14 @@ def population_oracle_rows(
     return frame.assign(pop_pools=pop.pools)
 
 
+def table_weight(cands: Candidates, rule: str, calibrated: np.ndarray | None) -> np.ndarray:
+    """The candidate weights [Q, K] a ``highest-*`` rule ranks by (-inf padding)."""
+    weight_name = parse_rule(rule)[1]
+    if weight_name == "calibrated":
+        return np.where(cands.row >= 0, calibrated, -np.inf)
+    return cands.weights[weight_name]
+
+
 def pool_share(cands: Candidates) -> np.ndarray:
     """[Q] share of correct candidates in each pool."""
     return cands.correct.sum(axis=1) / cands.size
@@ -332,7 +426,8 @@ def pays_table(
     calibrator (selection ``c_rule``), each at every cost in ``costs``.
 
     Returns:
-        columns ``rule, method, kind (uniform | oracle | oracle-pop | oracle-p | auto | C), cost,
+        columns ``rule, method, kind (uniform | oracle | oracle-pop | oracle-p | auto | auto-seq
+        | C), cost,
         accuracy, accuracy_se, headroom, gain (over uniform, same rule), share (gain /
         headroom)``, then ``headroom_pop`` (oracle-pop - uniform) and ``share_pop`` (gain /
         headroom_pop) where the set has oracle-pop rows (twin test sets), else NaN.
@@ -347,7 +442,9 @@ def pays_table(
     for cost in costs:
         at = rows[
             np.isclose(rows["level"].astype(float), cost)
-            & rows["sweep"].isin(["uniform", "oracle", "oracle-pop", "oracle-p", "auto"])
+            & rows["sweep"].isin(
+                ["uniform", "oracle", "oracle-pop", "oracle-p", "auto", "auto-seq"]
+            )
         ]
         for _, r in at.iterrows():
             out.append((r["rule"], r["method"], r["sweep"], cost, r["accuracy"], r["accuracy_se"]))
@@ -389,6 +486,8 @@ def run_pays(
     trials: int = DEFAULT_TRIALS,
     seed: int = 0,
     population_pools: int = POP_POOLS,
+    sequential: bool = False,
+    seq_trials: int = SEQ_TRIALS,
 ) -> pd.DataFrame:
     """Uniform, oracle and (with a training set) ``auto`` rows of every rule on one BoN set.
 
@@ -405,6 +504,9 @@ def run_pays(
         trials: Monte Carlo orders of the voting rules; seed: their seed.
         population_pools: fresh pools per question of the population oracle (``oracle-pop``
             rows, twin test sets only; 0: none).
+        sequential: add ``auto-seq`` rows (``highest-*`` rules; estimates whose ``candidate``
+            is set, here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
+            seq_trials: its draw orders per question.
 
     Returns:
         rows with ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound,
@@ -446,6 +548,15 @@ def run_pays(
                 shifted=auc > SHIFT_AUC,
             )  # fmt: skip
             frames.append(frame.assign(shift_auc=auc))
+            if sequential and parse_rule(rule)[0] == "highest":
+                seq_costs = [c for c in costs if any(np.isclose(c, REPORT_COSTS))] or list(costs)
+                weight = table_weight(cands, rule, weights)
+                frames.append(
+                    sequential_rows(
+                        cands, table, weight, estimates, train_cands, train_estimates or {},
+                        allocator, seq_costs, n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
+                    ).assign(shift_auc=auc)
+                )  # fmt: skip
             if "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle
                 frames.append(p_oracle_rows(table, bon, allocator, costs, n_max))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
