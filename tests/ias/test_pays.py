@@ -54,7 +54,9 @@ def exact_highest_curve(p: float, separation: float, sd: float, n_max: int) -> n
 
 def test_population_curve_equals_the_exact_expectation_on_a_two_question_toy():
     bq, cell, prm = toy_questions([0.3, 0.8], [0.5, -1.0])
-    pop = population_curves(bq, ["highest-last"], pools=400, n_max=64)["highest-last"]
+    pop = population_curves(bq, ["highest-last"], pools=400, n_max=64, exact_highest_last=False)
+    pop = pop["highest-last"]
+    exact_rows = population_curves(bq, ["highest-last"], n_max=64)["highest-last"]
     sd = np.sqrt(1 + cell.score_noise**2)
     for q, p in enumerate([0.3, 0.8]):
         exact = exact_highest_curve(p, prm.bon_separation, sd, 64)
@@ -65,12 +67,16 @@ def test_population_curve_equals_the_exact_expectation_on_a_two_question_toy():
         assert pop.mean[q, 0] == pytest.approx(p, abs=5 * pop.se[q, 0])  # one draw: p itself
         assert np.abs(z).max() < 5.0
         assert np.abs(pop.mean[q] - exact).mean() < 0.012
+        np.testing.assert_allclose(exact_rows.mean[q], exact, atol=2e-4)  # the closed form
+    assert exact_rows.pools == 0 and (exact_rows.se == 0).all()
 
 
 def test_population_curves_are_deterministic_given_the_seed_and_bounded():
     bq, _, _ = toy_questions([0.1, 0.6], [0.0, 0.0])
-    a = population_curves(bq, ["highest-last", "majority"], pools=4, n_max=16, trials=32)
-    b = population_curves(bq, ["highest-last", "majority"], pools=4, n_max=16, trials=32)
+    rules = ["highest-last", "highest-min", "majority"]
+    a = population_curves(bq, rules, pools=4, n_max=16, trials=32, exact_highest_last=False)
+    b = population_curves(bq, rules, pools=4, n_max=16, trials=32, exact_highest_last=False)
+    assert set(a) == set(rules)
     for rule in a:
         np.testing.assert_array_equal(a[rule].mean, b[rule].mean)
         assert ((a[rule].mean >= 0) & (a[rule].mean <= 1)).all()
@@ -141,9 +147,11 @@ def test_twin_questions_replays_the_written_set_and_refuses_others(tiny_world):
     assert twin_questions(read_bon_set(paths["train/bon"])) is None  # other streams
     bon = read_bon_set(paths["id/bon"])
     assert twin_questions(replace(bon, meta={**bon.meta, "source": "real"})) is None
-    rows = run_pays(bon, [], rules=("highest-last",), population_pools=4)
+    rows = run_pays(bon, [], rules=("highest-last", "majority"), population_pools=4, trials=8)
     pop = rows[rows["sweep"] == "oracle-pop"]
-    assert len(pop) > 0 and (pop["pop_pools"] == 4).all()
+    assert set(pop["rule"]) == {"highest-last", "majority"}
+    assert (pop.loc[pop["rule"] == "majority", "pop_pools"] == 4).all()
+    assert (pop.loc[pop["rule"] == "highest-last", "pop_pools"] == 0).all()  # exact
     assert (
         run_pays(bon, [], rules=("highest-last",), population_pools=0)["sweep"]
         .ne("oracle-pop")

@@ -326,3 +326,41 @@ def draw_fresh_pool(bq, pool: int, *, step_scores_too: bool = False):
         final = responses["prm_score"].to_numpy(np.float64).clip(1e-6, 1 - 1e-6)
         responses["step_scores"] = step_scores(rng, final, length)
     return questions, responses
+
+
+def highest_last_population_curve(
+    p: np.ndarray, separation: float, score_sd: float, n_max: int, points: int = 2001
+) -> np.ndarray:
+    """Exact population accuracy of the highest-final-score pick from n i.i.d. candidates.
+
+    Under :func:`dprm.data.synth.draw_pool` a candidate's score logit is
+    shift_q + separation (2c - 1) + score_sd Z with c ~ Bernoulli(p_q); the question's shift is
+    common to its candidates and cancels. With u = logit / score_sd,
+    P(pick correct | n) = int n p phi(u - a) F(u)^(n - 1) du, a = separation / score_sd,
+    F(u) = p Phi(u - a) + (1 - p) Phi(u + a) (trapezoid rule on ``points`` nodes over
+    [-a - 9, a + 9]).
+
+    Args:
+        p: [Q] success probabilities.
+        separation: the PRM's ``bon_separation``; score_sd: sqrt(1 + score_noise^2).
+        n_max: the largest n.
+
+    Returns:
+        [Q, n_max] curves.
+    """
+    import math
+
+    ndtr = np.vectorize(lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)))  # 4002 calls: cheap
+    p = np.asarray(p, dtype=np.float64)
+    a = separation / score_sd
+    u = np.linspace(-a - 9.0, a + 9.0, points)
+    phi1 = np.exp(-0.5 * (u - a) ** 2) / np.sqrt(2 * np.pi)  # [X]
+    big1, big0 = ndtr(u - a), ndtr(u + a)
+    n = np.arange(1, n_max + 1, dtype=np.float64)
+    out = np.empty((len(p), n_max))
+    for start in range(0, len(p), 64):
+        pc = p[start : start + 64, None]  # [Qc, 1]
+        log_f = np.log(np.clip(pc * big1 + (1 - pc) * big0, 1e-300, 1.0))  # [Qc, X]
+        integrand = np.exp(log_f[:, :, None] * (n - 1)) * (pc * phi1[None, :])[:, :, None]
+        out[start : start + 64] = n * np.trapezoid(integrand, u, axis=1)
+    return np.clip(out, 0.0, 1.0)

@@ -328,13 +328,17 @@ def population_curves(
     n_max: int = N_MAX,
     trials: int = DEFAULT_TRIALS,
     seed: int = 0,
+    exact_highest_last: bool = True,
 ) -> dict[str, PopulationCurves]:
     """Each question's population accuracy curve under each rule, by fresh pools.
 
     For n <= K, n draws without replacement from a pool of K i.i.d. candidates are n i.i.d.
     candidates, so the mean over fresh pools of a pool's exact curve is an unbiased estimate of
     the question's true curve (the expectation over pools and draws). ``*-calibrated`` rules
-    need candidate hidden states and a calibrator: they are skipped.
+    need candidate hidden states and a calibrator: they are skipped. The contract rule
+    ``highest-last`` has a closed form under the twin's score model
+    (:func:`dprm.data.synth_bon.highest_last_population_curve`): with ``exact_highest_last`` it
+    is used (``se`` 0, ``pools`` 0) instead of the pools.
 
     Args:
         bq: :class:`dprm.data.synth.BonQuestions` (:func:`twin_questions`).
@@ -347,11 +351,19 @@ def population_curves(
     Returns:
         rule -> :class:`PopulationCurves` (rules that need no candidate states).
     """
-    from dprm.data.synth_bon import draw_fresh_pool
+    from dprm.data.synth_bon import draw_fresh_pool, highest_last_population_curve
 
     todo = [r for r in rules if parse_rule(r)[1] != "calibrated"]
     if not todo or pools < 1:
         return {}
+    out = {}
+    if exact_highest_last and "highest-last" in todo:  # the contract rule: exact, no pools
+        sd = float(np.sqrt(1 + bq.cell.score_noise**2))
+        mean = highest_last_population_curve(bq.rec.true_p, bq.prm.bon_separation, sd, n_max)
+        out["highest-last"] = PopulationCurves("highest-last", mean, np.zeros_like(mean), 0)
+        todo = [r for r in todo if r != "highest-last"]
+    if not todo:
+        return out
     steps = any(parse_rule(r)[1] in ("min", "product") for r in todo)
     total = {r: 0.0 for r in todo}
     total_sq = {r: 0.0 for r in todo}
@@ -366,7 +378,6 @@ def population_curves(
             ).mean
             total[r] = total[r] + curve
             total_sq[r] = total_sq[r] + curve**2
-    out = {}
     for r in todo:
         mean = total[r] / pools
         var = np.clip(total_sq[r] / pools - mean**2, 0.0, None) * pools / max(pools - 1, 1)
