@@ -15,8 +15,8 @@ Timed, each the best of ``--repeat`` runs, one CPU thread:
   pools' table, the selection model, the cross-fitted floor share, and the allocation and its
   exact accuracy at the 10 target costs of ``dprm.ias.pays.COST_GRID``;
 * ``oracle``: the oracle allocation at the same 10 costs;
-* ``oracle-pop``: the population oracle: replaying the split's questions, 16 fresh pools per
-  question, their exact highest-last tables, and the allocation at the 10 costs;
+* ``oracle-pop``: the population oracle: replaying the split's questions, the closed-form
+  highest-last population curves, and the allocation at the 10 costs;
 * ``auto-seq``: the sequential ``auto`` (:mod:`dprm.ias.sequential`) at the 3 report costs over
   32 draw orders per question (likelihood fit, draw orders, outcomes and the policy); the
   candidates' raw ``prm_score`` stands in for their calibrated estimates (the work does not
@@ -126,7 +126,7 @@ def main() -> None:
             f"vote table (majority, {args.trials} MC orders)": best_of(vote_table, 1),
             "auto (fit + floor share + 10 costs)": best_of(auto, args.repeat),
             "uniform + oracle (10 costs)": best_of(oracle, args.repeat),
-            "oracle-pop (16 fresh pools, 10 costs)": best_of(oracle_pop, 1),
+            "oracle-pop (replay + closed form, 10 costs)": best_of(oracle_pop, 1),
             "auto-seq (32 orders, 3 costs)": best_of(auto_seq, 1),
         }
         base = timings["C sweep (10 C, exact)"]
