@@ -93,7 +93,13 @@ def summarise(root: Path) -> None:
     pays, full = [], []
     for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
         split, seed = Path(path).parent.name.split("-s")
-        world = Path(path).parents[2].name.removesuffix("-demo").removesuffix("-paper").removesuffix("-tiny")
+        world = (
+            Path(path)
+            .parents[2]
+            .name.removesuffix("-demo")
+            .removesuffix("-paper")
+            .removesuffix("-tiny")
+        )
         frame = pd.read_csv(path).assign(world=world, split=split, seed=int(seed))
         pays.append(frame)
         f = pd.read_csv(Path(path).parent / "ias_full.csv")
