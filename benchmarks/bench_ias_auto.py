@@ -14,7 +14,13 @@ Timed, each the best of ``--repeat`` runs, one CPU thread:
 * ``auto``: everything ``auto`` adds for one estimate and one (exact) rule: the training
   pools' table, the selection model, the cross-fitted floor share, and the allocation and its
   exact accuracy at the 10 target costs of ``dprm.ias.pays.COST_GRID``;
-* ``oracle``: the oracle allocation at the same 10 costs.
+* ``oracle``: the oracle allocation at the same 10 costs;
+* ``oracle-pop``: the population oracle: replaying the split's questions, the closed-form
+  highest-last population curves, and the allocation at the 10 costs;
+* ``auto-seq``: the sequential ``auto`` (:mod:`dprm.ias.sequential`) at the 3 report costs over
+  32 draw orders per question (likelihood fit, draw orders, outcomes and the policy); the
+  candidates' raw ``prm_score`` stands in for their calibrated estimates (the work does not
+  depend on the values).
 
 Prints each timing and the ratio to the C sweep in one run.
 Run: ``PYTHONPATH=src python benchmarks/bench_ias_auto.py``.
@@ -48,7 +54,16 @@ def main() -> None:
     from dprm.data import read_bon_set
     from dprm.data.synth import write_world
     from dprm.ias import C_GRID, Pools, exact_accuracy_table, lookup, truth_estimate
-    from dprm.ias.pays import COST_GRID, AutoAllocator, pool_share, reference_rows
+    from dprm.ias.pays import (
+        COST_GRID,
+        AutoAllocator,
+        pool_share,
+        population_curves,
+        population_oracle_rows,
+        reference_rows,
+        sequential_rows,
+        twin_questions,
+    )
     from dprm.ias.rules import Candidates, rule_table
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -90,12 +105,29 @@ def main() -> None:
         def oracle():
             reference_rows(table, COST_GRID)
 
+        def oracle_pop():
+            bq = twin_questions(bon)
+            pop = population_curves(bq, ["highest-last"])["highest-last"]
+            population_oracle_rows(table, pop, COST_GRID)
+
+        allocator = AutoAllocator(rule_table(train_cands, "highest-last"), pool_share(train_cands))
+        est.candidate = bon.responses["prm_score"].to_numpy(float)
+        train_est.candidate = train.responses["prm_score"].to_numpy(float)
+
+        def auto_seq():
+            sequential_rows(
+                cands, table, cands.weights["last"], [est], train_cands, {est.method: train_est},
+                allocator,
+            )  # fmt: skip
+
         timings = {
             "C sweep (10 C, exact)": best_of(c_sweep, args.repeat),
             "exact table (highest-last)": best_of(exact_table, args.repeat),
             f"vote table (majority, {args.trials} MC orders)": best_of(vote_table, 1),
             "auto (fit + floor share + 10 costs)": best_of(auto, args.repeat),
             "uniform + oracle (10 costs)": best_of(oracle, args.repeat),
+            "oracle-pop (replay + closed form, 10 costs)": best_of(oracle_pop, 1),
+            "auto-seq (32 orders, 3 costs)": best_of(auto_seq, 1),
         }
         base = timings["C sweep (10 C, exact)"]
         for name, sec in timings.items():

@@ -9,8 +9,9 @@ the greedy sweep. Each (world, split, seed) directory gets the usual IAS files i
 
 ``--summarise`` reads them all back and prints the done-when checks of issue 20 (auto with the
 recommended calibrator vs uniform, same rule, at costs 0.05 / 0.1 / 0.25; headroom captured;
-the beta sweeps' cost ranges at C = 0.9). The paper-size grid is beyond one CPU session here:
-this is the demo-size measurement, stated as such.
+the beta sweeps' cost ranges at C = 0.9), against both oracles: ``oracle`` (knows the realised
+pools) and ``oracle-pop`` (knows every question's population accuracy curve, twin test sets).
+``--size paper --methods binomial`` runs the paper-size grid with the recommended calibrator.
 
 Run: ``PYTHONPATH=src python benchmarks/ias_pays_grid.py --root /tmp/pays PRESET ...`` then
 ``... --root /tmp/pays --summarise``.
@@ -32,7 +33,17 @@ RULES = ("highest-last", "majority", "weighted-last", "weighted-calibrated")
 RECOMMENDED = "binomial"  # README "Which calibrator?": meant for IAS
 
 
-def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES) -> None:
+def run(
+    root: Path,
+    preset: str,
+    seeds: list[int],
+    vote_trials: int,
+    rules=RULES,
+    *,
+    size: str = "demo",
+    methods=METHODS,
+    models_only: bool = False,
+) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -43,18 +54,26 @@ def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES
     from dprm.ias.outputs import write_ias_outputs
     from dprm.models import load
 
-    world = root / f"{preset}-demo"
+    world = root / f"{preset}-{size}"
     if not (world / "train" / "bon").exists():
-        write_world(world, preset, size="demo", progress=False)
+        t0 = time.time()
+        write_world(world, preset, size=size, progress=False)
+        print(f"{preset}: world written in {time.time() - t0:.0f} s", flush=True)
     data = read_calibration_set(world / "train" / "calib")
     train = read_bon_set(world / "train" / "bon", check_hidden=False)
     for seed in seeds:
         models = {}
-        for method in METHODS:
+        for method in methods:
             out = world / "models" / f"{method}-s{seed}"
             if not out.exists():
+                t0 = time.time()
                 dprm.fit(method, data, seed=seed, progress=False).save(out)
+                print(
+                    f"{preset}: {method} seed {seed} fitted in {time.time() - t0:.0f} s", flush=True
+                )
             models[method] = load(out)
+        if models_only:
+            continue
         for split in ("id", "ood"):
             res = world / "ias" / f"{split}-s{seed}"
             if (res / "pays.csv").exists():
@@ -64,6 +83,7 @@ def run(root: Path, preset: str, seeds: list[int], vote_trials: int, rules=RULES
             summary, budgets = run_ias(
                 bon, models, mc_trials=0, seed=seed, greedy=True, rules=rules,
                 train_bon=train, extra_estimates=[truth_estimate(bon)], vote_trials=vote_trials,
+                sequential=True,
             )  # fmt: skip
             write_ias_outputs(res, summary, budgets, meta={"world": preset, "split": split})
             print(f"{preset} {split} seed {seed}: {time.time() - t0:.0f} s", flush=True)
@@ -73,7 +93,13 @@ def summarise(root: Path) -> None:
     pays, full = [], []
     for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
         split, seed = Path(path).parent.name.split("-s")
-        world = Path(path).parents[2].name.removesuffix("-demo")
+        world = (
+            Path(path)
+            .parents[2]
+            .name.removesuffix("-demo")
+            .removesuffix("-paper")
+            .removesuffix("-tiny")
+        )
         frame = pd.read_csv(path).assign(world=world, split=split, seed=int(seed))
         pays.append(frame)
         f = pd.read_csv(Path(path).parent / "ias_full.csv")
@@ -82,24 +108,41 @@ def summarise(root: Path) -> None:
     pays.to_csv(root / "pays_all.csv", index=False)
     print(f"{pays.world.nunique()} worlds, seeds {sorted(pays.seed.unique())}")
     keys = ["world", "split", "rule", "cost"]
-    ref = pays[pays.kind == "oracle"].groupby(keys)["headroom"].mean()
-    for method in (RECOMMENDED, "ot", "qr", "base", "truth"):
-        auto = pays[(pays.kind == "auto") & (pays.method == method)]
-        cells = auto.groupby(keys)[["gain", "headroom"]].mean()
-        if cells.empty:
-            continue
-        cells = cells.join(ref.rename("oracle_headroom"))
-        below = cells["gain"] < -0.005
-        big = cells["oracle_headroom"] >= 0.04
-        share = cells["gain"].sum() / cells["headroom"].sum()
-        print(
-            f"auto[{method:>8}]: cells {len(cells)}, not below uniform by >0.005 in "
-            f"{1 - below.mean():.1%} (worst {cells['gain'].min():+.4f}); headroom >= 0.04 in "
-            f"{int(big.sum())} cells, gain >= 0.02 in {int((cells['gain'][big] >= 0.02).sum())} "
-            f"(mean gain there {cells['gain'][big].mean():+.4f}); mean gain {cells['gain'].mean():+.4f}"
-            f", share of headroom captured (sum gain / sum headroom) {share:.1%}, mean per-cell "
-            f"share {np.nanmean(cells['gain'] / cells['headroom'].where(cells['headroom'] > 0)):.1%}"
-        )
+    oracles = pays[pays.kind == "oracle"].groupby(keys)["headroom"].mean()
+    pop = pays[pays.kind == "oracle-pop"].groupby(keys)["gain"].mean()  # oracle-pop - uniform
+    for kind in ("auto", "auto-seq"):
+        for method in (RECOMMENDED, "ot", "qr", "base", "truth"):
+            sel = pays[(pays.kind == kind) & (pays.method == method)]
+            cells = sel.groupby(keys)[["gain"]].mean()
+            if cells.empty:
+                continue
+            cells = cells.join(oracles.rename("headroom")).join(pop.rename("headroom_pop"))
+            below = cells["gain"] < -0.005
+            print(
+                f"{kind}[{method}]: cells {len(cells)}, not below uniform by >0.005 in "
+                f"{1 - below.mean():.1%} ({int((~below).sum())}/{len(cells)}; worst "
+                f"{cells['gain'].min():+.4f}); mean gain {cells['gain'].mean():+.4f}"
+            )
+            for col, name in (("headroom", "oracle (pool)"), ("headroom_pop", "oracle-pop")):
+                h = cells[col]
+                if h.isna().all():
+                    continue
+                big = h >= 0.04
+                share = cells["gain"].sum() / h.sum()
+                per_cell = np.nanmean(cells["gain"] / h.where(h > 0))
+                print(
+                    f"    vs {name:>13}: mean headroom {h.mean():+.4f}; headroom >= 0.04 in "
+                    f"{int(big.sum())} cells, gain >= 0.02 in "
+                    f"{int((cells['gain'][big] >= 0.02).sum())} (mean gain there "
+                    f"{cells['gain'][big].mean():+.4f}); share captured (sum gain / sum headroom) "
+                    f"{share:.1%}, mean per-cell share {per_cell:.1%}"
+                )
+    seq = pays[pays.kind == "auto-seq"]
+    if not seq.empty:
+        full_seq = full[full.sweep == "auto-seq"]
+        print("\nauto-seq minus auto (paired, common draw orders), mean over seeds and worlds:")
+        print(full_seq.groupby(["method", "split", "rule", "level"])[["minus_auto", "minus_auto_se"]]
+              .mean().round(4).to_string())  # fmt: skip
     print("\nper rule (recommended calibrator), mean over seeds and worlds:")
     rec = pays[(pays.kind == "auto") & (pays.method == RECOMMENDED)]
     print(rec.groupby(["rule", "split", "cost"])[["accuracy", "gain", "headroom"]].mean().round(4))
@@ -125,11 +168,17 @@ def main() -> None:
     parser.add_argument("--vote-trials", type=int, default=96)
     parser.add_argument("--summarise", action="store_true")
     parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--size", default="demo", choices=("tiny", "demo", "paper"))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--models-only", action="store_true", help="write worlds, fit, stop")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for preset in args.presets:
         seeds = [int(s) for s in args.seeds.split(",")]
-        run(args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")))
+        run(
+            args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")),
+            size=args.size, methods=tuple(args.methods.split(",")), models_only=args.models_only,
+        )  # fmt: skip
     if args.summarise:
         summarise(args.root)
 

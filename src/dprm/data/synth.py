@@ -763,3 +763,60 @@ def split_rngs(
         np.random.default_rng([seed, split_index, _stable_seed("prm", prm.name)]),
         np.random.default_rng([seed, split_index, _stable_seed("mask", prm.name)]),
     )
+
+
+@dataclass
+class BonQuestions:
+    """A twin BoN split's question-level model, replayed (:func:`replay_bon_questions`).
+
+    Attributes:
+        gen, prm, cell, world: the world's generator, PRM, score cell and size.
+        seed: the world seed; split_index: the split's index in ``world.splits``.
+        rec: the BoN questions' records [Q] (question-only: ``true_p``, ``question_reading``,
+            ``latent`` [Q, LATENT_DIM], ...), as :func:`write_world` drew them.
+    """
+
+    gen: SynthGenerator
+    prm: SynthPRM
+    cell: ScoreCell
+    world: WorldSize
+    seed: int
+    split_index: int
+    rec: Records
+
+
+def replay_bon_questions(preset: str, split: str, size: str, seed: int) -> BonQuestions:
+    """Replay :func:`write_world`'s streams up to one test split's BoN questions.
+
+    The BoN questions are drawn after the split's calibration records from the same streams, so
+    the calibration draws are replayed too (no hidden states are embedded). Nothing is written:
+    this is how the population oracle (:mod:`dprm.ias.pays`) draws fresh pools for the very
+    questions of a written BoN set. Its ``true_p`` equals the set's ``questions.true_p``.
+
+    Args:
+        preset: ``GENERATOR__PRM`` (or ``demo``), as in the set's ``meta["preset"]``.
+        split: a test split's name (``id`` / ``ood``).
+        size: the world size's name; seed: the world seed (``meta["size"]``, ``meta["seed"]``).
+
+    Raises:
+        ValueError: an unknown size or split, or a training split (its pools use other streams).
+    """
+    gen, prm = resolve_preset(preset)
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose from {sorted(SIZES)}")
+    world = SIZES[size]
+    names = [s.name for s in world.splits]
+    if split not in names:
+        raise ValueError(f"unknown split {split!r} of size {size!r}; choose from {names}")
+    split_index = names.index(split)
+    spl = world.splits[split_index]
+    if spl.n_bon_questions == 0:
+        raise ValueError(f"split {split!r} is a training split: no test BoN questions to replay")
+    rng, prm_rng, mask_rng = split_rngs(int(seed), split_index, prm)
+    cell = score_cell(gen, prm, spl.kind)
+    draws = draw_generator(rng, gen, spl, world, spl.n_questions)
+    draw_prm(prm_rng, draws, mask_rng)  # advances the streams as write_world does
+    q_draws = draw_generator(rng, gen, spl, world, spl.n_bon_questions, question_only=True)
+    q_prm_draws = draw_prm(prm_rng, q_draws, mask_rng)
+    rec = simulate(gen, prm, cell, spl.kind, q_draws, q_prm_draws, world.max_steps)
+    return BonQuestions(gen, prm, cell, world, int(seed), split_index, rec)

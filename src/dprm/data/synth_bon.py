@@ -278,3 +278,89 @@ def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed
         )
         writer.meta.update(provenance, split=split.name, pool_size=world.pool_size)
     return path
+
+
+def fresh_pool_stream(seed: int, split_index: int, pool: int) -> np.random.Generator:
+    """The stream of fresh pool ``pool`` of a test split (population oracle): separate from
+    every stream :func:`dprm.data.synth.write_world` uses, so the written world is unchanged."""
+    return np.random.default_rng([seed, split_index, 30, pool])
+
+
+def draw_fresh_pool(bq, pool: int, *, step_scores_too: bool = False):
+    """One fresh candidate pool for each of a test split's questions, their latents fixed.
+
+    Same generative model as the written pools: correct ~ Bernoulli(p_q) and the final score as
+    :func:`dprm.data.synth.draw_pool`; answers as :func:`draw_answers` (a fresh draw of the
+    question's wrong-answer distribution: the twin draws it with the pool, it is not a stored
+    question latent); with ``step_scores_too``, per-step scores as :func:`step_scores` over
+    lengths drawn as the candidates' (slow: a Python loop over candidates). Candidate hidden
+    states are not drawn.
+
+    Args:
+        bq: :class:`dprm.data.synth.BonQuestions` of the split.
+        pool: the pool's index (its own stream, :func:`fresh_pool_stream`).
+
+    Returns:
+        (questions, responses): data frames shaped like a BoN set's (v2 columns ``answer`` and,
+        with ``step_scores_too``, ``step_scores``), question ids as in the written set.
+    """
+    from dprm.data import synth
+
+    rng = fresh_pool_stream(bq.seed, bq.split_index, pool)
+    prm_rng = np.random.default_rng(rng.integers(2**63))
+    split = bq.world.splits[bq.split_index]
+    q_count = len(bq.rec.true_p)
+    questions, responses, correct = synth.draw_pool(
+        rng, prm_rng, bq.prm, bq.cell, bq.rec, np.arange(q_count), split.name,
+        bq.world.pool_size,
+    )  # fmt: skip
+    p = np.clip(np.asarray(bq.rec.true_p, dtype=np.float64), 1e-12, 1 - 1e-12)
+    responses["answer"] = draw_answers(rng, correct, np.log(p) - np.log1p(-p)).ravel()
+    if step_scores_too:
+        typical = bq.gen.mean_steps * bq.world.max_steps / synth.SIZES["paper"].max_steps
+        length = np.clip(
+            np.round(typical * np.exp(synth.LENGTH_SPREAD * rng.standard_normal(correct.shape))),
+            bq.world.min_steps,
+            bq.world.max_steps,
+        ).astype(np.int64)
+        final = responses["prm_score"].to_numpy(np.float64).clip(1e-6, 1 - 1e-6)
+        responses["step_scores"] = step_scores(rng, final, length)
+    return questions, responses
+
+
+def highest_last_population_curve(
+    p: np.ndarray, separation: float, score_sd: float, n_max: int, points: int = 2001
+) -> np.ndarray:
+    """Exact population accuracy of the highest-final-score pick from n i.i.d. candidates.
+
+    Under :func:`dprm.data.synth.draw_pool` a candidate's score logit is
+    shift_q + separation (2c - 1) + score_sd Z with c ~ Bernoulli(p_q); the question's shift is
+    common to its candidates and cancels. With u = logit / score_sd,
+    P(pick correct | n) = int n p phi(u - a) F(u)^(n - 1) du, a = separation / score_sd,
+    F(u) = p Phi(u - a) + (1 - p) Phi(u + a) (trapezoid rule on ``points`` nodes over
+    [-a - 9, a + 9]).
+
+    Args:
+        p: [Q] success probabilities.
+        separation: the PRM's ``bon_separation``; score_sd: sqrt(1 + score_noise^2).
+        n_max: the largest n.
+
+    Returns:
+        [Q, n_max] curves.
+    """
+    import math
+
+    ndtr = np.vectorize(lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)))  # 4002 calls: cheap
+    p = np.asarray(p, dtype=np.float64)
+    a = separation / score_sd
+    u = np.linspace(-a - 9.0, a + 9.0, points)
+    phi1 = np.exp(-0.5 * (u - a) ** 2) / np.sqrt(2 * np.pi)  # [X]
+    big1, big0 = ndtr(u - a), ndtr(u + a)
+    n = np.arange(1, n_max + 1, dtype=np.float64)
+    out = np.empty((len(p), n_max))
+    for start in range(0, len(p), 64):
+        pc = p[start : start + 64, None]  # [Qc, 1]
+        log_f = np.log(np.clip(pc * big1 + (1 - pc) * big0, 1e-300, 1.0))  # [Qc, X]
+        integrand = np.exp(log_f[:, :, None] * (n - 1)) * (pc * phi1[None, :])[:, :, None]
+        out[start : start + 64] = n * np.trapezoid(integrand, u, axis=1)
+    return np.clip(out, 0.0, 1.0)

@@ -22,7 +22,11 @@ COLUMN_DOC = {
     "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99), beta (beta-threshold early "
     "stopping on the raw prm_score, cap at C=0.9), beta-cal (the paper's reading: on each "
     "candidate's calibrated estimate), greedy, auto (allocation on predicted selection accuracy), "
-    "uniform or oracle (the same mean budget: evenly, or knowing every question's true curve)",
+    "auto-seq (sequential auto: draws one candidate at a time, updating each question's posterior "
+    "from the drawn candidates' calibrated estimates; Monte Carlo over draw orders), "
+    "uniform or oracle (the same mean budget: evenly, or knowing every question's realised pool "
+    "curve), oracle-pop (twin sets: knowing every question's population curve, the expectation "
+    "over fresh pools), oracle-p (twin sets: auto's allocation on the true p)",
     "C": "target probability of at least one correct candidate",
     "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep",
     "cost": "exact expected mean number of candidates drawn per question / n_max",
@@ -43,7 +47,8 @@ FILE_DOC = {
     "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
     "pays.csv": "does it pay? accuracy at cost 0.05 / 0.1 / 0.25 of uniform, oracle, auto and "
     "the C rule per selection rule, with headroom (oracle - uniform), gain over uniform and "
-    "share of the headroom (written when the run has uniform / oracle rows)",
+    "share of the headroom; on twin sets also oracle-pop with headroom_pop (oracle-pop - uniform) "
+    "and share_pop (written when the run has uniform / oracle rows)",
     "ias_meta.json": "settings, inputs, column meanings, version",
 }
 

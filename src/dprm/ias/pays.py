@@ -11,18 +11,33 @@ At a target cost c (mean draws per question / N_max), on one BoN set and one sel
 * **auto** (per calibrator): the allocation of :mod:`dprm.ias.allocation` on curves predicted
   from the calibrated distribution, with the selection-accuracy model and the uniform floor
   share learnt on a *training* BoN set only;
+* **oracle-pop** (twin test sets): the oracle's allocation on each question's *population*
+  accuracy curve under the rule, the expectation over fresh pools drawn for that question from
+  the twin's generative model (its latents fixed; :func:`population_curves`, Monte Carlo over
+  ``POP_POOLS`` pools with a standard error), evaluated on the realised pools like every other
+  method. ``oracle`` knows the realised pool (pool luck: at n = 64 it knows the answer);
+  ``oracle-pop`` knows every question's true accuracy-vs-n curve, which is the issue's oracle.
+  Both headrooms are reported (``headroom``: oracle - uniform; ``headroom_pop``: oracle-pop -
+  uniform);
+* **auto-seq** (per calibrator with candidate estimates, ``highest-*`` rules, with
+  ``sequential=True``): :mod:`dprm.ias.sequential`, which also reads the drawn candidates'
+  calibrated estimates; a Monte Carlo over draw orders (``accuracy_se``), with its paired
+  difference to ``auto`` on the same orders (``minus_auto``, ``minus_auto_se``);
 * **oracle-p** (synthetic sets): ``auto``'s allocation on each question's *true* success
   probability (not its pool): what question-level knowledge can reach;
 * **C rule** (per calibrator): the paper's C sweep, its accuracy linearly interpolated along its
   (cost, accuracy) points at c (a mixture of the two neighbouring C allocations reaches it in
   expectation); empty where c lies outside the sweep's cost range.
 
-``share`` = (method - uniform) / headroom, where headroom > 0.
+``share`` = (method - uniform) / headroom, where headroom > 0; ``share_pop`` likewise on
+``headroom_pop``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -39,11 +54,23 @@ from dprm.ias.allocation import (
 )
 from dprm.ias.constants import N_MAX
 from dprm.ias.estimates import Estimate, estimate_samples
-from dprm.ias.rules import CONTRACT_RULE, DEFAULT_TRIALS, Candidates, RuleTable, rule_table
+from dprm.ias.rules import (
+    CONTRACT_RULE,
+    DEFAULT_TRIALS,
+    Candidates,
+    RuleTable,
+    parse_rule,
+    rule_table,
+)
+from dprm.ias.sequential import SequentialAuto, draw_orders, order_outcomes, outcome_accuracy
 
 #: target costs of the uniform / oracle / auto rows of ias.csv (curves for the figures)
 COST_GRID = (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5)
 PAYS_COLUMNS = ["rule", "method", "kind", "cost", "accuracy", "accuracy_se"]
+#: fresh pools per question of the population oracle (its curves' Monte Carlo)
+POP_POOLS = 16
+#: draw orders per question of the ``auto-seq`` Monte Carlo
+SEQ_TRIALS = 32
 
 
 def _mean_budget(cost: float, n_max: int) -> float:
@@ -154,6 +181,85 @@ def auto_rows(
     return frame, budgets
 
 
+def sequential_rows(
+    cands: Candidates,
+    table: RuleTable,
+    weight: np.ndarray,
+    estimates: Sequence[Estimate],
+    train_cands: Candidates,
+    train_estimates: Mapping[str, Estimate],
+    allocator: AutoAllocator,
+    costs: Sequence[float] = REPORT_COSTS,
+    n_max: int = N_MAX,
+    trials: int = SEQ_TRIALS,
+    seed: int = 0,
+    shifted: bool = False,
+) -> pd.DataFrame:
+    """``sweep = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every estimate that has
+    candidate estimates on both sets, for one ``highest-*`` rule.
+
+    The floor share is ``auto``'s (cross-fitted on the training pools; 1 when ``shifted``). The
+    policy is scored by a Monte Carlo over ``trials`` draw orders per question (raw:
+    ``accuracy_orders``, ``accuracy_orders_se``); ``auto`` is scored on the same orders, and the
+    reported ``accuracy`` is auto's exact accuracy plus the paired difference ``minus_auto``
+    (a control variate: unbiased, with the far smaller standard error of the difference,
+    ``accuracy_se`` = ``minus_auto_se``).
+
+    Args:
+        cands, table, weight: the test pools, the rule's exact table on them, and the rule's
+            candidate weights [Q, K].
+        estimates: test estimates (``candidate`` [R] set); train_estimates: the same methods on
+            the training set (``candidate`` set).
+        allocator: ``auto``'s allocator for the rule (its selection model g).
+
+    Returns:
+        columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, floor_share,
+        minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, seq_trials``.
+    """
+    orders = draw_orders(cands.size, trials, seed)
+    outcomes = order_outcomes(weight, cands.correct, orders)
+    mean_budgets = [_mean_budget(c, n_max) for c in costs]
+    rows = []
+    for est in estimates:
+        train_est = train_estimates.get(est.method)
+        if est.candidate is None or train_est is None or train_est.candidate is None:
+            continue
+        share, _ = allocator.floor_share(train_est, seed=seed)
+        if shifted:
+            share = 1.0
+        seq = SequentialAuto.fit(
+            allocator.model,
+            estimate_samples(train_est),
+            train_cands.gather(train_est.candidate, 0.5),
+            train_cands.correct,
+            train_cands.row >= 0,
+        )
+        budgets = seq.budgets(
+            estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders,
+            mean_budgets, share, n_max,
+        )  # fmt: skip
+        predicted = allocator.predicted(est)
+        for j, cost in enumerate(costs):
+            raw, raw_se, per = outcome_accuracy(outcomes, budgets[j])
+            fixed = allocator.budgets(est, cost, share, n_max, predicted)
+            _, _, per_auto = outcome_accuracy(outcomes, fixed)
+            diff = per - per_auto
+            diff_se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else np.nan
+            # control variate: auto's exact accuracy + the paired difference on common orders
+            # (unbiased, as the orders' mean of auto is unbiased for its exact accuracy)
+            acc = table.accuracy(fixed)[0] + diff.mean()
+            rows.append((est.method, cost, budgets[j].mean() / n_max, acc, diff_se, share,
+                         diff.mean(), diff_se, raw, raw_se))  # fmt: skip
+    frame = pd.DataFrame(
+        rows,
+        columns=["method", "level", "cost", "accuracy", "accuracy_se", "floor_share",
+                 "minus_auto", "minus_auto_se", "accuracy_orders", "accuracy_orders_se"],
+    )  # fmt: skip
+    frame.insert(0, "rule", table.rule)
+    frame.insert(2, "sweep", "auto-seq")
+    return frame.assign(seq_trials=trials)
+
+
 def p_oracle_rows(
     table: RuleTable, bon, allocator: AutoAllocator, costs: Sequence[float], n_max: int = N_MAX
 ) -> pd.DataFrame:
@@ -176,6 +282,148 @@ def p_oracle_rows(
     return frame
 
 
+@dataclass
+class PopulationCurves:
+    """Population accuracy-vs-n curves of one rule: E over fresh pools of the pool's exact
+    (or Monte Carlo) curve. ``mean`` [Q, n_max]; ``se`` [Q, n_max] its Monte Carlo standard
+    error (the spread over ``pools`` pools / sqrt(pools))."""
+
+    rule: str
+    mean: np.ndarray
+    se: np.ndarray
+    pools: int
+
+
+def twin_questions(bon):
+    """The replayed question model of a twin *test* BoN set, or None for any other set.
+
+    A set written by :func:`dprm.data.synth.write_world` names its preset, size, seed and split
+    in ``meta``; the replay is checked against the set's ``true_p`` (a mismatch, e.g. a world
+    written by another version of the twin, gives None rather than a wrong oracle).
+    """
+    meta = getattr(bon, "meta", None) or {}
+    if meta.get("source") != "dprm synth" or "true_p" not in bon.questions.columns:
+        return None
+    from dprm.data.synth import SIZES, replay_bon_questions
+
+    size, split = meta.get("size"), meta.get("split")
+    if size not in SIZES or split not in [s.name for s in SIZES[size].splits]:
+        return None
+    if SIZES[size].splits[[s.name for s in SIZES[size].splits].index(split)].n_bon_questions == 0:
+        return None  # a training split's pools come from other streams
+    bq = replay_bon_questions(meta["preset"], split, size, int(meta["seed"]))
+    stored = bon.questions["true_p"].to_numpy(np.float32)
+    if len(stored) != len(bq.rec.true_p) or not np.array_equal(
+        stored, bq.rec.true_p.astype(np.float32)
+    ):
+        return None
+    return bq
+
+
+def population_curves(
+    bq,
+    rules: Sequence[str],
+    *,
+    pools: int = POP_POOLS,
+    n_max: int = N_MAX,
+    trials: int = DEFAULT_TRIALS,
+    seed: int = 0,
+    exact_highest_last: bool = True,
+) -> dict[str, PopulationCurves]:
+    """Each question's population accuracy curve under each rule, by fresh pools.
+
+    For n <= K, n draws without replacement from a pool of K i.i.d. candidates are n i.i.d.
+    candidates, so the mean over fresh pools of a pool's exact curve is an unbiased estimate of
+    the question's true curve (the expectation over pools and draws). ``*-calibrated`` rules
+    need candidate hidden states and a calibrator: they are skipped. The contract rule
+    ``highest-last`` has a closed form under the twin's score model
+    (:func:`dprm.data.synth_bon.highest_last_population_curve`): with ``exact_highest_last`` it
+    is used (``se`` 0, ``pools`` 0) instead of the pools.
+
+    Args:
+        bq: :class:`dprm.data.synth.BonQuestions` (:func:`twin_questions`).
+        rules: selection rules.
+        pools: fresh pools per question.
+        trials: Monte Carlo orders of the voting rules per pool: ``max(4, trials // pools)``
+            (the pools average them further).
+        seed: the voting rules' order seed.
+
+    Returns:
+        rule -> :class:`PopulationCurves` (rules that need no candidate states).
+    """
+    from dprm.data.synth_bon import draw_fresh_pool, highest_last_population_curve
+
+    todo = [r for r in rules if parse_rule(r)[1] != "calibrated"]
+    if not todo or pools < 1:
+        return {}
+    out = {}
+    if exact_highest_last and "highest-last" in todo:  # the contract rule: exact, no pools
+        sd = float(np.sqrt(1 + bq.cell.score_noise**2))
+        mean = highest_last_population_curve(bq.rec.true_p, bq.prm.bon_separation, sd, n_max)
+        out["highest-last"] = PopulationCurves("highest-last", mean, np.zeros_like(mean), 0)
+        todo = [r for r in todo if r != "highest-last"]
+    if not todo:
+        return out
+    steps = any(parse_rule(r)[1] in ("min", "product") for r in todo)
+    total = {r: 0.0 for r in todo}
+    total_sq = {r: 0.0 for r in todo}
+    per_pool_trials = max(4, trials // pools)
+    for k in range(pools):
+        questions, responses = draw_fresh_pool(bq, k, step_scores_too=steps)
+        cands = Candidates.from_bon(SimpleNamespace(questions=questions, responses=responses,
+                                                    path=None))  # fmt: skip
+        for r in todo:
+            curve = rule_table(
+                cands, r, n_max=n_max, trials=per_pool_trials, seed=seed * 7919 + k
+            ).mean
+            total[r] = total[r] + curve
+            total_sq[r] = total_sq[r] + curve**2
+    for r in todo:
+        mean = total[r] / pools
+        var = np.clip(total_sq[r] / pools - mean**2, 0.0, None) * pools / max(pools - 1, 1)
+        out[r] = PopulationCurves(r, mean, np.sqrt(var / pools), pools)
+    return out
+
+
+def population_oracle_rows(
+    table: RuleTable, pop: PopulationCurves, costs: Sequence[float] = COST_GRID,
+    n_max: int = N_MAX,
+) -> pd.DataFrame:  # fmt: skip
+    """``sweep = oracle-pop`` rows: :func:`concave_hull_greedy` on the population curves
+    (budget a flat curve cannot use is left unspent, as the oracle's), evaluated on the realised
+    pools (``table``).
+
+    Returns:
+        columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound`` (the
+        population hull value of the allocation), ``pop_curve_se`` (the mean Monte Carlo
+        standard error of the population curves at the allocated n), ``pop_pools``.
+    """
+    rows = []
+    q = pop.mean.shape[0]
+    for cost in costs:
+        b, bound = concave_hull_greedy(pop.mean[:, :n_max], _mean_budget(cost, n_max),
+                                       spend_all=False)  # fmt: skip
+        acc, se = table.accuracy(b)
+        curve_se = float(pop.se[np.arange(q), b - 1].mean())
+        rows.append(("oracle-pop", cost, b.mean() / n_max, acc, se, bound, curve_se))
+    frame = pd.DataFrame(
+        rows,
+        columns=["method", "level", "cost", "accuracy", "accuracy_se", "oracle_bound",
+                 "pop_curve_se"],
+    )  # fmt: skip
+    frame.insert(0, "rule", table.rule)
+    frame.insert(2, "sweep", "oracle-pop")
+    return frame.assign(pop_pools=pop.pools)
+
+
+def table_weight(cands: Candidates, rule: str, calibrated: np.ndarray | None) -> np.ndarray:
+    """The candidate weights [Q, K] a ``highest-*`` rule ranks by (-inf padding)."""
+    weight_name = parse_rule(rule)[1]
+    if weight_name == "calibrated":
+        return np.where(cands.row >= 0, calibrated, -np.inf)
+    return cands.weights[weight_name]
+
+
 def pool_share(cands: Candidates) -> np.ndarray:
     """[Q] share of correct candidates in each pool."""
     return cands.correct.sum(axis=1) / cands.size
@@ -189,8 +437,11 @@ def pays_table(
     calibrator (selection ``c_rule``), each at every cost in ``costs``.
 
     Returns:
-        columns ``rule, method, kind (uniform | oracle | oracle-p | auto | C), cost, accuracy, accuracy_se,
-        headroom, gain (over uniform, same rule), share (gain / headroom)``.
+        columns ``rule, method, kind (uniform | oracle | oracle-pop | oracle-p | auto | auto-seq
+        | C), cost,
+        accuracy, accuracy_se, headroom, gain (over uniform, same rule), share (gain /
+        headroom)``, then ``headroom_pop`` (oracle-pop - uniform) and ``share_pop`` (gain /
+        headroom_pop) where the set has oracle-pop rows (twin test sets), else NaN.
     """
     rows = rows.copy()
     if "rule" not in rows.columns:
@@ -202,7 +453,9 @@ def pays_table(
     for cost in costs:
         at = rows[
             np.isclose(rows["level"].astype(float), cost)
-            & rows["sweep"].isin(["uniform", "oracle", "oracle-p", "auto"])
+            & rows["sweep"].isin(
+                ["uniform", "oracle", "oracle-pop", "oracle-p", "auto", "auto-seq"]
+            )
         ]
         for _, r in at.iterrows():
             out.append((r["rule"], r["method"], r["sweep"], cost, r["accuracy"], r["accuracy_se"]))
@@ -213,18 +466,22 @@ def pays_table(
             acc = float(np.interp(cost, x, y)) if x.min() <= cost <= x.max() else np.nan
             out.append((c_rule, method, "C", cost, acc, np.nan))
     table = pd.DataFrame(out, columns=PAYS_COLUMNS)
-    ref = table[table["kind"].isin(["uniform", "oracle"])].pivot_table(
+    ref = table[table["kind"].isin(["uniform", "oracle", "oracle-pop"])].pivot_table(
         index=["rule", "cost"], columns="kind", values="accuracy"
     )
+    if "oracle-pop" not in ref.columns:
+        ref["oracle-pop"] = np.nan
     merged = table.join(ref, on=["rule", "cost"])
     merged["headroom"] = merged["oracle"] - merged["uniform"]
     merged["gain"] = merged["accuracy"] - merged["uniform"]
-    merged["share"] = np.where(
-        merged["headroom"] > 1e-9,
-        merged["gain"] / merged["headroom"].where(merged["headroom"] > 1e-9),
-        np.nan,
-    )
-    return merged.drop(columns=["oracle", "uniform"])
+
+    def share_of(headroom: pd.Series) -> np.ndarray:
+        return np.where(headroom > 1e-9, merged["gain"] / headroom.where(headroom > 1e-9), np.nan)
+
+    merged["share"] = share_of(merged["headroom"])
+    merged["headroom_pop"] = merged["oracle-pop"] - merged["uniform"]
+    merged["share_pop"] = share_of(merged["headroom_pop"])
+    return merged.drop(columns=["oracle", "uniform", "oracle-pop"])
 
 
 def run_pays(
@@ -239,6 +496,9 @@ def run_pays(
     n_max: int = N_MAX,
     trials: int = DEFAULT_TRIALS,
     seed: int = 0,
+    population_pools: int = POP_POOLS,
+    sequential: bool = False,
+    seq_trials: int = SEQ_TRIALS,
 ) -> pd.DataFrame:
     """Uniform, oracle and (with a training set) ``auto`` rows of every rule on one BoN set.
 
@@ -253,14 +513,25 @@ def run_pays(
             with a ``train_bon``, method -> on ``train_bon`` under key ``"train:" + method``.
         costs: target costs.
         trials: Monte Carlo orders of the voting rules; seed: their seed.
+        population_pools: fresh pools per question of the population oracle (``oracle-pop``
+            rows, twin test sets only; 0: none).
+        sequential: add ``auto-seq`` rows (``highest-*`` rules; estimates whose ``candidate``
+            is set, here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
+            seq_trials: its draw orders per question.
 
     Returns:
         rows with ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound,
-        floor_share``.
+        floor_share`` (and ``pop_curve_se``, ``pop_pools`` on oracle-pop rows).
     """
     cands = Candidates.from_bon(bon)
     train_cands = Candidates.from_bon(train_bon) if train_bon is not None else None
     frames = []
+    pop = {}
+    bq = twin_questions(bon) if population_pools > 0 else None
+    if bq is not None:
+        pop = population_curves(
+            bq, rules, pools=population_pools, n_max=n_max, trials=trials, seed=seed
+        )
     auc = np.nan
     if train_bon is not None:
         auc = shift_auc(train_bon.hidden, bon.hidden, seed)
@@ -274,6 +545,8 @@ def run_pays(
             table = rule_table(cands, rule, calibrated=weights, **kw)
             table.rule = label
             frames.append(reference_rows(table, costs, n_max))
+            if label in pop:
+                frames.append(population_oracle_rows(table, pop[label], costs, n_max))
             if train_cands is None:
                 continue
             tw = None
@@ -286,6 +559,15 @@ def run_pays(
                 shifted=auc > SHIFT_AUC,
             )  # fmt: skip
             frames.append(frame.assign(shift_auc=auc))
+            if sequential and parse_rule(rule)[0] == "highest":
+                seq_costs = [c for c in costs if any(np.isclose(c, REPORT_COSTS))] or list(costs)
+                weight = table_weight(cands, rule, weights)
+                frames.append(
+                    sequential_rows(
+                        cands, table, weight, estimates, train_cands, train_estimates or {},
+                        allocator, seq_costs, n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
+                    ).assign(shift_auc=auc)
+                )  # fmt: skip
             if "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle
                 frames.append(p_oracle_rows(table, bon, allocator, costs, n_max))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

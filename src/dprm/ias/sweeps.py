@@ -271,6 +271,7 @@ def run_ias(
     train_bon=None,
     extra_estimates: Sequence[Estimate] = (),
     vote_trials: int | None = None,
+    sequential: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Base (unless ``include_base`` is False) and every named calibrator on a BoN set.
 
@@ -289,6 +290,8 @@ def run_ias(
             (the contract rule when ``rules`` is empty).
         extra_estimates: further estimates (e.g. the synthetic truth) swept like the models.
         vote_trials: Monte Carlo orders of the voting rules (default ``max(mc_trials, 64)``).
+        sequential: with ``train_bon`` (contract v2 sets), add ``sweep = auto-seq`` rows
+            (:mod:`dprm.ias.sequential`) for every calibrator with candidate estimates.
 
     Returns:
         (summary, budgets) as :func:`run_sweeps`; the summary's ``rule`` column names the
@@ -330,6 +333,14 @@ def run_ias(
             for name in list(calibrated):
                 if name in named:
                     calibrated[f"train:{name}"] = candidate_estimates(named[name], train_bon)
+            if sequential:  # auto-seq reads the training candidates' calibrated estimates
+                train_states = train_bon.response_hidden is not None
+                for name, model in named.items():
+                    if train_states or not model.uses_hidden:
+                        cand = calibrated.get(f"train:{name}")
+                        if cand is None:
+                            cand = candidate_estimates(model, train_bon)
+                        train_estimates[name].candidate = cand
             auto_est = [e for e in estimates if e.method in train_estimates]
         else:
             auto_est = []
@@ -345,6 +356,7 @@ def run_ias(
             n_max=n_max,
             trials=vote_trials or max(mc_trials, 64),
             seed=seed,
+            sequential=sequential,
         )
         extra["C"] = np.nan
         extra["accuracy_mc"] = np.nan

@@ -1,0 +1,122 @@
+"""Sequential auto (dprm.ias.sequential): draw orders, outcomes, the likelihood and the policy."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dprm.ias.accuracy import exact_accuracy_table
+from dprm.ias.allocation import SelectionModel, auto_budgets
+from dprm.ias.rules import Candidates
+from dprm.ias.sequential import (
+    CandidateLikelihood,
+    SequentialAuto,
+    draw_orders,
+    order_outcomes,
+    outcome_accuracy,
+)
+
+
+def toy_model(n_max: int = 8) -> SelectionModel:
+    """g_n(p) = 1 - (1 - p)^n: strictly concave in n for p in (0, 1)."""
+    grid = np.linspace(0, 1, 101)
+    n = np.arange(1, n_max + 1)
+    return SelectionModel(grid, 1 - (1 - grid[:, None]) ** n[None, :])
+
+
+def test_order_outcomes_by_hand():
+    weight = np.array([[0.2, 0.9, 0.5]])
+    correct = np.array([[1.0, 0.0, 1.0]])
+    orders = np.array([[[2, 0, 1]]])  # draw candidate 2, then 0, then 1
+    out = order_outcomes(weight, correct, orders)
+    np.testing.assert_array_equal(out[0, 0], [1.0, 1.0, 0.0])  # picks 2, 2 (0.5 > 0.2), 1
+
+
+def test_order_outcomes_over_all_orders_equal_the_exact_table():
+    rng = np.random.default_rng(0)
+    k = 4
+    weight = rng.random((3, k))
+    weight[2, 3] = -np.inf  # a pool of 3: padding drawn last
+    correct = (rng.random((3, k)) < 0.5).astype(float)
+    correct[2, 3] = 0.0
+    size = np.array([4, 4, 3])
+    perms = np.array(list(itertools.permutations(range(k))))  # [24, 4]
+    orders = np.broadcast_to(perms[:, None, :], (len(perms), 3, k)).copy()
+    orders[:, 2] = np.array([list(p) + [3] for p in itertools.permutations(range(3))] * 4)
+    out = order_outcomes(weight, correct, orders).mean(axis=0)  # every order equally often
+    cands = Candidates(
+        np.arange(3), size, np.where(np.arange(k)[None] < size[:, None], 0, -1), correct,
+        {"last": weight},
+    )  # fmt: skip
+    exact = exact_accuracy_table(cands.pools(weight), k)
+    np.testing.assert_allclose(out, exact, atol=1e-6)
+
+
+def test_draw_orders_are_deterministic_permutations_with_padding_last():
+    size = np.array([5, 3])
+    a, b = draw_orders(size, 6, seed=3), draw_orders(size, 6, seed=3)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, draw_orders(size, 6, seed=4))
+    for t in range(6):
+        assert sorted(a[t, 0]) == list(range(5))
+        assert sorted(a[t, 1, :3]) == [0, 1, 2] and list(a[t, 1, 3:]) == [3, 4]
+
+
+def test_likelihood_ratio_grows_with_the_candidate_estimate():
+    rng = np.random.default_rng(1)
+    q, k = 300, 16
+    p = rng.beta(1, 1, q)
+    correct = rng.random((q, k)) < p[:, None]
+    estimate = 1 / (1 + np.exp(-(2.0 * (2 * correct - 1) + rng.normal(0, 1, (q, k)))))
+    like = CandidateLikelihood.fit(p, estimate, correct, np.ones((q, k), bool))
+    e = np.linspace(0.05, 0.95, 7)[None, :]
+    log_r = like.log_ratio(np.array([0.5]), e)[0]
+    assert (np.diff(log_r) > 0).all() and log_r[0] < 0 < log_r[-1]
+
+
+def test_policy_spends_exactly_the_budget_within_caps_and_is_deterministic():
+    rng = np.random.default_rng(2)
+    q, k, m = 12, 8, 10
+    samples = np.sort(rng.random((q, m)), axis=1)
+    candidate = rng.random((q, k))
+    size = np.full(q, k)
+    size[0] = 3
+    orders = draw_orders(size, 4, seed=0)
+    like = CandidateLikelihood(np.array([0.0, 0.2, 0.8]), np.array([0.0, 1.0]))
+    seq = SequentialAuto(toy_model(k), like)
+    mean_budgets = [1.5, 3.0, 6.0]
+    b = seq.budgets(samples, candidate, size, orders, mean_budgets, floor_share=0.5, n_max=k)
+    assert b.shape == (3, 4, q)
+    for j, mb in enumerate(mean_budgets):
+        assert (b[j].sum(axis=1) == round(mb * q)).all()
+        assert (b[j] >= 1).all() and (b[j] <= size[None, :]).all()
+        assert (b[j] >= min(round(0.5 * mb), int(mb))).all()  # the uniform floor
+    again = seq.budgets(samples, candidate, size, orders, mean_budgets, floor_share=0.5, n_max=k)
+    np.testing.assert_array_equal(b, again)
+
+
+def test_uninformative_candidates_reduce_to_the_fixed_auto_allocation():
+    rng = np.random.default_rng(4)
+    q, k, m = 10, 8, 6
+    samples = np.sort(rng.uniform(0.02, 0.9, (q, m)), axis=1)
+    model = toy_model(k)
+    flat = CandidateLikelihood(np.zeros(3), np.zeros(2))  # r(e) = 1: nothing to learn
+    seq = SequentialAuto(model, flat)
+    orders = draw_orders(np.full(q, k), 2, seed=1)
+    for mb in (2.0, 4.5):
+        b = seq.budgets(samples, rng.random((q, k)), np.full(q, k), orders, [mb], 0.0, k)
+        fixed = auto_budgets(model.expected_curve(samples), mb, 0.0)
+        np.testing.assert_array_equal(b[0, 0], fixed)
+        np.testing.assert_array_equal(b[0, 1], fixed)
+
+
+def test_outcome_accuracy_reads_budgets_and_gives_a_standard_error():
+    outcomes = np.array([[[0, 1, 1]], [[1, 1, 0]]], dtype=np.float32)  # [T=2, Q=1, K=3]
+    acc, se, per = outcome_accuracy(outcomes, np.array([2]))
+    assert acc == pytest.approx(1.0) and se == pytest.approx(0.0)
+    acc, se, per = outcome_accuracy(outcomes, np.array([[1], [3]]))
+    np.testing.assert_allclose(per, [0.0, 0.0])
+    acc, _, per = outcome_accuracy(outcomes, np.array([5]))  # above K: the whole pool
+    np.testing.assert_allclose(per, [1.0, 0.0])
