@@ -18,7 +18,15 @@ import numpy as np
 import pandas as pd
 
 #: row order inside one (split, rule) block; a kind not listed comes after ``auto``
-KIND_ORDER = {"uniform": 0, "C": 1, "auto": 2, "oracle-p": 8, "oracle": 9}
+KIND_ORDER = {
+    "uniform": 0,
+    "C": 1,
+    "auto": 2,
+    "auto-seq": 3,
+    "oracle-p": 7,
+    "oracle-pop": 8,
+    "oracle": 9,
+}
 #: a gain over uniform within this band counts as level (the issue's tolerance)
 LEVEL = 0.005
 #: the synthetic truth's method name (a reference, counted apart from the calibrators)
@@ -79,6 +87,8 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
             np.nan,
         )
     )
+    if "headroom_pop" not in pays.columns:  # sets without oracle-pop rows (real data, v1)
+        pays = pays.assign(headroom_pop=np.nan)
     grouped = pays.groupby(keys, sort=False, dropna=False)
     out = grouped.agg(
         accuracy=("accuracy", "mean"),
@@ -86,12 +96,16 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
         gain=("gain", "mean"),
         gain_sd=("gain", "std"),
         headroom=("headroom", "mean"),
+        headroom_pop=("headroom_pop", "mean"),
         share_sd=("_share", "std"),
         seeds=("accuracy", "count"),
     ).reset_index()
     out["share"] = np.where(
         out["headroom"] > 1e-9, out["gain"] / out["headroom"].where(out["headroom"] > 1e-9), np.nan
     )
+    # against the population oracle (twin test sets): the headroom of a question's true curve
+    pop = out["headroom_pop"]
+    out["share_pop"] = np.where(pop > 1e-9, out["gain"] / pop.where(pop > 1e-9), np.nan)
     return out
 
 
@@ -110,8 +124,14 @@ def _cell(r: pd.Series) -> str:
     if r["kind"] == "oracle":
         if np.isfinite(r["headroom"]):
             text += f" (+{r['headroom']:.3f})"
+    elif r["kind"] == "oracle-pop":  # its gain is the population headroom
+        if np.isfinite(r["gain"]):
+            text += f" ({r['gain']:+.3f})"
     elif r["kind"] != "uniform" and np.isfinite(r["share"]):
-        text += f" ({_fmt(100 * r['share'], 100 * r['share_sd'], '+.0f', '%')})"
+        text += f" ({_fmt(100 * r['share'], 100 * r['share_sd'], '+.0f', '%')}"
+        if np.isfinite(r.get("share_pop", np.nan)):
+            text += f"; {100 * r['share_pop']:+.0f}% pop."
+        text += ")"
     return text
 
 
@@ -121,9 +141,11 @@ def _label(kind: str, method: str) -> str:
     if kind == "C":
         return f"C rule, {display(method)}"
     if kind == method:
-        return {"oracle": "oracle (headroom)", "oracle-p": "oracle-p (true p, no pool)"}.get(
-            kind, kind
-        )
+        return {
+            "oracle": "oracle (headroom)",
+            "oracle-p": "oracle-p (true p, no pool)",
+            "oracle-pop": "oracle-pop (true curve, no pool)",
+        }.get(kind, kind)
     return f"{kind}, {display(method)}"
 
 
