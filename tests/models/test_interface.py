@@ -41,6 +41,21 @@ def test_folded_linear_equals_layer_after_standardising(dtype):
     torch.testing.assert_close(folded, expected, rtol=1e-5, atol=1e-4)
 
 
+def test_linear_many_equals_each_layer_alone():
+    """An ensemble's first layers in one matmul: the same as each folded layer (bias or none)."""
+    torch.manual_seed(0)
+    hidden = np.random.default_rng(3).normal(1.0, 4.0, size=(50, 16)).astype(np.float16)
+    std = Standardizer(16).fit(hidden)
+    layers = [nn.Linear(16, 5), nn.Linear(16, 3, bias=False), nn.Linear(16, 8)]
+    rows = torch.from_numpy(hidden)
+    with torch.no_grad():
+        together = std.linear_many(rows, layers)
+        alone = [layer(std(rows)) for layer in layers]
+    assert [t.shape[1] for t in together] == [5, 3, 8]
+    for a, b in zip(together, alone, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "method", sorted(m for m, cls in REGISTRY.items() if issubclass(cls, TrainedCalibrator))
 )

@@ -233,11 +233,10 @@ class OTCalibrator(QuantileMapCalibrator):
     def forward(
         self, hidden: torch.Tensor, prm_score: torch.Tensor | None = None
     ) -> QuantileFunction:
-        contexts = []
-        for g, _ in self.potentials:  # first layer with the standardisation folded in
-            mlp = g.context_mlp
-            contexts.append(mlp[1:](self.standardizer.linear(hidden, mlp[0])))
-        return self.ensemble(contexts)
+        # every member's first layer, with the standardisation folded in, in one matmul
+        mlps = [g.context_mlp for g, _ in self.potentials]
+        firsts = self.standardizer.linear_many(hidden, [mlp[0] for mlp in mlps])
+        return self.ensemble([mlp[1:](first) for mlp, first in zip(mlps, firsts, strict=True)])
 
     def transport_loss(
         self,
