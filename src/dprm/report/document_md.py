@@ -466,10 +466,23 @@ def pays_lines(pays, cfg) -> list[str]:
             if "oracle-p" in kinds
             else ""
         )
-        + "The **oracle** knows every question's true accuracy-vs-n curve on its realised pool; "
-        "oracle − uniform is the *headroom* (in brackets on the oracle row). Other cells: "
-        "accuracy, and in brackets the share of the headroom captured, (method − uniform) / "
-        "headroom"
+        + "The **oracle** knows every question's accuracy-vs-n curve on its realised pool (so "
+        "also the luck of that pool); oracle − uniform is the *headroom* (in brackets on the "
+        "oracle row). "
+        + (
+            "**oracle-pop** knows each question's true curve, the expectation over fresh pools "
+            "from the synthetic world, but not the realised pool; its gain over uniform (in "
+            "brackets) is the *population headroom*. "
+            if "oracle-pop" in kinds
+            else ""
+        )
+        + "Other cells: accuracy, and in brackets the share of the headroom captured, "
+        "(method − uniform) / headroom"
+        + (
+            "; then the same share of the population headroom (pop.)"
+            if "oracle-pop" in kinds
+            else ""
+        )
         + (f"; ± is the std over {seeds} training seeds" if seeds > 1 else "")
         + ". `highest-*` rules are exact expectations"
         + (
