@@ -158,3 +158,29 @@ def test_reference_lines_draw_uniform_and_oracle_of_one_rule():
     assert x.min() == 0.03 and x.max() == 0.1  # clipped to the range and to the points
     assert np.allclose(y, 0.6 + x) and line.get_label() == "_nolegend_"
     plt.close(fig)
+
+
+def test_population_oracle_row_and_share_against_both_headrooms():
+    """With oracle-pop rows (twin sets) a cell also gives the share of the population headroom."""
+    frame = _pays_frame()
+    pop = {0.1: 0.55, 0.25: 0.72}  # oracle-pop accuracy: headroom_pop 0.05 and 0.02
+    frame["headroom_pop"] = np.where(
+        frame["rule"] == "highest-last",
+        frame["cost"].map(pop) - np.where(frame["cost"] == 0.1, 0.5, 0.7),
+        np.nan,
+    )
+    extra = frame[(frame["kind"] == "uniform") & (frame["rule"] == "highest-last")].copy()
+    extra["kind"] = extra["method"] = "oracle-pop"
+    extra["accuracy"] = extra["cost"].map(pop)
+    extra["gain"] = extra["accuracy"] - np.where(extra["cost"] == 0.1, 0.5, 0.7)
+    lines = pays_markdown(pd.concat([frame, extra], ignore_index=True), "w").splitlines()
+    # auto OT gains 0.03 at cost 0.1: 30 % of the pool headroom 0.1, 60 % of the population's 0.05
+    assert (
+        "|  |  | auto, OT | 0.530 ± 0.010 (+30 ± 10%; +60% pop.) | 0.730 ± 0.010 (+75 ± 25%; +150% pop.) |"
+        in lines
+    )
+    assert "|  |  | oracle-pop (true curve, no pool) | 0.550 (+0.050) | 0.720 (+0.020) |" in lines
+    labels = [line.split(" | ")[2] for line in lines[2:9]]
+    assert labels.index("oracle-pop (true curve, no pool)") == labels.index("oracle (headroom)") - 1
+    # no oracle-pop rows (real data): the cells keep the pool share alone
+    assert "+30 ± 10%)" in pays_markdown(_pays_frame(), "w")
