@@ -179,3 +179,22 @@ def test_vote_rules_refuse_a_v1_set_and_auto_writes_pays(setup, tmp_path, capsys
     assert {"auto", "uniform", "oracle", "beta-cal"} <= set(summary["sweep"])
     pays = pd.read_csv(out / "pays.csv")
     assert set(pays.loc[pays["kind"] == "auto", "method"]) == {"base", "ot"}
+
+
+def test_sequential_rows_and_its_missing_training_set(setup, tmp_path, capsys):
+    root, world, dirs = setup
+    out = tmp_path / "nope"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--sequential", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--sequential needs --train-bon" in err and "\n" not in err
+    assert not out.exists()  # refused before --out was claimed
+    out = tmp_path / "seq"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--train-bon", str(world["train/bon"]),
+            "--sequential", "--model", str(dirs["ot"]), "--out", str(out),
+            "--mc-trials", "0", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    summary = pd.read_csv(out / "ias.csv")
+    seq = summary[summary["sweep"] == "auto-seq"]
+    assert set(seq["method"]) >= {"ot"} and seq["accuracy"].between(0, 1).all()
+    assert json.loads((out / "ias_meta.json").read_text())["sequential"] is True

@@ -18,6 +18,10 @@ from dprm.cli._common import (
 
 
 def _ias(args: argparse.Namespace) -> int:
+    if args.sequential and not args.train_bon:
+        from dprm.config import ConfigError
+
+        raise ConfigError("--sequential needs --train-bon (auto-seq learns on a training BoN set)")
     out = check_out(
         args, directory=True, inputs=input_paths(args, "--bon", "--train-bon", "--model")
     )
@@ -47,6 +51,7 @@ def _ias(args: argparse.Namespace) -> int:
         greedy=args.greedy,
         rules=args.rule,
         train_bon=train_bon,
+        sequential=args.sequential,
     )
     with atomic_dir(out) as tmp:  # all files or none
         write_ias_outputs(
@@ -64,6 +69,7 @@ def _ias(args: argparse.Namespace) -> int:
                 "greedy": args.greedy,
                 "rules": args.rule,
                 "train_bon": None if train_bon is None else str(train_bon.path),
+                "sequential": args.sequential,
                 "n_questions": len(bon),
             },
         )
@@ -153,6 +159,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="training BoN set (e.g. a twin world's train/bon): adds sweep='auto' rows for every "
         "calibrator (allocation on predicted selection accuracy, learnt on this set only) and "
         "writes pays.csv",
+    )
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="with --train-bon: also the sequential allocation, sweep='auto-seq' (reads each "
+        "drawn candidate's calibrated estimate; highest-* rules, v2 sets with candidate states; "
+        "Monte Carlo over draw orders)",
     )
     add_threads_flag(parser)
     add_progress_flags(parser)
