@@ -179,3 +179,42 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
         assert row["accuracy"] == pytest.approx(auto.loc[key, "accuracy"] + row["minus_auto"])
         assert row["cost"] == pytest.approx(auto.loc[key, "cost"])  # the same budget
     assert "auto-seq" in set(pays_table(summary)["kind"])
+
+
+def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, one_thread):
+    """``references=False`` (a calibrator's unit) skips the rows that do not depend on the
+    calibrator, and its own rows, a calibrated rule's reference rows included, are unchanged."""
+    from dprm.data import read_bon_set
+    from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
+    from dprm.ias.pays import run_pays
+    from dprm.models.raw_score import RawScoreCalibrator
+
+    paths = tiny_world("llama-3.1-8b__qwen-prm")
+    bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
+    model = RawScoreCalibrator(bon.hidden_dim)
+    est, train_est = (
+        estimate_from_model(model, bon, "raw"),
+        estimate_from_model(model, train, "raw"),
+    )
+    kwargs = dict(
+        rules=("highest-last", "highest-calibrated"),
+        train_bon=train,
+        train_estimates={"raw": train_est},
+        calibrated={
+            "raw": candidate_estimates(model, bon),
+            "train:raw": candidate_estimates(model, train),
+        },
+        population_pools=2,
+        trials=4,
+    )
+    assert truth_estimate(bon) is not None  # a twin set: oracle-p and oracle-pop rows exist
+    full = run_pays(bon, [est], **kwargs)
+    own = run_pays(bon, [est], references=False, **kwargs)
+    assert {"oracle-pop", "oracle-p", "uniform"} <= set(full["sweep"])
+    keep = (full["method"] == "raw") | full["rule"].str.endswith("[raw]")
+    expected = full[keep].reset_index(drop=True)
+    assert not own["sweep"].eq("oracle-pop").any()
+    pop_only = [c for c in expected.columns if c not in own.columns]  # oracle-pop's columns
+    assert set(pop_only) <= {"pop_curve_se", "pop_pools"} and expected[pop_only].isna().all().all()
+    expected = expected.drop(columns=pop_only)
+    pd.testing.assert_frame_equal(own[expected.columns], expected)

@@ -499,6 +499,7 @@ def run_pays(
     population_pools: int = POP_POOLS,
     sequential: bool = False,
     seq_trials: int = SEQ_TRIALS,
+    references: bool = True,
 ) -> pd.DataFrame:
     """Uniform, oracle and (with a training set) ``auto`` rows of every rule on one BoN set.
 
@@ -518,6 +519,10 @@ def run_pays(
         sequential: add ``auto-seq`` rows (``highest-*`` rules; estimates whose ``candidate``
             is set, here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
             seq_trials: its draw orders per question.
+        references: False: only the calibrators' own rows (``auto``, ``auto-seq``, and every
+            row of a ``*-calibrated`` rule weighted by their estimates), without the rows that
+            do not depend on them (uniform, oracle, oracle-pop and oracle-p of the other rules),
+            which a caller computing them once per set skips here.
 
     Returns:
         rows with ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound,
@@ -527,7 +532,7 @@ def run_pays(
     train_cands = Candidates.from_bon(train_bon) if train_bon is not None else None
     frames = []
     pop = {}
-    bq = twin_questions(bon) if population_pools > 0 else None
+    bq = twin_questions(bon) if population_pools > 0 and references else None
     if bq is not None:
         pop = population_curves(
             bq, rules, pools=population_pools, n_max=n_max, trials=trials, seed=seed
@@ -544,7 +549,9 @@ def run_pays(
             weights = None if method is None else cands.gather(calibrated[method])
             table = rule_table(cands, rule, calibrated=weights, **kw)
             table.rule = label
-            frames.append(reference_rows(table, costs, n_max))
+            own = references or method is not None  # a calibrated rule's rows are its own
+            if own:
+                frames.append(reference_rows(table, costs, n_max))
             if label in pop:
                 frames.append(population_oracle_rows(table, pop[label], costs, n_max))
             if train_cands is None:
@@ -568,6 +575,6 @@ def run_pays(
                         allocator, seq_costs, n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
                     ).assign(shift_auc=auc)
                 )  # fmt: skip
-            if "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle
+            if own and "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle
                 frames.append(p_oracle_rows(table, bon, allocator, costs, n_max))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

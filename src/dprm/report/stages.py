@@ -478,6 +478,7 @@ def _pays_rows(
         costs=costs,
         trials=vote_trials,
         seed=seed,
+        references=method == REFERENCE,  # a calibrator's unit: its own rows only
     )
     if rows.empty:
         return rows
