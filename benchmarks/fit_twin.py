@@ -26,6 +26,8 @@ Usage:
     python benchmarks/fit_twin.py --write    # ... and write them into src/dprm/data/synth.py
     python benchmarks/fit_twin.py --qr --size paper --write   # linear_share per cell (Base kept)
     python benchmarks/fit_twin.py --ood-dprm --write   # ood shares again, with dprm's own QR
+    python benchmarks/fit_twin.py --park-budget        # the other assumption: Park et al.'s
+                                                       # start, a limited budget (prints only)
 """
 
 from __future__ import annotations
@@ -360,6 +362,105 @@ def write_table(table: str) -> None:
     SYNTH_FILE.write_text(new)
 
 
+#: ``--park-budget``: full-batch Adam steps at which the Park-start QR is scored, its rate, and
+#: the linear shares tried per cell (the coarse grid of the --qr fit)
+PARK_CHECKPOINTS = (10, 20, 50, 100, 200, 400, 1000)
+PARK_LR = 0.01
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))
+
+
+def park_budget_world(gen, prm, checkpoints=PARK_CHECKPOINTS, lr=PARK_LR, shares=COARSE_SHARES):
+    """Cells of one world a *budget-limited QR from Park et al.'s start* can land on.
+
+    The alternative to "the paper's QR converged": Park et al. convert the PRM's head so that
+    every quantile starts at the PRM's own score (head rows w_pos - w_neg, bias copied) and train
+    a rank-2 LoRA for 3 epochs at lr 1e-4, which need not converge. Modelled here as the median
+    head q = sigmoid(logit(prm_score) + x w + b) on standardised embedding units x [n, 128],
+    w = b = 0 at the start (q = Base exactly), full-batch Adam at ``lr`` on the pinball loss at
+    0.5, scored after each of ``checkpoints`` steps: the step count is the one number (the
+    budget) shared by every cell of the paper. For every ``id`` share the QR is trained on
+    ``train`` and scored on ``id``; the ``ood`` cell counts as reachable when *any* ``ood`` share
+    lands it with that QR. Returns ``{step: cells reachable (0-2) with the best id share}``: an
+    upper bound of what a λ fit could reach under this assumption.
+    """
+    import torch
+
+    id_draws = {s.name: s for s in cell_draws(gen, prm, "id", "paper")}
+    ood_draws = cell_draws(gen, prm, "ood", "paper")[0]
+    base_id, base_ood = S.score_cell(gen, prm, "id"), S.score_cell(gen, prm, "ood")
+    target = {k: paper_cell(prm.name, k, gen.name, "qr") for k in ("id", "ood")}
+
+    def split(cell, kind, draws):
+        units, rec = split_units(gen, prm, cell, kind, draws, "paper")
+        return units, _logit(rec.prm_score), _labels(rec)
+
+    ood = [split(replace(base_ood, linear_share=s), "ood", ood_draws) for s in shares]
+    reach: dict[int, list[int]] = {step: [] for step in checkpoints}
+    for share in shares:
+        cell = replace(base_id, linear_share=share)
+        units, offset, y = split(cell, "id", id_draws["train"])
+        if len(units) > QR_ROWS:  # the same seeded subsample as LinearMedianQR
+            rows = np.sort(np.random.default_rng(0).choice(len(units), QR_ROWS, replace=False))
+            units, offset, y = units[rows], offset[rows], y[rows]
+        mean, scale = units.mean(0), units.std(0) + 1e-6
+
+        def tensors(units, offset, mean=mean, scale=scale):
+            x = torch.as_tensor((units - mean) / scale, dtype=torch.float32)
+            return x, torch.as_tensor(offset, dtype=torch.float32)
+
+        x, off = tensors(units, offset)
+        target_y = torch.as_tensor(y, dtype=torch.float32)
+        held_out = split(cell, "id", id_draws["id"])
+        evaluated = [(tensors(u, o), labels) for u, o, labels in [held_out, *ood]]
+        w = torch.zeros(x.shape[1], requires_grad=True)
+        b = torch.zeros((), requires_grad=True)
+        opt = torch.optim.Adam([w, b], lr=lr)
+        for step in range(max(checkpoints) + 1):
+            if step in reach:
+                with torch.no_grad():
+                    ok = []
+                    for (xe, oe), labels in evaluated:
+                        p = torch.sigmoid(xe @ w + b + oe).numpy().astype(np.float64)
+                        kind = "id" if not ok else "ood"
+                        resid = point_metrics(p, labels) - target[kind]
+                        ok.append(bool(np.all(np.abs(resid) <= QR_TOLERANCE)))
+                reach[step].append(int(ok[0]) + int(any(ok[1:])))
+            opt.zero_grad()
+            u = target_y - torch.sigmoid(x @ w + b + off)
+            loss = torch.maximum(0.5 * u, -0.5 * u).mean()
+            loss.backward()
+            opt.step()
+    return {step: max(counts) for step, counts in reach.items()}
+
+
+def main_park_budget(args) -> int:
+    """``--park-budget``: how many QR cells a budget-limited QR from Park's start can reach."""
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    totals = {step: 0 for step in PARK_CHECKPOINTS}
+    n = 0
+    print(f"QR from Park et al.'s start (q = Base), full-batch Adam lr {PARK_LR}; cells reachable "
+          f"(0-2) per budget {list(PARK_CHECKPOINTS)} steps, best id share")  # fmt: skip
+    for p in args.prms.split(","):
+        for g in args.generators.split(","):
+            reach = park_budget_world(S.GENERATORS[g], S.PRMS[p])
+            n += 2
+            for step, count in reach.items():
+                totals[step] += count
+            print(f"{g + '__' + p:28s} " + " ".join(f"{reach[s]}" for s in PARK_CHECKPOINTS),
+                  f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+    best = max(totals, key=totals.get)
+    print("\n".join(f"budget {s:5d} steps: {c}/{n} cells reachable" for s, c in totals.items()))
+    print(f"best single budget: {best} steps, {totals[best]}/{n}")
+    return 0
+
+
 def main_ood_dprm(args) -> int:
     """``--ood-dprm``: refit each world's ood linear_share with dprm's converged QR."""
     import shutil
@@ -473,7 +574,14 @@ def main() -> int:
         action="store_true",
         help="refit only the ood cells' linear_share with dprm's own converged QR",
     )
+    parser.add_argument(
+        "--park-budget",
+        action="store_true",
+        help="count the QR cells a budget-limited QR started at the PRM's score can reach",
+    )
     args = parser.parse_args()
+    if args.park_budget:
+        return main_park_budget(args)
     if args.ood_dprm:
         return main_ood_dprm(args)
     if args.qr:
