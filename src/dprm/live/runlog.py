@@ -57,10 +57,14 @@ class ResultLog:
                 raise DataError(
                     self.path, f"line {number}: expected an object with a string 'question_id'"
                 )
-            self.records[record["question_id"]] = record
+            self.records[self.key(record)] = record
 
-    def __contains__(self, question_id: str) -> bool:
-        return question_id in self.records
+    def key(self, record: dict[str, Any]) -> Any:
+        """The record's key in :attr:`records` (a later line with the same key wins)."""
+        return record["question_id"]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.records
 
     def __len__(self) -> int:
         return len(self.records)
@@ -73,7 +77,7 @@ class ResultLog:
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.records[record["question_id"]] = record
+        self.records[self.key(record)] = record
 
 
 def read_results(out: str | os.PathLike, mode: str) -> list[dict[str, Any]]:
