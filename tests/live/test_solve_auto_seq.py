@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dprm.io import DataError
+
 N_MAX, BASE_N, COST, ROUND = 64, 3, 0.1, 3
 N_TRAIN, K_TRAIN = 40, 16
 
@@ -243,3 +245,20 @@ def test_help_explains_auto_seq(capsys):
         main(["solve", "--help"])
     text = capsys.readouterr().out
     assert "--auto-seq" in text and "--round-size" in text and "posterior" in text
+
+
+def test_a_run_made_before_auto_seq_existed_resumes(tmp_path):
+    """run.json of an older dprm has no auto_seq / round_size: it reads as their defaults."""
+    from dprm.io import read_json, write_json
+    from dprm.live import SolveConfig
+    from dprm.live.run import start_run
+
+    base = dict(mode="bon", questions="q", generator="g", prm="p", calibrator="c")
+    start_run(tmp_path, SolveConfig(**base), {})
+    old = read_json(tmp_path / "run.json")
+    del old["auto_seq"], old["round_size"]
+    write_json(tmp_path / "run.json", old)
+    start_run(tmp_path, SolveConfig(**base), {})  # the same settings: resumes
+    seq = SolveConfig(**base, auto_cost=0.1, train_bon="t", auto_seq=True)
+    with pytest.raises(DataError, match="auto_seq: was False, now True"):
+        start_run(tmp_path, seq, {})
