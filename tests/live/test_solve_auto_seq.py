@@ -178,6 +178,7 @@ def test_records_draw_order_baseline_and_batching(seq_run):
         assert r["chosen"]["index"] == int(np.argmax(scores[:n]))
         assert r["baseline"]["chosen"]["index"] == int(np.argmax(scores[:BASE_N]))
     assert sorted(orders) == list(range(sum(r["budget"] for r in records)))
+    assert summary["allocation"] == "auto-seq"
     assert summary["adaptive"]["samples"] == sum(r["budget"] for r in records)
     assert summary["baseline"]["samples"] == BASE_N * len(records)
     assert all(n == 1 and size <= ROUND for size, n in counting.calls)  # batched by rounds
@@ -214,28 +215,36 @@ def test_resume_replays_the_log_without_generating(
     assert counting.calls == [] and (out / "bon.jsonl").read_bytes() == before
 
 
-def test_settings_refused_in_one_line(tmp_path, questions_file, model_dirs, calibrator_dirs, tiny_world, capsys):  # fmt: skip
+def test_settings_refused_in_one_line(tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon, capsys):  # fmt: skip
+    import shutil
+
     from dprm.cli import main
 
-    world = tiny_world("llama-3.1-8b__qwen-prm")
+    v1 = tmp_path / "train-v1"  # the same set without candidate states
+    shutil.copytree(train_bon, v1)
+    (v1 / "response_hidden_states.npy").unlink()
     argv = ["solve", "--mode", "bon", "--questions", str(questions_file), "--generator",
             str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
             str(calibrator_dirs["mono"]), "--prm-device", "cpu", "--device", "cpu", "--quiet"]  # fmt: skip
+    seq = ["--auto-seq", "--auto-cost", "0.5", "--train-bon"]
     cases = [
         (["--auto-seq"], "--auto-seq needs --auto-cost"),
-        (["--auto-seq", "--auto-cost", "0.5", "--train-bon", str(tmp_path / "nope")], "not a directory"),
-        (["--auto-seq", "--auto-cost", "0.5", "--train-bon", str(world["train/bon"]), "--round-size", "0"], "--round-size 0"),
-    ]  # fmt: skip
-    from dprm.data import read_bon_set
-
-    if read_bon_set(world["train/bon"]).response_hidden is None:  # a v1 set: no candidate states
-        cases.append((["--auto-seq", "--auto-cost", "0.5", "--train-bon", str(world["train/bon"])], "no candidate states"))  # fmt: skip
-    for extra, message in cases:
-        out = tmp_path / f"out{len(extra)}"
+        ([*seq, str(tmp_path / "nope")], "not a directory"),
+        ([*seq, str(train_bon), "--round-size", "0"], "--round-size 0"),
+        ([*seq, str(v1)], "no candidate states"),
+        ([*seq, str(train_bon), "--mode", "beam"], "bon only"),
+    ]
+    for i, (extra, message) in enumerate(cases):
+        out = tmp_path / f"out{i}"
         assert main([*argv, *extra, "--out", str(out)]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and "\n" not in err, err
         assert not out.exists()  # refused before --out was claimed
+    # a calibrator that reads only the PRM score needs no candidate states
+    from dprm.live.bon_seq import check_sequential_training
+    from dprm.models import load
+
+    check_sequential_training(load(calibrator_dirs["base"]), str(v1))
 
 
 def test_help_explains_auto_seq(capsys):

@@ -264,6 +264,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     )
     summary: dict[str, Any] = {
         "mode": "bon",
+        "allocation": "auto-seq" if config.auto_seq else "auto" if config.auto_cost else "C",
         "C": config.C,
         "n_max": config.n_max,
         "n_questions": len(records),
