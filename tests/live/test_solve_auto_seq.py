@@ -182,6 +182,17 @@ def test_records_draw_order_baseline_and_batching(seq_run):
     assert summary["adaptive"]["samples"] == sum(r["budget"] for r in records)
     assert summary["baseline"]["samples"] == BASE_N * len(records)
     assert all(n == 1 and size <= ROUND for size, n in counting.calls)  # batched by rounds
+    from dprm.data import read_bon_set
+
+    bon = read_bon_set(out / "bon_set")  # the export says how many draws and in what order
+    assert bon.questions["live_budget"].tolist() == [r["budget"] for r in records]
+    flat = [c for r in records for c in r["candidates"]]
+    assert bon.responses["draw_order"].tolist() == [
+        -1 if c["order"] is None else c["order"] for c in flat
+    ]
+    assert bon.responses["draw_round"].tolist() == [
+        -1 if c["round"] is None else c["round"] for c in flat
+    ]
     draws = _records(out / "seq_draws.jsonl")
     assert len(draws) == sum(len(r["candidates"]) for r in records)
 

@@ -335,7 +335,11 @@ def write_bon_export(
     ``responses.parquet`` holds every generated candidate with its PRM score and grade
     (``correct`` is False where the question has no gold answer; ``graded`` says which) and
     its canonical final answer (BoN contract v2's ``answer``, so vote rules run on the export;
-    candidate states are not kept live).
+    candidate states are not kept live). Extra columns (the contract keeps them): the questions'
+    ``live_budget`` (the draws the live allocation gave it: its first ``live_budget``
+    responses); with ``--auto-seq`` the responses' ``draw_round`` (0: the floor; -1: a baseline
+    top-up), ``draw_order`` (place in the shard's sequence of draws; -1: top-up) and
+    ``live_estimate`` (the calibrated estimate the policy read).
     """
     from dprm.data.contract import write_bon_set
     from dprm.llm.answers import canonical_answer
@@ -362,10 +366,21 @@ def write_bon_export(
         for i, c in enumerate(done[qid]["candidates"])
     ]
     frame = pd.DataFrame(responses).astype({"response_id": "int32", "prm_score": "float32"})
+    live = questions[["question_id", "prm_score"]].assign(
+        live_budget=[int(done[q]["budget"]) for q in questions["question_id"]]
+    )  # the draws the live allocation gave each question (the first live_budget responses)
+    if any("round" in c for q in questions["question_id"] for c in done[q]["candidates"]):
+        # auto-seq: when each candidate was drawn (-1: a baseline top-up the policy never read)
+        cands = [c for q in questions["question_id"] for c in done[q]["candidates"]]
+        for column, field in (("draw_round", "round"), ("draw_order", "order")):
+            frame[column] = np.array(
+                [-1 if c[field] is None else c[field] for c in cands], np.int32
+            )
+        frame["live_estimate"] = np.array([c["estimate"] for c in cands], np.float32)
     path = out / "bon_set" if not suffix else out / "bon_set.shards" / suffix.lstrip(".")
     write_bon_set(
         path,
-        questions[["question_id", "prm_score"]],
+        live,
         np.asarray(hidden[rows], dtype=np.float32),
         frame,
         meta,
