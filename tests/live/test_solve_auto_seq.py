@@ -282,3 +282,22 @@ def test_a_run_made_before_auto_seq_existed_resumes(tmp_path):
     seq = SolveConfig(**base, auto_cost=0.1, train_bon="t", auto_seq=True)
     with pytest.raises(DataError, match="auto_seq: was False, now True"):
         start_run(tmp_path, seq, {})
+
+
+def test_cli_runs_auto_seq(tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon):
+    from dprm.cli import main
+
+    out = tmp_path / "cli"
+    argv = ["solve", "--mode", "bon", "--questions", str(questions_file), "--generator",
+            str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
+            str(calibrator_dirs["base"]), "--prm-device", "cpu", "--prm-dtype", "float32",
+            "--device", "cpu", "--grade-workers", "1", "--n-max", str(N_MAX), "--baseline-n", "0",
+            "--max-new-tokens", "32", "--auto-cost", "0.05", "--train-bon", str(train_bon),
+            "--auto-seq", "--round-size", "2", "--limit", "3", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    records = _records(out / "bon.jsonl")
+    assert sum(r["budget"] for r in records) == round(0.05 * N_MAX * 3)
+    assert all(r["baseline"] is None and len(r["candidates"]) == r["budget"] for r in records)
+    run = json.loads((out / "run.json").read_text())
+    assert run["auto_seq"] is True and run["round_size"] == 2
+    assert json.loads((out / "summary.json").read_text())["allocation"] == "auto-seq"
