@@ -8,6 +8,10 @@ uses the same pool: each question draws max(N_i, B) i.i.d. samples once; the ada
 looks at the first N_i, the baseline at the first B, and each method is charged only for the
 samples (and their tokens) it looks at. The summary adds the fixed-n curve (first n samples,
 n = 1, 2, 4, ..., B) so the fixed n that matches the adaptive accuracy can be read off.
+
+N_i comes from the C rule, from ``dprm ias``'s ``auto`` allocation (``auto_cost``: every
+budget fixed before sampling, :func:`auto_budgets`), or from the sequential ``auto-seq``
+(``auto_seq``: budgets grow as the candidates are read, :mod:`dprm.live.bon_seq`).
 """
 
 from __future__ import annotations
