@@ -193,7 +193,6 @@ def solve_sequential(
     floor; None: a baseline top-up) and ``order`` (its place in the shard's sequence of draws).
     """
     from dprm.ias.pays import _mean_budget
-    from dprm.live.runlog import ResultLog
     from dprm.llm.shard import chunked
 
     rows = questions.to_dict("records")
@@ -233,7 +232,8 @@ def solve_sequential(
             for q in picks:  # a question picked k times gets its next k draws
                 requests.append((q, int(policy.n[q]) + seen.get(q, 0)))
                 seen[q] = seen.get(q, 0) + 1
-            for (q, _), r in zip(requests, log_ratio(requests, drawer.fetch(requests, round_index)), strict=True):  # fmt: skip
+            estimates = drawer.fetch(requests, round_index)
+            for (q, _), r in zip(requests, log_ratio(requests, estimates), strict=True):
                 policy.observe(q, float(r))
         budgets = policy.n.copy()
         base_n = int(config.baseline_n or 0)
