@@ -120,3 +120,37 @@ def test_outcome_accuracy_reads_budgets_and_gives_a_standard_error():
     np.testing.assert_allclose(per, [0.0, 0.0])
     acc, _, per = outcome_accuracy(outcomes, np.array([5]))  # above K: the whole pool
     np.testing.assert_allclose(per, [1.0, 0.0])
+
+
+def test_rounds_spend_the_budget_and_read_estimates_only_between_rounds():
+    """``round_size``: 1 is the default policy; a round as large as the budget chooses every
+    draw from the floor's posteriors (the later estimates are never read); in between, the
+    total is spent exactly."""
+    rng = np.random.default_rng(6)
+    q, k, m = 9, 12, 8
+    samples = np.sort(rng.random((q, m)), axis=1)
+    candidate = rng.random((q, k))
+    size = np.full(q, k)
+    orders = draw_orders(size, 3, seed=2)
+    like = CandidateLikelihood(np.array([0.0, 0.3, 1.5]), np.array([0.0, 1.0]))
+    seq = SequentialAuto(toy_model(k), like)
+    mb = [2.0, 4.0]
+    one = seq.budgets(samples, candidate, size, orders, mb, 0.25, k)
+    np.testing.assert_array_equal(
+        one, seq.budgets(samples, candidate, size, orders, mb, 0.25, k, round_size=1)
+    )
+    for size_r in (2, 5):
+        b = seq.budgets(samples, candidate, size, orders, mb, 0.25, k, round_size=size_r)
+        for j, budget in enumerate(mb):
+            assert (b[j].sum(axis=1) == round(budget * q)).all() and (b[j] <= k).all()
+    # one round holds the whole budget: the estimates after the floor (1 draw) are never read
+    whole = seq.budgets(samples, candidate, size, orders, [4.0], 0.25, k, round_size=10**6)
+    later = candidate.copy()
+    first = np.take_along_axis(orders[0], np.zeros((q, 1), np.int64), axis=1)  # order 0's floor
+    mask = np.ones_like(later, bool)
+    np.put_along_axis(mask, first, False, axis=1)
+    later[mask] = rng.random(mask.sum())
+    again = seq.budgets(samples, later, size, orders[:1], [4.0], 0.25, k, round_size=10**6)
+    np.testing.assert_array_equal(whole[:, :1], again)
+    seq_again = seq.budgets(samples, later, size, orders[:1], [4.0], 0.25, k)
+    assert not np.array_equal(one[1:2, :1], seq_again), "one draw at a time reads them"

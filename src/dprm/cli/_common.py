@@ -345,6 +345,15 @@ def add_dataclass_flags(
         )
         annotation = f.type if isinstance(f.type, str) else f.type.__name__
         required = meta.get("required", False)
+        if annotation == "bool":  # a switch: off by default, on when given
+            container.add_argument(
+                meta.get("flag", "--" + f.name.replace("_", "-")),
+                dest=f.name,
+                action="store_true",
+                default=bool(f.default),
+                help=meta["help"],
+            )
+            continue
         container.add_argument(
             meta.get("flag", "--" + f.name.replace("_", "-")),
             dest=f.name,

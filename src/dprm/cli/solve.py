@@ -26,6 +26,13 @@ where they are needed (instance-adaptive scaling), next to a fixed-budget baseli
                calibrators, Q(--beta) for QR, p for point ones); N_i candidates are sampled, the
                PRM scores each (last step) and the highest raw score is the answer. The baseline
                picks from the first --baseline-n samples of the same pool.
+               --auto-cost c --train-bon DIR: N_i by `dprm ias`'s `auto` allocation instead
+               (shard total round(c x N_max x Q), learnt on a training BoN set of this PRM).
+               --auto-seq (with both): `dprm ias --sequential`'s `auto-seq`, live: a uniform
+               floor, then rounds of --round-size draws, each to the question whose posterior
+               over p (prior: the calibrated distribution; updated by every drawn candidate's
+               calibrated estimate) expects the largest gain, until the total is spent.
+               OUT/seq_draws.jsonl logs every draw (round, order, estimate).
   --mode beam  step-level beam search (steps end at a blank line) with Park et al.'s IAS-of-K
                (how many beams to keep) and IAS-of-M (samples per kept beam) from the lower
                quantile Q(--lower-level); beams ranked by the median (or mean). The baseline is
@@ -50,12 +57,17 @@ def _solve(args: argparse.Namespace) -> int:
     if args.backend == "vllm":
         require_vllm()  # before any model loads, one line instead of a traceback
     inputs = local_inputs(input_paths(args, "--questions", "--generator", "--prm", "--calibrator"))
+    config = dataclass_from_args(SolveConfig, args)  # bad settings: one line, before --out
+    if config.auto_seq:  # the calibrator must read the training candidates: check before --out
+        from dprm.live.bon_seq import check_sequential_training
+        from dprm.models import load
+
+        check_sequential_training(load(args.calibrator), config.train_bon)
     if args.shard in ("0/1", None):  # resumable: the run log checks the settings
         claim_output(args.out, overwrite=False, directory=True, resumable=True, inputs=inputs)
     else:  # the shards of one --out write their own files side by side: no lock on --out
         guard_output(args.out, inputs)
     apply_threads(args)
-    config = dataclass_from_args(SolveConfig, args)
     load_run_questions(config)  # fail fast on the question file before loading any model
     cprm = CalibratedPRM.from_dirs(
         args.prm,

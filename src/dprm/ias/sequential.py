@@ -181,6 +181,26 @@ class SequentialAuto:
         like = CandidateLikelihood.fit(prior_mean, train_candidate, train_correct, train_valid)
         return cls(model, like)
 
+    def policy(self, samples: np.ndarray, cap: np.ndarray, n_max: int = N_MAX) -> SequentialPolicy:
+        """A fresh policy state over a batch of questions (no draws yet).
+
+        Args:
+            samples: [Q, M] prior samples of p (the calibrated distribution's quantiles).
+            cap: [Q] the most draws each question may get (pool size or n_max).
+            n_max: the selection model's largest n.
+        """
+        samples = np.asarray(samples, dtype=np.float64)
+        g = self.model.predict(samples)[..., :n_max]  # [Q, M, n_max]
+        step = np.diff(g, axis=2)  # [Q, M, n_max - 1]: g_{n+1} - g_n at index n - 1
+        log_p, log_q = np.log(np.clip(samples, _EPS, 1)), np.log(np.clip(1 - samples, _EPS, 1))
+        cap = np.minimum(np.asarray(cap, dtype=np.int64), n_max)
+        return SequentialPolicy(step, log_p, log_q, cap)
+
+    def log_ratio(self, samples: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+        """log r(e) [Q, K] of candidate estimates [Q, K] under priors ``samples`` [Q, M]."""
+        prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
+        return self.likelihood.log_ratio(prior_mean, candidate)
+
     def budgets(
         self,
         samples: np.ndarray,
@@ -190,6 +210,7 @@ class SequentialAuto:
         mean_budgets: Sequence[float],
         floor_share: float = 0.0,
         n_max: int = N_MAX,
+        round_size: int = 1,
     ) -> np.ndarray:
         """The policy's budgets for every draw order and mean budget.
 
@@ -201,54 +222,123 @@ class SequentialAuto:
             mean_budgets: increasing or not, each in [1, n_max].
             floor_share: every question first gets round(floor_share x mean budget) draws (at
                 least 1).
+            round_size: draws chosen together before their estimates are read (1: the fully
+                sequential policy; ``dprm solve --auto-seq --round-size``).
 
         Returns:
             int64 [len(mean_budgets), T, Q] with sum over Q = round(mean budget x Q) (unless
             every question is at its cap).
         """
-        samples = np.asarray(samples, dtype=np.float64)
-        q_count, m = samples.shape
+        q_count = len(samples)
         cap = np.minimum(size, n_max).astype(np.int64)
-        g = self.model.predict(samples)[..., :n_max]  # [Q, M, n_max]
-        step = np.diff(g, axis=2)  # [Q, M, n_max - 1]: g_{n+1} - g_n at index n - 1
-        log_p, log_q = np.log(np.clip(samples, _EPS, 1)), np.log(np.clip(1 - samples, _EPS, 1))
-        log_r = self.likelihood.log_ratio(samples.mean(axis=1), candidate)  # [Q, K]
+        base = self.policy(samples, cap, n_max)
+        log_r = self.log_ratio(samples, candidate)  # [Q, K]
         out = np.zeros((len(mean_budgets), orders.shape[0], q_count), dtype=np.int64)
         for t in range(orders.shape[0]):
             r_in_order = np.take_along_axis(log_r, orders[t], axis=1)  # [Q, K]
             for j, mb in enumerate(mean_budgets):
-                out[j, t] = self._one_order(
-                    step, log_p, log_q, r_in_order, cap, mb, floor_share, q_count, m
-                )
+                policy = base.fresh()
+                floor = policy.start(mb, floor_share)
+                policy.observe_floor([r_in_order[q, : floor[q]] for q in range(q_count)])
+                while picks := policy.next_round(round_size):
+                    for q in picks:
+                        policy.observe(q, r_in_order[q, policy.n[q]])
+                out[j, t] = policy.n
         return out
 
-    @staticmethod
-    def _one_order(step, log_p, log_q, r_in_order, cap, mean_budget, floor_share, q_count, m):
+
+def floor_draws(mean_budget: float, floor_share: float) -> int:
+    """The uniform floor of ``auto`` / ``auto-seq``: round(floor_share x mean budget), at least
+    1 and at most floor(mean budget)."""
+    return max(1, min(int(round(floor_share * mean_budget)), int(np.floor(mean_budget))))
+
+
+class SequentialPolicy:
+    """The state of ``auto-seq`` over a batch of questions: draws so far and posteriors.
+
+    The one implementation of the posterior update and the index, shared by the offline
+    evaluator (:meth:`SequentialAuto.budgets`) and the live loop (``dprm solve --auto-seq``).
+    Use: :meth:`start` (total budget and floor), :meth:`observe_floor`, then repeatedly
+    :meth:`next_round` and :meth:`observe` each pick's log r(e) in draw order.
+
+    Within a round of several picks the estimates of the round's draws are not known yet: a
+    question picked again is indexed at its next n with its current posterior weights (the
+    posterior-expected gain given what has been read). With rounds of 1 this is the global
+    greedy recomputed after every draw.
+
+    Args:
+        step: [Q, M, n_max - 1] g_{n+1}(p_m) - g_n(p_m).
+        log_p, log_q: [Q, M] log p_m and log(1 - p_m) of the prior samples.
+        cap: [Q] the most draws per question.
+    """
+
+    def __init__(self, step: np.ndarray, log_p: np.ndarray, log_q: np.ndarray, cap: np.ndarray):
+        self.step, self.log_p, self.log_q = step, log_p, log_q
+        self.cap = np.asarray(cap, dtype=np.int64)
+        q_count, m = log_p.shape
+        self.n = np.zeros(q_count, dtype=np.int64)  # draws read so far
+        self.log_w = np.zeros((q_count, m))  # log-likelihood of each prior sample
+        self.left = 0  # draws still to choose
+        self._heap: list[tuple[float, int, int]] = []
+        self._version = np.zeros(q_count, dtype=np.int64)
+        self._pending = np.zeros(q_count, dtype=np.int64)
+
+    def fresh(self) -> SequentialPolicy:
+        """A new state on the same questions (the shared arrays are not copied)."""
+        return SequentialPolicy(self.step, self.log_p, self.log_q, self.cap)
+
+    def start(self, mean_budget: float, floor_share: float) -> np.ndarray:
+        """Set the total round(mean_budget x Q) and return the floor's draws per question [Q]
+        (to read with :meth:`observe_floor` before the first round)."""
+        q_count = len(self.n)
         total = int(round(mean_budget * q_count))
-        floor = max(1, min(int(round(floor_share * mean_budget)), int(np.floor(mean_budget))))
-        n = np.minimum(np.full(q_count, floor, dtype=np.int64), cap)
-        # log-likelihood of each prior sample after the first n draws: log(p r + 1 - p)
-        log_w = np.zeros((q_count, m))
-        for q in range(q_count):
-            r = r_in_order[q, : n[q]]
-            log_w[q] = np.logaddexp(log_p[q][:, None] + r[None, :], log_q[q][:, None]).sum(1)
+        floor = np.minimum(np.full(q_count, floor_draws(mean_budget, floor_share)), self.cap)
+        self.left = total - int(floor.sum())
+        return floor.astype(np.int64)
 
-        def index(q: int) -> float:
-            if n[q] >= cap[q]:
-                return -np.inf
-            w = np.exp(log_w[q] - log_w[q].max())
-            return float(w @ step[q, :, n[q] - 1] / w.sum())
+    def observe_floor(self, log_r: Sequence[np.ndarray]) -> None:
+        """Read every question's floor draws: ``log_r[q]`` [n_q] in draw order."""
+        for q, r in enumerate(log_r):
+            r = np.asarray(r, dtype=np.float64)
+            self.n[q] = len(r)
+            # log(p r + 1 - p) summed over the draws, for every prior sample at once
+            self.log_w[q] = np.logaddexp(
+                self.log_p[q][:, None] + r[None, :], self.log_q[q][:, None]
+            ).sum(1)
+        self._heap = [(-self._index(q), q, 0) for q in range(len(self.n))]
+        heapq.heapify(self._heap)
 
-        heap = [(-index(q), q) for q in range(q_count)]
-        heapq.heapify(heap)
-        left = total - int(n.sum())
-        while left > 0 and heap:
-            neg, q = heapq.heappop(heap)
+    def _index(self, q: int) -> float:
+        n = self.n[q] + self._pending[q]
+        if n >= self.cap[q]:
+            return -np.inf
+        w = np.exp(self.log_w[q] - self.log_w[q].max())
+        return float(w @ self.step[q, :, n - 1] / w.sum())
+
+    def _push(self, q: int) -> None:
+        self._version[q] += 1
+        heapq.heappush(self._heap, (-self._index(q), q, int(self._version[q])))
+
+    def next_round(self, size: int) -> list[int]:
+        """Up to ``size`` next draws (question indices, a question may repeat), largest index
+        first; [] once the budget is spent or every question is at its cap."""
+        picks: list[int] = []
+        while len(picks) < size and self.left > 0 and self._heap:
+            neg, q, version = heapq.heappop(self._heap)
+            if version != self._version[q]:
+                continue  # superseded by a newer entry of q
             if neg == np.inf:
+                heapq.heappush(self._heap, (neg, q, version))
                 break  # every question is at its cap
-            r = r_in_order[q, n[q]]
-            log_w[q] += np.logaddexp(log_p[q] + r, log_q[q])
-            n[q] += 1
-            left -= 1
-            heapq.heappush(heap, (-index(q), q))
-        return n
+            picks.append(q)
+            self._pending[q] += 1
+            self.left -= 1
+            self._push(q)
+        return picks
+
+    def observe(self, q: int, log_r: float) -> None:
+        """Read the estimate of question ``q``'s next draw (log r(e)): its posterior update."""
+        self.log_w[q] += np.logaddexp(self.log_p[q] + log_r, self.log_q[q])
+        self.n[q] += 1
+        self._pending[q] -= 1
+        self._push(q)

@@ -8,10 +8,15 @@ uses the same pool: each question draws max(N_i, B) i.i.d. samples once; the ada
 looks at the first N_i, the baseline at the first B, and each method is charged only for the
 samples (and their tokens) it looks at. The summary adds the fixed-n curve (first n samples,
 n = 1, 2, 4, ..., B) so the fixed n that matches the adaptive accuracy can be read off.
+
+N_i comes from the C rule, from ``dprm ias``'s ``auto`` allocation (``auto_cost``: every
+budget fixed before sampling, :func:`auto_budgets`), or from the sequential ``auto-seq``
+(``auto_seq``: budgets grow as the candidates are read, :mod:`dprm.live.bon_seq`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +152,14 @@ def run_bon(
     out = Path(out)
     questions, suffix, provenance = open_run(out, config, cprm, generator)
     states, budgets = question_states(out, suffix, questions, cprm, float(config.C))
+    if config.auto_seq:  # the sequential allocation reads candidates as they arrive
+        from dprm.live.bon_seq import solve_sequential
+
+        records = solve_sequential(
+            config, cprm, generator, out, suffix, questions, states, progress=progress, pool=pool
+        )
+        write_bon_export(out, suffix, records, {"source": "dprm solve --mode bon", **provenance})
+        return write_summary(out, summarize_bon(read_results(out, "bon"), config))
     if config.auto_cost is not None:  # dprm ias's auto rule over this shard's questions
         budgets = auto_budgets(cprm, states, config.train_bon, float(config.auto_cost))
     log = ResultLog(out / f"bon{suffix}.jsonl")
@@ -180,6 +193,35 @@ def auto_budgets(cprm: CalibratedPRM, states: States, train_bon: str, cost: floa
     Raises:
         DataError: the training set's hidden size differs from the PRM's (another PRM scored it).
     """
+    fitted = fit_auto(cprm, states, train_bon)
+    return fitted.allocator.budgets(fitted.estimate, cost, fitted.floor_share, cprm.n_max)
+
+
+@dataclass
+class FittedAuto:
+    """``auto`` learnt on a training BoN set, for the live questions of one shard.
+
+    Attributes:
+        allocator: the contract rule's allocator (selection-accuracy model g).
+        floor_share: the uniform floor share (1 when the live states are unlike the training
+            set's).
+        estimate: the calibrator's estimate on the live question states.
+        train: the training BoN set; train_estimate: the calibrator's estimate on it.
+    """
+
+    allocator: Any
+    floor_share: float
+    estimate: Any
+    train: Any
+    train_estimate: Any
+
+
+def fit_auto(cprm: CalibratedPRM, states: States, train_bon: str) -> FittedAuto:
+    """Fit ``auto`` (as ``dprm ias`` does for the contract rule) on ``train_bon`` for ``states``.
+
+    Raises:
+        DataError: the training set's hidden size differs from the PRM's (another PRM scored it).
+    """
     from dprm.data import read_bon_set
     from dprm.ias import estimate_from_model
     from dprm.ias.allocation import SHIFT_AUC, shift_auc
@@ -198,12 +240,13 @@ def auto_budgets(cprm: CalibratedPRM, states: States, train_bon: str, cost: floa
     cands = Candidates.from_bon(train)
     allocator = AutoAllocator(rule_table(cands, CONTRACT_RULE, n_max=cprm.n_max), pool_share(cands))
     kw = {"beta": cprm.beta, "m": cprm.m_levels}
-    share, _ = allocator.floor_share(estimate_from_model(cprm.calibrator, train, **kw))
+    train_est = estimate_from_model(cprm.calibrator, train, **kw)
+    share, _ = allocator.floor_share(train_est)
     comparable = train.hidden_dim == states.hidden.shape[1] and len(states.hidden) >= 4
     if comparable and shift_auc(train.hidden, states.hidden) > SHIFT_AUC:  # unlike training
         share = 1.0
     est = estimate_from_model(cprm.calibrator, _StateTable(states.scores, states.hidden), **kw)
-    return allocator.budgets(est, cost, share, cprm.n_max)
+    return FittedAuto(allocator, float(share), est, train, train_est)
 
 
 def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:
@@ -225,6 +268,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     )
     summary: dict[str, Any] = {
         "mode": "bon",
+        "allocation": "auto-seq" if config.auto_seq else "auto" if config.auto_cost else "C",
         "C": config.C,
         "n_max": config.n_max,
         "n_questions": len(records),

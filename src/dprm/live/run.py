@@ -6,6 +6,7 @@ Run directory (``--out OUT``; ``SFX`` is ``""`` or ``.shard-IIIII-of-NNNNN``)::
     OUT/{bon,beam}SFX.jsonl           one finished question per line (resumable log)
     OUT/question_statesSFX.parquet    question-only PRM state: question_id, prm_score, budget
     OUT/question_statesSFX.npy        its hidden states [Q, D] (float32), row-aligned
+    OUT/seq_drawsSFX.jsonl            (bon --auto-seq) one line per drawn candidate (resumable)
     OUT/bon_set/                      (bon mode) the run as a best-of-N set for ``dprm ias``
                                       (sharded: OUT/bon_set.shards/shard-IIIII-of-NNNNN/, which
                                       ``dprm merge OUT/bon_set`` joins)
@@ -68,6 +69,11 @@ class SolveConfig:
         lower_level: the quantile level whose value sets the beam budget (K and M).
         rank_by: ``median`` (Q(0.5)) or ``mean`` (p_hat): how beams are ranked.
         adaptive: which beam rules adapt: ``km`` (both), ``k``, ``m`` or ``none``.
+        auto_cost: bon: the mean cost (mean draws / n_max) of the ``auto`` / ``auto-seq``
+            allocation over the shard's questions (None: the C rule).
+        train_bon: the training BoN set those allocations learn on.
+        auto_seq: bon: the sequential ``auto-seq`` allocation (:mod:`dprm.live.bon_seq`).
+        round_size: auto-seq: draws chosen together before their estimates are read.
         batch_questions: questions generated together (one part of the log).
     """
 
@@ -114,6 +120,19 @@ class SolveConfig:
         None,
         help="bon with --auto-cost: a training BoN set scored by the same PRM, where auto "
         "learns its selection-accuracy model and uniform share",
+    )
+    auto_seq: bool = _setting(
+        False,
+        help="bon with --auto-cost: allocate by dprm ias's sequential 'auto-seq' instead, live: "
+        "after the uniform floor, draw in rounds, each draw going to the question of largest "
+        "posterior-expected gain, the posteriors updated by every drawn candidate's calibrated "
+        "estimate (needs --train-bon with candidate hidden states, BoN contract v2, unless "
+        "the calibrator reads only the score)",
+    )
+    round_size: int = _setting(
+        16,
+        help="bon with --auto-seq: draws chosen and generated together before their estimates "
+        "are read (1: fully sequential; larger keeps a GPU busy)",
     )
     temperature: float = _setting(0.7, help="sampling temperature", group="sampling")
     top_p: float = _setting(1.0, help="nucleus sampling", group="sampling")
@@ -195,6 +214,10 @@ class SolveConfig:
             fail("--auto-cost applies to --mode bon only")
         if self.auto_cost is not None and not 0.0 < float(self.auto_cost) <= 1.0:
             fail(f"--auto-cost {self.auto_cost}: expected a cost in (0, 1]")
+        if self.auto_seq and self.auto_cost is None:
+            fail("--auto-seq needs --auto-cost and --train-bon (its budget and training set)")
+        if self.round_size < 1:
+            fail(f"--round-size {self.round_size}: expected >= 1")
         if self.rank_by not in ("median", "mean"):
             fail(f"--rank-by {self.rank_by!r}: expected 'median' or 'mean'")
         if self.adaptive not in ("km", "k", "m", "none"):
@@ -256,7 +279,12 @@ def start_run(out: Path, config: SolveConfig, provenance: dict[str, Any]) -> Non
     """Create ``out`` and record (or check, on resume) the run's config."""
     out.mkdir(parents=True, exist_ok=True)
     record = {**config.to_dict(), "provenance": provenance, "dprm_version": __version__}
-    check_run_config(out, record, FINGERPRINT_KEYS)
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(SolveConfig)
+        if f.default is not dataclasses.MISSING
+    }
+    check_run_config(out, record, FINGERPRINT_KEYS, defaults)
 
 
 def question_states(
@@ -307,7 +335,11 @@ def write_bon_export(
     ``responses.parquet`` holds every generated candidate with its PRM score and grade
     (``correct`` is False where the question has no gold answer; ``graded`` says which) and
     its canonical final answer (BoN contract v2's ``answer``, so vote rules run on the export;
-    candidate states are not kept live).
+    candidate states are not kept live). Extra columns (the contract keeps them): the questions'
+    ``live_budget`` (the draws the live allocation gave it: its first ``live_budget``
+    responses); with ``--auto-seq`` the responses' ``draw_round`` (0: the floor; -1: a baseline
+    top-up), ``draw_order`` (place in the shard's sequence of draws; -1: top-up) and
+    ``live_estimate`` (the calibrated estimate the policy read).
     """
     from dprm.data.contract import write_bon_set
     from dprm.llm.answers import canonical_answer
@@ -334,10 +366,21 @@ def write_bon_export(
         for i, c in enumerate(done[qid]["candidates"])
     ]
     frame = pd.DataFrame(responses).astype({"response_id": "int32", "prm_score": "float32"})
+    live = questions[["question_id", "prm_score"]].assign(
+        live_budget=[int(done[q]["budget"]) for q in questions["question_id"]]
+    )  # the draws the live allocation gave each question (the first live_budget responses)
+    if any("round" in c for q in questions["question_id"] for c in done[q]["candidates"]):
+        # auto-seq: when each candidate was drawn (-1: a baseline top-up the policy never read)
+        cands = [c for q in questions["question_id"] for c in done[q]["candidates"]]
+        for column, field in (("draw_round", "round"), ("draw_order", "order")):
+            frame[column] = np.array(
+                [-1 if c[field] is None else c[field] for c in cands], np.int32
+            )
+        frame["live_estimate"] = np.array([c["estimate"] for c in cands], np.float32)
     path = out / "bon_set" if not suffix else out / "bon_set.shards" / suffix.lstrip(".")
     write_bon_set(
         path,
-        questions[["question_id", "prm_score"]],
+        live,
         np.asarray(hidden[rows], dtype=np.float32),
         frame,
         meta,

@@ -57,10 +57,14 @@ class ResultLog:
                 raise DataError(
                     self.path, f"line {number}: expected an object with a string 'question_id'"
                 )
-            self.records[record["question_id"]] = record
+            self.records[self.key(record)] = record
 
-    def __contains__(self, question_id: str) -> bool:
-        return question_id in self.records
+    def key(self, record: dict[str, Any]) -> Any:
+        """The record's key in :attr:`records` (a later line with the same key wins)."""
+        return record["question_id"]
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.records
 
     def __len__(self) -> int:
         return len(self.records)
@@ -73,7 +77,7 @@ class ResultLog:
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.records[record["question_id"]] = record
+        self.records[self.key(record)] = record
 
 
 def read_results(out: str | os.PathLike, mode: str) -> list[dict[str, Any]]:
@@ -85,18 +89,24 @@ def read_results(out: str | os.PathLike, mode: str) -> list[dict[str, Any]]:
     return records
 
 
-def check_run_config(out: Path, config: dict[str, Any], keys: Iterable[str]) -> None:
+def check_run_config(
+    out: Path, config: dict[str, Any], keys: Iterable[str], defaults: dict[str, Any] | None = None
+) -> None:
     """Refuse to resume a run directory made with other settings (``keys`` must match).
 
     The first run writes ``run.json`` (the resolved config, package version, seed); a rerun with
-    a different value of any key in ``keys`` fails instead of mixing two configurations.
+    a different value of any key in ``keys`` fails instead of mixing two configurations. A key
+    missing from an older ``run.json`` (a setting added since) reads as its value in
+    ``defaults``: the run was made with what the setting's default does.
     """
     path = out / RUN_FILE
     if not path.exists():
         write_json(path, config)
         return
     found = read_json(path)
-    diff = {k: (found.get(k), config.get(k)) for k in keys if found.get(k) != config.get(k)}
+    defaults = defaults or {}
+    found = {k: found.get(k, defaults.get(k)) for k in keys}
+    diff = {k: (found[k], config.get(k)) for k in keys if found[k] != config.get(k)}
     if diff:
         detail = "; ".join(f"{k}: was {a!r}, now {b!r}" for k, (a, b) in diff.items())
         raise DataError(

@@ -1,0 +1,279 @@
+"""Live ``auto-seq``: ``dprm solve --mode bon --auto-cost c --train-bon DIR --auto-seq``.
+
+The sequential allocation of ``dprm ias --sequential`` (:mod:`dprm.ias.sequential`) run on a
+live generator over one shard's Q questions, with the shard's total budget round(c N_max Q):
+
+1. every question draws the uniform floor (``auto``'s floor share, learnt on the training set;
+   all of the budget when the live questions are unlike the training set's);
+2. the policy (:class:`dprm.ias.sequential.SequentialPolicy`, the very state the offline
+   evaluator runs) picks the next ``round_size`` draws by its index, the posterior-expected gain
+   of one more draw; they are generated together, the PRM scores each complete response, the
+   calibrator reads each candidate's own trajectory state (its estimate e, as
+   :func:`dprm.ias.estimates.candidate_estimates` on a BoN v2 set) and the posteriors are
+   updated;
+3. until the budget is spent (exactly: one draw is one candidate) or every question has N_max.
+
+A question's answer is the highest uncalibrated PRM score among its draws (docs/design.md §4).
+The fixed baseline picks from the first ``baseline_n`` candidates of the same pool: questions
+the policy gave fewer draws are topped up after the allocation (never read by the policy).
+
+Candidate j of a question is sampled with its own seed (``seed``, question id, j), whatever the
+round it was drawn in. Every drawn candidate is appended to ``OUT/seq_drawsSFX.jsonl`` as soon
+as its round is scored; a rerun replays the policy on the logged candidates (it is
+deterministic given their estimates, so it asks for the same draws) and generates only the
+draws that are missing: a resumed run makes the allocation an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dprm.io import DataError
+from dprm.live.bon import _choice, _grade, fit_auto
+from dprm.live.calibrated_prm import CalibratedPRM, States
+from dprm.live.run import SolveConfig
+from dprm.live.runlog import ResultLog
+from dprm.live.session import solving
+
+
+class DrawLog(ResultLog):
+    """The resumable log of drawn candidates, keyed by (question_id, draw index)."""
+
+    def key(self, record: dict[str, Any]) -> tuple[str, int]:
+        draw = record.get("draw")
+        if not isinstance(draw, int):
+            raise DataError(self.path, f"{record['question_id']}: expected an integer 'draw'")
+        return record["question_id"], draw
+
+
+def check_sequential_training(calibrator: Any, train_bon: str) -> None:
+    """Fail fast (one line) when the calibrator cannot give ``train_bon``'s candidate estimates.
+
+    auto-seq learns the likelihood of a candidate's calibrated estimate on the training set's
+    candidates: a calibrator that reads hidden states needs their states (BoN contract v2,
+    ``response_hidden_states.npy``).
+
+    Raises:
+        DataError: the set is not a BoN set, or it has no candidate states and ``calibrator``
+            reads hidden states.
+    """
+    from dprm.data import read_bon_set
+
+    train = read_bon_set(train_bon, check_hidden=False)
+    if calibrator.uses_hidden and train.response_hidden is None:
+        raise DataError(
+            train.path,
+            f"--auto-seq: the {calibrator.method} calibrator reads hidden states but this "
+            "training set has no candidate states (response_hidden_states.npy, BoN contract "
+            "v2), so auto-seq cannot learn how candidates' estimates read",
+        )
+
+
+def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str):
+    """``auto-seq`` learnt on ``train_bon`` for the live question states, as ``dprm ias
+    --sequential`` learns it for the contract rule (highest last score).
+
+    Returns:
+        (:class:`dprm.ias.sequential.SequentialAuto`, the questions' prior samples [Q, M],
+        the floor share).
+
+    Raises:
+        DataError: the training set was scored by another PRM, or has no candidate states.
+    """
+    from dprm.ias.estimates import candidate_estimates, estimate_samples
+    from dprm.ias.rules import Candidates
+    from dprm.ias.sequential import SequentialAuto
+
+    check_sequential_training(cprm.calibrator, train_bon)
+    fitted = fit_auto(cprm, states, train_bon)
+    cands = Candidates.from_bon(fitted.train)
+    seq = SequentialAuto.fit(
+        fitted.allocator.model,
+        estimate_samples(fitted.train_estimate),
+        cands.gather(candidate_estimates(cprm.calibrator, fitted.train), 0.5),
+        cands.correct,
+        cands.row >= 0,
+    )
+    return seq, estimate_samples(fitted.estimate), fitted.floor_share
+
+
+class _Drawer:
+    """Draws, scores, grades and logs candidates (question index, draw index) in batches."""
+
+    def __init__(self, rows, cprm, generator, config, pool, log, bar):
+        self.rows, self.cprm, self.generator, self.config = rows, cprm, generator, config
+        self.pool, self.log, self.bar = pool, log, bar
+        self.order = 0  # the policy's draws so far (floor included), in the order it asked
+
+    def fetch(self, requests: list[tuple[int, int]], round_index: int | None) -> list[float]:
+        """The candidates' calibrated estimates, generating the ones not in the log.
+
+        ``round_index`` None: baseline top-ups (not the policy's draws, no ``order``).
+        """
+        from dprm.llm.generate import derive_seed
+        from dprm.llm.prompts import build_prompt, split_steps
+
+        qid = [self.rows[q]["question_id"] for q, _ in requests]
+        missing = [i for i, (q, j) in enumerate(requests) if (qid[i], j) not in self.log]
+        if missing:
+            cfg = self.config
+            outs = self.generator.generate(
+                [build_prompt(self.rows[requests[i][0]]["question"], self.generator.model_name)
+                 for i in missing],
+                1,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens,
+                seeds=[derive_seed(cfg.seed, "solve-bon-seq", qid[i], requests[i][1])
+                       for i in missing],
+            )  # fmt: skip
+            completions = {i: list(out)[0] for i, out in zip(missing, outs, strict=True)}
+            scored: dict[int, tuple[float, bool, float]] = {}
+            for q in dict.fromkeys(requests[i][0] for i in missing):  # one PRM pass per question
+                mine = [i for i in missing if requests[i][0] == q]
+                states = self.cprm.path_states(
+                    self.rows[q]["question"], [split_steps(completions[i].text) for i in mine]
+                )
+                estimate = self.cprm.mean(states)
+                for k, i in enumerate(mine):
+                    scored[i] = (float(states.scores[k]), bool(states.truncated[k]), estimate[k])
+            graded = [i for i in missing if self.rows[requests[i][0]]["answer"].strip()]
+            grades = _grade(
+                self.pool,
+                [self.rows[requests[i][0]]["answer"] for i in graded],
+                [completions[i].text for i in graded],
+            )
+            correct = dict(zip(graded, grades, strict=True))
+            for i in missing:
+                c = completions[i]
+                self.log.append(
+                    {
+                        "question_id": qid[i],
+                        "draw": int(requests[i][1]),
+                        "round": round_index,
+                        "order": None if round_index is None else self.order + i,
+                        "text": c.text,
+                        "n_tokens": int(c.n_tokens),
+                        "finish_reason": c.finish_reason,
+                        "prm_score": scored[i][0],
+                        "truncated": scored[i][1],
+                        "estimate": float(scored[i][2]),
+                        "correct": correct.get(i),
+                    }
+                )
+        if round_index is not None:
+            self.order += len(requests)
+        self.bar.update(len(requests))
+        return [
+            float(self.log.records[(qid[i], j)]["estimate"]) for i, (_, j) in enumerate(requests)
+        ]
+
+
+def solve_sequential(
+    config: SolveConfig,
+    cprm: CalibratedPRM,
+    generator: Any,
+    out: Path,
+    suffix: str,
+    questions: pd.DataFrame,
+    states: States,
+    *,
+    progress: bool = True,
+    pool: Any = None,
+) -> list[dict]:
+    """Run ``auto-seq`` over this shard's questions; returns their finished records.
+
+    Appends each question's record to ``OUT/bonSFX.jsonl`` once the allocation is done (the
+    policy couples the shard's questions): ``budget`` is the draws the policy gave it,
+    ``candidates`` every drawn candidate in draw order with its ``estimate``, ``round`` (0: the
+    floor; None: a baseline top-up) and ``order`` (its place in the shard's sequence of draws).
+    """
+    from dprm.ias.pays import _mean_budget
+    from dprm.llm.shard import chunked
+
+    rows = questions.to_dict("records")
+    log = ResultLog(out / f"bon{suffix}.jsonl")
+    if all(r["question_id"] in log for r in rows):
+        return [log.records[r["question_id"]] for r in rows]
+    seq, samples, share = fit_sequential(cprm, states, str(config.train_bon))
+    q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
+    mean_budget = _mean_budget(float(config.auto_cost), n_max)
+    policy = seq.policy(samples, np.full(q_count, n_max), n_max)
+    prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
+    floor = policy.start(mean_budget, share)
+    total = int(floor.sum()) + policy.left
+    draws = DrawLog(out / f"seq_draws{suffix}.jsonl")
+    with solving(total, total, "solve bon auto-seq", config, progress=progress, pool=pool) as (
+        bar,
+        grading,
+    ):
+        drawer = _Drawer(rows, cprm, generator, config, grading, draws, bar)
+
+        def log_ratio(requests: list[tuple[int, int]], estimates: list[float]) -> np.ndarray:
+            qs = np.array([q for q, _ in requests], dtype=np.int64)
+            e = np.asarray(estimates, dtype=np.float64)[:, None]
+            return seq.likelihood.log_ratio(prior_mean[qs], e)[:, 0]
+
+        floor_requests = [(q, j) for q in range(q_count) for j in range(int(floor[q]))]
+        floor_r: list[list[float]] = [[] for _ in range(q_count)]
+        for part in chunked(floor_requests, size):
+            for (q, _), r in zip(part, log_ratio(part, drawer.fetch(part, 0)), strict=True):
+                floor_r[q].append(float(r))
+        policy.observe_floor([np.asarray(r) for r in floor_r])
+        round_index = 0
+        while picks := policy.next_round(size):
+            round_index += 1
+            seen: dict[int, int] = {}
+            requests = []
+            for q in picks:  # a question picked k times gets its next k draws
+                requests.append((q, int(policy.n[q]) + seen.get(q, 0)))
+                seen[q] = seen.get(q, 0) + 1
+            estimates = drawer.fetch(requests, round_index)
+            for (q, _), r in zip(requests, log_ratio(requests, estimates), strict=True):
+                policy.observe(q, float(r))
+        budgets = policy.n.copy()
+        base_n = int(config.baseline_n or 0)
+        top_up = [(q, j) for q in range(q_count) for j in range(int(budgets[q]), base_n)]
+        bar.total = total + len(top_up)
+        bar.refresh()
+        for part in chunked(top_up, size):
+            drawer.fetch(part, None)
+    levels = cprm.default_levels
+    q_levels = cprm.quantiles(states, levels)
+    p_hat = cprm.mean(states)
+    records = []
+    for q, row in enumerate(rows):
+        qid = row["question_id"]
+        n = int(budgets[q])
+        cands = []
+        for j in range(max(n, base_n)):
+            d = draws.records[(qid, j)]
+            cands.append({k: d[k] for k in d if k not in ("question_id", "draw")})
+        adaptive = _choice(cands, n)
+        record = {
+            "question_id": qid,
+            "mode": "bon",
+            "allocation": "auto-seq",
+            "gold": row["answer"] or None,
+            "C": float(config.C),
+            "question_prm_score": float(states.scores[q]),
+            "question_p_hat": float(p_hat[q]),
+            "question_quantiles": {"levels": levels.tolist(), "values": q_levels[q].tolist()},
+            "floor": int(floor[q]),
+            "floor_share": float(share),
+            "budget": n,
+            "samples": adaptive["samples"],
+            "tokens": adaptive["tokens"],
+            "chosen": adaptive["chosen"],
+            "correct": adaptive["correct"],
+            "baseline": _choice(cands, base_n) if base_n else None,
+            "candidates": cands,
+        }
+        if qid not in log:
+            log.append(record)
+        records.append(log.records[qid])
+    return records

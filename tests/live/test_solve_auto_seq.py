@@ -1,0 +1,303 @@
+"""``dprm solve --mode bon --auto-seq``: the live sequential allocation on tiny local models.
+
+The live loop's budgets must equal the offline ``auto-seq`` policy (``SequentialAuto.budgets``,
+what ``dprm ias --sequential`` runs) replayed on the same candidates in the order they were
+drawn, with the same rounds; the shard's total budget is spent exactly; a resumed run redoes
+nothing; bad settings are refused in one line before ``--out`` is claimed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dprm.io import DataError
+
+N_MAX, BASE_N, COST, ROUND = 64, 3, 0.1, 3
+N_TRAIN, K_TRAIN = 40, 16
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def train_bon(tmp_path_factory, prm, math500, questions_file, calibrator_dirs):
+    """A BoN v2 training set on this PRM's states: the first MATH-500 questions and the live
+    ones (one population), K candidates each. A question's candidates are correct with
+    probability p_q, the mono calibrator's estimate on its state made sharper (so allocating
+    by question pays); a candidate's state is the question's moved along the direction from
+    the calibrator's lowest to its highest question, up when correct, down when not (so the
+    candidates' estimates carry signal); its PRM score is higher when correct (so best-of-n
+    by the score gains with n)."""
+    from dprm.data.contract import write_bon_set
+    from dprm.llm.questions import load_questions
+    from dprm.models import load
+
+    questions = pd.concat([load_questions(math500, limit=N_TRAIN), load_questions(questions_file)])
+    questions = questions.drop_duplicates("question_id").reset_index(drop=True)
+    q_count = len(questions)
+    scores, hidden = prm.question_state(questions["question"].tolist())
+    mono = load(calibrator_dirs["mono"])
+    mean = np.clip(mono.point_estimate(hidden, scores).astype(np.float64), 0.02, 0.98)
+    p = 1 / (1 + np.exp(-4 * np.log(mean / (1 - mean))))
+    rng = np.random.default_rng(0)
+    correct = rng.random((q_count, K_TRAIN)) < p[:, None]
+    direction = hidden[np.argmax(mean)] - hidden[np.argmin(mean)]
+    noise = rng.normal(0, 0.3, (q_count, K_TRAIN, hidden.shape[1])) * hidden.std(0)
+    cand_hidden = hidden[:, None, :] + noise + 0.3 * (2 * correct[..., None] - 1) * direction
+    cand_hidden = cand_hidden.reshape(q_count * K_TRAIN, -1).astype(np.float32)
+    cand_score = np.clip(0.5 + 0.2 * (2 * correct - 1) + rng.normal(0, 0.2, correct.shape), 0, 1)
+    cand_score = cand_score.ravel().astype(np.float32)  # best-of-n by the PRM score pays
+    responses = pd.DataFrame(
+        {
+            "question_id": np.repeat(questions["question_id"].to_numpy(), K_TRAIN),
+            "response_id": np.tile(np.arange(K_TRAIN), q_count).astype(np.int32),
+            "prm_score": cand_score,
+            "correct": correct.ravel(),
+            "answer": np.where(correct.ravel(), "7", "6"),
+        }
+    )
+    path = tmp_path_factory.mktemp("train") / "bon"
+    write_bon_set(
+        path,
+        pd.DataFrame({"question_id": questions["question_id"], "prm_score": scores.astype(np.float32)}),
+        hidden.astype(np.float32),
+        responses,
+        {"source": "test"},
+        dtype="float32",
+        response_hidden=cand_hidden,
+    )  # fmt: skip
+    return path
+
+
+class CountingGenerator:
+    """Wraps a generator; records the size of every generate call."""
+
+    def __init__(self, inner):
+        self.inner, self.backend, self.model_name = inner, inner.backend, inner.model_name
+        self.calls: list[tuple[int, int]] = []
+
+    def generate(self, prompts, n, **kw):
+        self.calls.append((len(prompts), n))
+        return self.inner.generate(prompts, n, **kw)
+
+
+def _config(questions_file, model_dirs, calibrator, train_bon, **changes):
+    from dprm.live import SolveConfig
+
+    settings = dict(
+        mode="bon", questions=str(questions_file), generator=str(model_dirs["lm"]),
+        prm=str(model_dirs["prm"]), calibrator=str(calibrator), n_max=N_MAX, baseline_n=BASE_N,
+        max_new_tokens=48, auto_cost=COST, train_bon=str(train_bon), auto_seq=True,
+        round_size=ROUND,
+    )  # fmt: skip
+    settings.update(changes)
+    return SolveConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def seq_run(
+    tmp_path_factory, questions_file, model_dirs, calibrator_dirs, train_bon, load_cprm,
+    generator, grading_pool,
+):  # fmt: skip
+    from dprm.live import run_bon
+
+    out = tmp_path_factory.mktemp("seq")
+    config = _config(questions_file, model_dirs, calibrator_dirs["mono"], train_bon)
+    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
+    counting = CountingGenerator(generator)
+    summary = run_bon(config, cprm, counting, out, progress=False, pool=grading_pool)
+    return out, summary, _records(out / "bon.jsonl"), cprm, config, counting
+
+
+def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
+    from dprm.live.bon_seq import fit_sequential
+    from dprm.live.calibrated_prm import States
+
+    out, _, records, cprm, config, _ = seq_run
+    table = pd.read_parquet(out / "question_states.parquet")
+    hidden = np.load(out / "question_states.npy")
+    states = States(table["prm_score"].to_numpy(np.float32), hidden, np.zeros(len(table), bool))
+    seq, samples, share = fit_sequential(cprm, states, config.train_bon)
+    # the candidates' estimates in draw order, padded to N_MAX (never read if the policies agree)
+    estimates = np.full((len(records), N_MAX), 0.5)
+    for i, r in enumerate(records):
+        e = [c["estimate"] for c in r["candidates"]][:N_MAX]
+        estimates[i, : len(e)] = e
+        assert r["floor_share"] == share
+    identity = np.broadcast_to(np.arange(N_MAX), (1, len(records), N_MAX)).copy()
+    mean_budget = COST * N_MAX
+    offline = seq.budgets(
+        samples, estimates, np.full(len(records), N_MAX), identity, [mean_budget], share, N_MAX,
+        round_size=ROUND,
+    )[0, 0]  # fmt: skip
+    live = np.array([r["budget"] for r in records])
+    np.testing.assert_array_equal(live, offline)
+    # the total budget exactly, and an allocation that adapts (else the test is weak)
+    assert live.sum() == round(COST * N_MAX * len(records))
+    assert len(set(live.tolist())) > 1, "identical budgets would make this test weak"
+    rounds = {c["round"] for r in records for c in r["candidates"][: r["budget"]]}
+    assert max(rounds) >= 2, "the policy should have chosen draws in several rounds"
+
+
+def test_estimates_are_the_calibrator_on_each_candidates_own_state(seq_run, prm, questions_file):
+    from dprm.llm.prompts import split_steps
+    from dprm.llm.questions import load_questions
+
+    _, _, records, cprm, _, _ = seq_run
+    questions = load_questions(questions_file).set_index("question_id")
+    r = max(records, key=lambda r: r["budget"])
+    question = questions.loc[r["question_id"], "question"]
+    outs = prm.score_steps(question, [split_steps(c["text"]) for c in r["candidates"]])
+    hidden = np.stack([o.hidden[-1] for o in outs]).astype(np.float32)
+    scores = np.array([o.scores[-1] for o in outs], np.float32).clip(0, 1)
+    np.testing.assert_allclose(
+        [c["estimate"] for c in r["candidates"]],
+        cprm.calibrator.point_estimate(hidden, scores),
+        atol=1e-6,
+    )
+
+
+def test_records_draw_order_baseline_and_batching(seq_run):
+    out, summary, records, _, _, counting = seq_run
+    orders = []
+    for r in records:
+        cands, n = r["candidates"], r["budget"]
+        assert len(cands) == max(n, BASE_N) and r["samples"] == n
+        policy = cands[:n]
+        assert [c["round"] for c in policy[: r["floor"]]] == [0] * r["floor"]
+        assert all(c["round"] is None and c["order"] is None for c in cands[n:])  # top-ups
+        rounds = [c["round"] for c in policy]
+        assert rounds == sorted(rounds)  # a question's draws come in the order they were made
+        orders += [c["order"] for c in policy]
+        scores = [c["prm_score"] for c in cands]
+        assert r["chosen"]["index"] == int(np.argmax(scores[:n]))
+        assert r["baseline"]["chosen"]["index"] == int(np.argmax(scores[:BASE_N]))
+    assert sorted(orders) == list(range(sum(r["budget"] for r in records)))
+    assert summary["allocation"] == "auto-seq"
+    assert summary["adaptive"]["samples"] == sum(r["budget"] for r in records)
+    assert summary["baseline"]["samples"] == BASE_N * len(records)
+    assert all(n == 1 and size <= ROUND for size, n in counting.calls)  # batched by rounds
+    from dprm.data import read_bon_set
+
+    bon = read_bon_set(out / "bon_set")  # the export says how many draws and in what order
+    assert bon.questions["live_budget"].tolist() == [r["budget"] for r in records]
+    flat = [c for r in records for c in r["candidates"]]
+    assert bon.responses["draw_order"].tolist() == [
+        -1 if c["order"] is None else c["order"] for c in flat
+    ]
+    assert bon.responses["draw_round"].tolist() == [
+        -1 if c["round"] is None else c["round"] for c in flat
+    ]
+    draws = _records(out / "seq_draws.jsonl")
+    assert len(draws) == sum(len(r["candidates"]) for r in records)
+
+
+def test_resume_replays_the_log_without_generating(
+    seq_run, tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon, load_cprm,
+    generator, grading_pool,
+):  # fmt: skip
+    import shutil
+
+    from dprm.live import run_bon
+
+    out, _, records, _, config, _ = seq_run
+    # an interrupted run: the draw log holds the first draws, no question is finished yet
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ("run.json", "question_states.parquet", "question_states.npy"):
+        shutil.copy(out / name, part / name)
+    lines = (out / "seq_draws.jsonl").read_text().splitlines(keepends=True)
+    (part / "seq_draws.jsonl").write_text("".join(lines[:7]) + lines[7][:20])  # a torn last line
+    counting = CountingGenerator(generator)
+    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
+    run_bon(config, cprm, counting, part, progress=False, pool=grading_pool)
+    assert sum(size for size, _ in counting.calls) == len(lines) - 7  # only the missing draws
+    resumed = _records(part / "bon.jsonl")
+    assert [r["budget"] for r in resumed] == [r["budget"] for r in records]
+    # a finished run: nothing is generated and the log is unchanged
+    counting = CountingGenerator(generator)
+    before = (out / "bon.jsonl").read_bytes()
+    run_bon(config, cprm, counting, out, progress=False, pool=grading_pool)
+    assert counting.calls == [] and (out / "bon.jsonl").read_bytes() == before
+
+
+def test_settings_refused_in_one_line(tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon, capsys):  # fmt: skip
+    import shutil
+
+    from dprm.cli import main
+
+    v1 = tmp_path / "train-v1"  # the same set without candidate states
+    shutil.copytree(train_bon, v1)
+    (v1 / "response_hidden_states.npy").unlink()
+    argv = ["solve", "--mode", "bon", "--questions", str(questions_file), "--generator",
+            str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
+            str(calibrator_dirs["mono"]), "--prm-device", "cpu", "--device", "cpu", "--quiet"]  # fmt: skip
+    seq = ["--auto-seq", "--auto-cost", "0.5", "--train-bon"]
+    cases = [
+        (["--auto-seq"], "--auto-seq needs --auto-cost"),
+        ([*seq, str(tmp_path / "nope")], "not a directory"),
+        ([*seq, str(train_bon), "--round-size", "0"], "--round-size 0"),
+        ([*seq, str(v1)], "no candidate states"),
+        ([*seq, str(train_bon), "--mode", "beam"], "bon only"),
+    ]
+    for i, (extra, message) in enumerate(cases):
+        out = tmp_path / f"out{i}"
+        assert main([*argv, *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+        assert not out.exists()  # refused before --out was claimed
+    # a calibrator that reads only the PRM score needs no candidate states
+    from dprm.live.bon_seq import check_sequential_training
+    from dprm.models import load
+
+    check_sequential_training(load(calibrator_dirs["base"]), str(v1))
+
+
+def test_help_explains_auto_seq(capsys):
+    from dprm.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["solve", "--help"])
+    text = capsys.readouterr().out
+    assert "--auto-seq" in text and "--round-size" in text and "posterior" in text
+
+
+def test_a_run_made_before_auto_seq_existed_resumes(tmp_path):
+    """run.json of an older dprm has no auto_seq / round_size: it reads as their defaults."""
+    from dprm.io import read_json, write_json
+    from dprm.live import SolveConfig
+    from dprm.live.run import start_run
+
+    base = dict(mode="bon", questions="q", generator="g", prm="p", calibrator="c")
+    start_run(tmp_path, SolveConfig(**base), {})
+    old = read_json(tmp_path / "run.json")
+    del old["auto_seq"], old["round_size"]
+    write_json(tmp_path / "run.json", old)
+    start_run(tmp_path, SolveConfig(**base), {})  # the same settings: resumes
+    seq = SolveConfig(**base, auto_cost=0.1, train_bon="t", auto_seq=True)
+    with pytest.raises(DataError, match="auto_seq: was False, now True"):
+        start_run(tmp_path, seq, {})
+
+
+def test_cli_runs_auto_seq(tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon):
+    from dprm.cli import main
+
+    out = tmp_path / "cli"
+    argv = ["solve", "--mode", "bon", "--questions", str(questions_file), "--generator",
+            str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
+            str(calibrator_dirs["base"]), "--prm-device", "cpu", "--prm-dtype", "float32",
+            "--device", "cpu", "--grade-workers", "1", "--n-max", str(N_MAX), "--baseline-n", "0",
+            "--max-new-tokens", "32", "--auto-cost", "0.05", "--train-bon", str(train_bon),
+            "--auto-seq", "--round-size", "2", "--limit", "3", "--quiet", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    records = _records(out / "bon.jsonl")
+    assert sum(r["budget"] for r in records) == round(0.05 * N_MAX * 3)
+    assert all(r["baseline"] is None and len(r["candidates"]) == r["budget"] for r in records)
+    run = json.loads((out / "run.json").read_text())
+    assert run["auto_seq"] is True and run["round_size"] == 2
+    assert json.loads((out / "summary.json").read_text())["allocation"] == "auto-seq"
