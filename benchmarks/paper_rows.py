@@ -9,7 +9,8 @@ PosBrier / ECE, the paper's "Avg. % improv." over Base of OT and of QR and dprm'
 * ``paper (same gen)``: the same mean recomputed from the paper's per-generator cells
   (``paper_tables.csv``) over the generators this run covers, so that a partial run is compared
   like for like;
-* ``dprm``: the mean over the covered generators of 100 (Base - method) / Base, seed-averaged,
+* ``dprm``: the mean over the covered generators of 100 (Base - method) / Base, seed-averaged
+  (± the standard deviation over seeds of the per-seed generator mean, when there are several),
   for MATH500 on both the paper's protocol (``train`` split: ID including the training questions,
   as the paper did) and held out (``id`` split), for AIME24-25 on ``ood``.
 
@@ -86,10 +87,15 @@ def rows(out: Path) -> tuple[pd.DataFrame, dict]:
                             same.append(100 * (cell["base"] - cell[method]) / cell["base"])
                         world = f"{gen}__{prm}"
                         base = np.mean(data[world, "base"][split][key])
-                        value = np.mean(data[world, method][split][key])
-                        ours.append(100 * (base - value) / base)
+                        values = np.asarray(data[world, method][split][key])  # [seeds]
+                        ours.append(100 * (base - values) / base)
                     row[f"paper_{method}"] = float(np.mean(same)) if same else np.nan
-                    row[f"dprm_{method}"] = float(np.mean(ours))
+                    # per seed: the mean over generators; then mean and spread over seeds
+                    n_seeds = min(len(o) for o in ours)
+                    per_seed = np.mean([o[:n_seeds] for o in ours], axis=0)
+                    row[f"dprm_{method}"] = float(np.mean([o.mean() for o in ours]))
+                    row[f"dprm_{method}_sd"] = float(per_seed.std()) if n_seeds > 1 else np.nan
+                    row[f"dprm_{method}_seeds"] = per_seed
                 table.append(row)
     frame = pd.DataFrame(table)
     wql = {
@@ -124,6 +130,11 @@ def main() -> int:
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     counts: dict = defaultdict(lambda: [0, 0, 0])
+    seeds_ahead: dict = defaultdict(lambda: [0, 0])
+
+    def spread(mean: float, sd: float) -> str:
+        return f"{mean:+.1f}" if np.isnan(sd) else f"{mean:+.1f} ± {sd:.1f}"
+
     for r in frame.itertuples():
         paper_ahead = "OT" if r.paper_ot > r.paper_qr else "QR"
         ours_ahead = "OT" if r.dprm_ot > r.dprm_qr else "QR"
@@ -131,14 +142,20 @@ def main() -> int:
         c[0] += ours_ahead == "OT"
         c[1] += 1
         c[2] += paper_ahead == "OT"
+        n = min(len(r.dprm_ot_seeds), len(r.dprm_qr_seeds))
+        every = bool(np.all(r.dprm_ot_seeds[:n] > r.dprm_qr_seeds[:n]))
+        seeds_ahead[r.dataset][0] += every
+        seeds_ahead[r.dataset][1] += 1
         print(
             f"| {r.prm} | {r.dataset} | {r.metric} | {r.paper6_ot:+.1f} | {r.paper6_qr:+.1f} | "
-            f"{r.paper_ot:+.1f} | {r.paper_qr:+.1f} | {r.dprm_ot:+.1f} | {r.dprm_qr:+.1f} | "
-            f"{paper_ahead} / {ours_ahead} |"
+            f"{r.paper_ot:+.1f} | {r.paper_qr:+.1f} | {spread(r.dprm_ot, r.dprm_ot_sd)} | "
+            f"{spread(r.dprm_qr, r.dprm_qr_sd)} | {paper_ahead} / {ours_ahead} |"
         )
     for dataset, (ot, n, paper_ot) in counts.items():
+        every, rows_n = seeds_ahead[dataset]
         print(
-            f"{dataset}: OT ahead in dprm in {ot} of {n} rows (paper, same generators: {paper_ot})"
+            f"{dataset}: OT ahead in dprm in {ot} of {n} rows, in every seed in {every} of "
+            f"{rows_n} (paper, same generators: {paper_ot})"
         )
     print("\nEvery OT and QR cell (Brier / PosBrier / ECE) next to the paper's:")
     print("| world | dataset (dprm split) | metric | paper OT | paper QR | dprm OT | dprm QR |")
