@@ -284,12 +284,12 @@ def summarise(args) -> None:
                     for k in metrics
                 )
                 print(f"| {lam:g} | {e['r2_id']:.3f} | {n} | {m} ({len(e['seed'])}) | {vals} |")
-    print("\nOT − QR and OT − mono (paired by seed; negative = OT better): mean ± std over seeds")
+    print("\nOT − QR and OT − mono (tuned: and − binomial; paired by seed; negative = OT better)")
     print("| λ | R² (id) | train q | pair | " + " | ".join(metrics) + " | OT ahead in |")
     print("|" + "---|" * (5 + len(metrics)))
     settings = sorted({m.partition(" ")[2] for m in labels} - {""})
     pairs = [("ot", "qr"), ("ot", "mono"), ("ot", "ot one_map")]
-    pairs += [(f"ot {s}", f"{m} {s}") for s in settings for m in ("qr", "mono")]
+    pairs += [(f"ot {s}", f"{m} {s}") for s in settings for m in ("qr", "mono", "binomial")]
     for lam, n, (first, second) in itertools.product(lams, sizes, pairs):
         ot, qr = table.get((lam, n, first)), table.get((lam, n, second))
         if not ot or not qr:
