@@ -23,7 +23,11 @@ cell and OT minus QR, and draws ``--figure`` (PNG).
 
 Hyper-parameters: ``--overrides METHOD:key=value;key=value`` applies the same settings to every
 cell (e.g. the best parameters of a ``dprm tune`` search on a development world); without it
-every method runs at its defaults.
+every method runs at its defaults. ``--tuned best.json`` reads the overrides of a search;
+``--label`` names the rows' setting (default ``default`` / ``overrides`` / ``tuned``), so runs
+of different searches (or a one-map ``ot``: ``--overrides "ot:ensemble_size=1" --label
+one_map``) stay apart in one CSV and are summarised side by side (``ot LABEL`` against
+``qr LABEL`` / ``mono LABEL``, and ``ot`` against ``ot one_map``).
 
 Usage::
 
@@ -150,6 +154,7 @@ def run(args) -> None:
     if args.tuned:
         overrides = tuned_overrides(args.tuned) | overrides
         setting = "tuned"
+    setting = args.label or setting
     done = {
         (r["lam"], r["n_train_questions"], r["method"], r["seed"])
         for r in read_rows([args.out])
@@ -279,10 +284,12 @@ def summarise(args) -> None:
                     for k in metrics
                 )
                 print(f"| {lam:g} | {e['r2_id']:.3f} | {n} | {m} ({len(e['seed'])}) | {vals} |")
-    print("\nOT − QR and OT − mono (paired by seed; negative = OT better): mean ± std over seeds")
+    print("\nOT − QR and OT − mono (tuned: and − binomial; paired by seed; negative = OT better)")
     print("| λ | R² (id) | train q | pair | " + " | ".join(metrics) + " | OT ahead in |")
     print("|" + "---|" * (5 + len(metrics)))
-    pairs = [("ot", "qr"), ("ot tuned", "qr tuned"), ("ot", "mono"), ("ot tuned", "mono tuned")]
+    settings = sorted({m.partition(" ")[2] for m in labels} - {""})
+    pairs = [("ot", "qr"), ("ot", "mono"), ("ot", "ot one_map")]
+    pairs += [(f"ot {s}", f"{m} {s}") for s in settings for m in ("qr", "mono", "binomial")]
     for lam, n, (first, second) in itertools.product(lams, sizes, pairs):
         ot, qr = table.get((lam, n, first)), table.get((lam, n, second))
         if not ot or not qr:
@@ -317,6 +324,7 @@ def draw(table, lams, sizes, methods, path: Path) -> None:
         len(panels), len(sizes), figsize=(3.6 * len(sizes), 2.8 * len(panels)), squeeze=False
     )
     colours = {"ot": "C3", "qr": "C0", "mono": "C2", "binomial": "C1"}
+    # a labelled setting of a method (e.g. "ot one_map") keeps the method's colour, dashed
     for j, n in enumerate(sizes):
         for i, (key, label) in enumerate(panels):
             ax = axes[i][j]
@@ -330,7 +338,8 @@ def draw(table, lams, sizes, methods, path: Path) -> None:
                 mean = np.array([np.mean(p[1]) for p in pts])
                 std = np.array([np.std(p[1], ddof=1) if len(p[1]) > 1 else 0 for p in pts])
                 ax.errorbar(x, mean, yerr=std, marker="o", ms=3, capsize=2, label=m,
-                            color=colours.get(m))  # fmt: skip
+                            color=colours.get(m.split()[0]),
+                            linestyle="--" if " " in m else "-")  # fmt: skip
             ax.set_title(f"{label}, {n} training questions", fontsize=8)
             ax.set_xlabel("held-out linear R² of the true logit on h", fontsize=7)
             ax.tick_params(labelsize=7)
@@ -358,6 +367,9 @@ def main() -> int:
     parser.add_argument("--overrides", action="append", default=[], help="METHOD:k=v;k=v")
     parser.add_argument(
         "--tuned", type=Path, default=None, help="best.json of a dprm tune search: its overrides"
+    )
+    parser.add_argument(
+        "--label", default=None, help="the rows' setting name (default/overrides/tuned)"
     )
     parser.add_argument("--more", type=Path, nargs="*", default=[], help="more CSVs to summarise")
     parser.add_argument("--tmp", default=None, help="where worlds are written (temporary)")

@@ -130,3 +130,20 @@ def test_train_auto_flags(search, calib, tmp_path, capsys):
     inside = ["train", "--data", calib, "--out", str(search / "m"), "--quiet"]
     assert main([*inside, "--method", "auto", "--tune", str(search)]) == 2
     assert "lies inside the input --tune" in capsys.readouterr().err
+
+
+def test_objective_wql_is_stored_and_a_resume_with_another_is_refused(calib, tmp_path, capsys):
+    out = tmp_path / "s"
+    base = ["tune", "--data", calib, "--out", str(out), "--methods", "qr", "--trials", "1"]
+    assert main([*base, "--max-steps", "20", "--quiet", "--objective", "wql"]) == 0
+    best = json.loads((out / "best.json").read_text())
+    assert best["settings"]["objective"] == "wql"
+    assert best["methods"]["qr"]["metric"] == "wql"
+    capsys.readouterr()
+    assert main([*base, "--max-steps", "20", "--quiet"]) == 2  # default objective: checkpoint
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other settings (objective)" in err[0] and "--overwrite" in err[0]
+    with pytest.raises(SystemExit) as exit_info:  # argparse: usage and one error line
+        main([*base, "--max-steps", "20", "--quiet", "--objective", "nll"])
+    assert exit_info.value.code == 2
+    assert "argument --objective: invalid choice" in capsys.readouterr().err

@@ -317,3 +317,65 @@ def test_parallel_workers_give_the_sequential_result(tiny_world, tmp_path):
         assert parallel["methods"][method]["params"] == sequential["methods"][method]["params"]
         assert parallel["methods"][method]["value"] == sequential["methods"][method]["value"]
     assert parallel["methods"]["qr"]["process"] != sequential["methods"]["qr"]["process"]
+
+
+def test_wql_objective_scores_every_method_by_the_returned_models_validation_wql(data, tmp_path):
+    """objective "wql": the same score for every method (binomial included), the validation WQL at
+    11 levels of the model the trial's trainer returns; "checkpoint": each trainer's own score.
+    The sampler does not depend on the objective, so the first trial has the same parameters."""
+    from dprm.models.fit import fit_split
+
+    settings = dataclasses.replace(FAST, trials=1)
+    methods = ["qr", "binomial"]
+    own = T.tune(data, tmp_path / "own", methods=methods, settings=settings, progress=False)
+    by_wql = T.tune(
+        data,
+        tmp_path / "wql",
+        methods=methods,
+        settings=dataclasses.replace(settings, objective="wql"),
+        progress=False,
+    )
+    assert by_wql["settings"]["objective"] == "wql"
+    assert own["settings"]["objective"] == "checkpoint"
+    split = T.split_for_tuning(data)
+    for method, checkpoint_metric in (("qr", "calibration_area"), ("binomial", "nll")):
+        a, b = own["methods"][method], by_wql["methods"][method]
+        assert a["params"] == b["params"]
+        assert (a["metric"], b["metric"]) == (checkpoint_metric, "wql")
+        model, _, _ = fit_split(
+            method,
+            split.train_std,
+            split.val_std,
+            overrides=b["overrides"] | T.TRIAL_ONLY.get(method, {}),
+            seed=settings.seed,
+            progress=False,
+        )
+        wql = T.validation_scores(model, split.val_std)["wql"]
+        assert b["value"] == pytest.approx(wql, rel=1e-9)
+        assert a["value"] != pytest.approx(wql, rel=1e-3)  # the checkpoint score is another one
+        # the refit is scored by the same objective, from the raw rows
+        assert b["refit_value"] == b["validation"]["wql"]
+        assert b["refit_value"] == pytest.approx(b["value"], abs=1e-4)
+
+
+def test_a_search_resumes_only_with_its_own_objective(data, tmp_path):
+    from dprm.config import ConfigError
+    from dprm.io import OutputError
+
+    settings = dataclasses.replace(FAST, trials=1)
+    T.tune(data, tmp_path, methods=["qr"], settings=settings, progress=False)
+    by_wql = dataclasses.replace(settings, objective="wql")
+    with pytest.raises(OutputError, match=r"other settings \(objective\)"):
+        T.tune(data, tmp_path, methods=["qr"], settings=by_wql, progress=False)
+    best = T.tune(data, tmp_path, methods=["qr"], settings=by_wql, restart=True, progress=False)
+    assert best["methods"]["qr"]["metric"] == "wql"
+    with pytest.raises(OutputError, match=r"other settings \(objective\)"):
+        T.tune(data, tmp_path, methods=["qr"], settings=settings, progress=False)
+    with pytest.raises(ConfigError, match="objective"):
+        T.tune(
+            data,
+            tmp_path / "x",
+            methods=["qr"],
+            settings=dataclasses.replace(settings, objective="brier"),
+            progress=False,
+        )

@@ -40,7 +40,9 @@ def _tune(args: argparse.Namespace) -> int:
     from dprm.models.tune import TuneSettings, tune
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    settings = TuneSettings(trials=args.trials, seed=args.seed, max_steps=args.max_steps)
+    settings = TuneSettings(
+        trials=args.trials, seed=args.seed, max_steps=args.max_steps, objective=args.objective
+    )
     data = read_calibration_set(args.data)
     best = tune(
         data,
@@ -74,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Hyper-parameter search (Optuna: seeded TPE sampler, median pruning) of the "
             "gradient-trained calibrators on one calibration set, with the same number of "
             "trials for every method. Trials are scored on the validation questions of the "
-            "set's own 80/20 split by question (seed 42), by the trainer's checkpoint score; "
+            "set's own 80/20 split by question (seed 42), by the trainer's checkpoint score "
+            "or (--objective wql) by the validation WQL of the returned model; "
             "pass the training split (W/train/calib), never a test split. Writes OUT/study.db "
             "(the studies: rerunning the same command resumes a killed search without "
             "repeating finished trials), OUT/best.json (per method: best parameters, scores, "
@@ -105,6 +108,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["wql", "brier", "calibration_area"],
         default="wql",
         help="validation score best.json's best_method is chosen by",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=["checkpoint", "wql"],
+        default="checkpoint",
+        help="what every method's trials are scored by on the validation questions: the "
+        "trainer's own checkpoint score (calibration area; count NLL for binomial) or the "
+        "WQL at 11 levels of the returned model; a search is resumed only with its own",
     )
     parser.add_argument(
         "--jobs",

@@ -8,9 +8,11 @@ is that search, made reproducible and fair:
   tuned calibrators is not a comparison of tuning effort.
 * **Objective on the training split's own validation questions.** The calibration set is split
   80/20 by question with the seed of :func:`dprm.models.fit.fit` (42); a trial trains on the
-  80 % and is scored on the 20 % by the trainer's checkpoint-selection score (``select_metric``:
-  the calibration area for ``ot`` / ``qr`` / ``mono``, the count NLL for ``binomial``) at its
-  best eligible checkpoint. Test splits (id / ood) are never read.
+  80 % and is scored on the 20 % (:data:`OBJECTIVES`): by default (``"checkpoint"``) by the
+  trainer's checkpoint-selection score (``select_metric``: the calibration area for ``ot`` /
+  ``qr`` / ``mono``, the count NLL for ``binomial``) at its best eligible checkpoint; with
+  ``"wql"`` by the validation WQL at the 11 levels of the model the trainer returns (the same
+  score for every method). Test splits (id / ood) are never read.
 * **Seeded and resumable.** A TPE sampler seeded from (seed, method); the studies live in
   ``OUT/study.db`` (SQLite), so a killed search continues where it stopped: finished trials are
   kept, a trial that was running is marked failed and not counted, and only the missing trials
@@ -71,6 +73,13 @@ TUNED_METHODS = ("ot", "qr", "mono", "binomial")
 #: the validation scores ``dprm train --method auto`` can choose by (lower is better)
 SELECT_METRICS = ("wql", "brier", "calibration_area")
 DEFAULT_SELECT = "wql"
+#: what a trial is scored by on the validation questions (lower is better). ``checkpoint``: the
+#: trainer's own checkpoint score at its best eligible checkpoint (each method's
+#: ``select_metric``); ``wql``: the validation WQL at the 11 levels (``M.LEVELS_11``) of the
+#: model the trainer returns, one score for every method (the calibration area cannot tell a
+#: calibrated but near-marginal map from a sharp one; WQL can).
+OBJECTIVES = ("checkpoint", "wql")
+DEFAULT_OBJECTIVE = "checkpoint"
 #: measured seconds per default fit at D = 3584 (30k records, 1 thread): the heaviest searches
 #: start first when methods run in parallel (binomial + qr and ot + mono balance two workers)
 FIT_SECONDS = {"binomial": 16.5, "ot": 13.0, "mono": 10.2, "qr": 8.3}
@@ -168,12 +177,14 @@ class TuneSettings:
             from it and the method name.
         max_steps: step cap of every trial and of the tuned model (0: the method's default).
         prune_startup: trials run to the end before the pruner may stop one.
+        objective: what a trial is scored by (:data:`OBJECTIVES`), the same for every method.
     """
 
     trials: int = 50
     seed: int = 0
     max_steps: int = 0
     prune_startup: int = 5
+    objective: str = DEFAULT_OBJECTIVE
 
     def fixed(self) -> dict[str, Any]:
         """Config overrides every trial of every method shares."""
@@ -191,19 +202,22 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
         k: dataclasses.asdict(v) | {"type": type(v).__name__}
         for k, v in SEARCH_SPACES[method].items()
     }
-    return strict_jsonable(
-        {
-            "method": method,
-            "data": str(Path(data.path).resolve()) if data.path is not None else None,
-            "records": len(data),
-            "hidden_dim": data.hidden_dim,
-            "seed": settings.seed,
-            "fixed": settings.fixed(),
-            "trial_only": TRIAL_ONLY.get(method, {}),
-            "prune_startup": settings.prune_startup,
-            "space": space,
-        }
-    )
+    fingerprint = {
+        "method": method,
+        "data": str(Path(data.path).resolve()) if data.path is not None else None,
+        "records": len(data),
+        "hidden_dim": data.hidden_dim,
+        "seed": settings.seed,
+        "fixed": settings.fixed(),
+        "trial_only": TRIAL_ONLY.get(method, {}),
+        "prune_startup": settings.prune_startup,
+        "space": space,
+    }
+    # Only a non-default objective is recorded, so a study stored before the setting existed
+    # (scored by the checkpoint score) still resumes; one with another objective is refused.
+    if settings.objective != DEFAULT_OBJECTIVE:
+        fingerprint["objective"] = settings.objective
+    return strict_jsonable(fingerprint)
 
 
 # ----------------------------------------------------------------------------- data
@@ -293,7 +307,10 @@ def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings
         stored = study.user_attrs.get("settings")
         if stored != fingerprint:
             if not restart:
-                diff = sorted(k for k in fingerprint if (stored or {}).get(k) != fingerprint[k])
+                stored = stored or {}
+                diff = sorted(
+                    k for k in {*fingerprint, *stored} if stored.get(k) != fingerprint.get(k)
+                )
                 raise OutputError(
                     out / STUDY_FILE,
                     f"the {method!r} search there was run with other settings ({', '.join(diff)}"
@@ -319,8 +336,20 @@ def finished_trials(study) -> int:
     return sum(t.state.name in FINISHED for t in study.get_trials(deepcopy=False))
 
 
+def trial_metric(config, objective: str) -> str:
+    """The name of the score a trial with ``config`` is judged by under ``objective``."""
+    return config.select_metric if objective == "checkpoint" else objective
+
+
 def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Callable:
-    """The Optuna objective of ``method``: train one trial, return its validation score."""
+    """The Optuna objective of ``method``: train one trial, return its validation score.
+
+    ``settings.objective`` ``"checkpoint"``: the trainer's ``select_metric`` at its best
+    eligible checkpoint. ``"wql"``: the validation WQL at the 11 levels of the returned model
+    (:func:`validation_scores`); the pruner then sees the best validation WQL so far at the
+    trainer's own levels (the score it logs at each evaluation), the same proxy for every
+    trial of the study.
+    """
     optuna = _optuna()
 
     def objective(trial) -> float:
@@ -335,13 +364,14 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
         trial.set_user_attr("overrides", overrides)  # what the tuned model is refitted with
         overrides = overrides | TRIAL_ONLY.get(method, {})
         config = resolve_config(method, None, overrides)
+        metric = trial_metric(config, settings.objective)
         best = math.inf
 
         def report(step: int, metrics: dict[str, float]) -> None:
             nonlocal best
             if step < config.warmup_steps and step != config.max_steps:
                 return  # not an eligible checkpoint yet: nothing to compare
-            best = min(best, metrics[config.select_metric])
+            best = min(best, metrics[metric])
             trial.report(best, step)
             trial.set_user_attr("last_step", step)
             if trial.should_prune():
@@ -368,6 +398,8 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
         summary = model.info["training"]
         trial.set_user_attr("best_step", summary["best_step"])
         trial.set_user_attr("steps", summary["steps"])
+        if settings.objective == "wql":
+            return float(validation_scores(model, split.val_std)["wql"])
         return float(summary["best_score"])
 
     return objective
@@ -440,10 +472,11 @@ def fit_tuned(method: str, study, split: TuneSplit, data: CalibrationSet, out: P
         entry["error"] = "no trial completed (all pruned or failed)"
         return entry
     best = study.best_trial
+    config = resolve_config(method, None, best.user_attrs["overrides"])
     entry |= {
         "trial": best.number,
         "value": best.value,
-        "metric": resolve_config(method, None, best.user_attrs["overrides"]).select_metric,
+        "metric": trial_metric(config, settings.objective),
         "params": best.params,
         "overrides": best.user_attrs["overrides"],
     }
@@ -463,7 +496,11 @@ def fit_tuned(method: str, study, split: TuneSplit, data: CalibrationSet, out: P
         entry["error"] = f"refit with the best parameters failed: {err}"
         return entry
     scores = validation_scores(model, split.val)
-    refit_value = model.info["training"]["best_score"]
+    # the refit's score by the trial's objective (read from the raw data: last digits may differ)
+    if settings.objective == "wql":
+        refit_value = scores["wql"]
+    else:
+        refit_value = model.info["training"]["best_score"]
     model.info["tune"] = {
         "trial": best.number,
         "value": best.value,
@@ -532,6 +569,7 @@ def tuned_overrides(
     trials: int,
     seed: int = 0,
     max_steps: int = 0,
+    objective: str = DEFAULT_OBJECTIVE,
 ) -> dict[str, Any]:
     """The best config overrides of ``method`` from a (resumed) search of ``trials`` trials.
 
@@ -546,7 +584,9 @@ def tuned_overrides(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = TuneSettings(trials=trials, seed=seed, max_steps=max_steps)
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective {objective!r} is not one of {OBJECTIVES}")
+    settings = TuneSettings(trials=trials, seed=seed, max_steps=max_steps, objective=objective)
     with open(out / f".{method}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -587,7 +627,8 @@ def tune(
         data: the calibration set (or its directory) of the *training* split.
         out: the search directory (study.db, best.json, trials.csv, one calibrator per method).
         methods: methods to tune, each in :data:`SEARCH_SPACES`.
-        settings: trials, seed, step cap, pruner start-up (:class:`TuneSettings`).
+        settings: trials, seed, step cap, pruner start-up, trial objective
+            (:class:`TuneSettings`).
         select: the validation score ``best_method`` is chosen by (:data:`SELECT_METRICS`).
         restart: start over a study whose stored settings differ (else that is an error).
         jobs: methods searched in parallel worker processes (each study stays sequential, so
@@ -599,7 +640,7 @@ def tune(
         the content of best.json.
 
     Raises:
-        ConfigError: an unknown or untunable method, or an unknown ``select``.
+        ConfigError: an unknown or untunable method, an unknown ``select`` or objective.
         OutputError: a stored study has other settings and ``restart`` is False.
     """
     settings = settings or TuneSettings()
@@ -613,6 +654,8 @@ def tune(
         )
     if select not in SELECT_METRICS:
         raise ConfigError(f"select {select!r} is not one of {SELECT_METRICS}")
+    if settings.objective not in OBJECTIVES:
+        raise ConfigError(f"objective {settings.objective!r} is not one of {OBJECTIVES}")
     if settings.trials < 1:
         raise ConfigError(f"trials must be >= 1, got {settings.trials}")
     for method in methods:  # fixed overrides valid for every method, before any work
