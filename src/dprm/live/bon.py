@@ -55,6 +55,42 @@ def _choice(cands: list[dict], n: int) -> dict[str, Any]:
     }
 
 
+def question_record(
+    row: dict,
+    config: SolveConfig,
+    question_score: float,
+    p_hat: float,
+    levels: np.ndarray,
+    quantiles: np.ndarray,
+    cands: list[dict],
+    budget: int,
+    base_n: int,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One question's ``bon.jsonl`` record: its adaptive pick from the first ``budget``
+    candidates, the fixed baseline's from the first ``base_n`` (none when 0), and ``extra``
+    (allocation details) after the question's calibrated reading."""
+    adaptive = _choice(cands, budget)
+    return {
+        "question_id": row["question_id"],
+        "mode": "bon",
+        **({"allocation": extra.pop("allocation")} if "allocation" in extra else {}),
+        "gold": row["answer"] or None,
+        "C": float(config.C),
+        "question_prm_score": float(question_score),
+        "question_p_hat": float(p_hat),
+        "question_quantiles": {"levels": levels.tolist(), "values": quantiles.tolist()},
+        **extra,
+        "budget": int(budget),
+        "samples": adaptive["samples"],
+        "tokens": adaptive["tokens"],
+        "chosen": adaptive["chosen"],
+        "correct": adaptive["correct"],
+        "baseline": _choice(cands, base_n) if base_n else None,
+        "candidates": cands,
+    }
+
+
 def solve_chunk(
     rows: list[dict],
     budgets: list[int],
@@ -111,24 +147,18 @@ def solve_chunk(
             }
             for j, c in enumerate(completions[i])
         ]
-        adaptive = _choice(cands, int(budgets[i]))
         records.append(
-            {
-                "question_id": row["question_id"],
-                "mode": "bon",
-                "gold": row["answer"] or None,
-                "C": float(config.C),
-                "question_prm_score": float(states.scores[i]),
-                "question_p_hat": float(p_hat[i]),
-                "question_quantiles": {"levels": levels.tolist(), "values": q_levels[i].tolist()},
-                "budget": int(budgets[i]),
-                "samples": adaptive["samples"],
-                "tokens": adaptive["tokens"],
-                "chosen": adaptive["chosen"],
-                "correct": adaptive["correct"],
-                "baseline": _choice(cands, base_n) if base_n else None,
-                "candidates": cands,
-            }
+            question_record(
+                row,
+                config,
+                states.scores[i],
+                p_hat[i],
+                levels,
+                q_levels[i],
+                cands,
+                int(budgets[i]),
+                base_n,
+            )  # fmt: skip
         )
     return records
 

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from dprm.io import DataError
-from dprm.live.bon import _choice, _grade, fit_auto
+from dprm.live.bon import _grade, fit_auto, question_record
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
 from dprm.live.runlog import ResultLog
@@ -253,26 +253,10 @@ def solve_sequential(
         for j in range(max(n, base_n)):
             d = draws.records[(qid, j)]
             cands.append({k: d[k] for k in d if k not in ("question_id", "draw")})
-        adaptive = _choice(cands, n)
-        record = {
-            "question_id": qid,
-            "mode": "bon",
-            "allocation": "auto-seq",
-            "gold": row["answer"] or None,
-            "C": float(config.C),
-            "question_prm_score": float(states.scores[q]),
-            "question_p_hat": float(p_hat[q]),
-            "question_quantiles": {"levels": levels.tolist(), "values": q_levels[q].tolist()},
-            "floor": int(floor[q]),
-            "floor_share": float(share),
-            "budget": n,
-            "samples": adaptive["samples"],
-            "tokens": adaptive["tokens"],
-            "chosen": adaptive["chosen"],
-            "correct": adaptive["correct"],
-            "baseline": _choice(cands, base_n) if base_n else None,
-            "candidates": cands,
-        }
+        record = question_record(
+            row, config, states.scores[q], p_hat[q], levels, q_levels[q], cands, n, base_n,
+            allocation="auto-seq", floor=int(floor[q]), floor_share=float(share),
+        )  # fmt: skip
         if qid not in log:
             log.append(record)
         records.append(log.records[qid])
