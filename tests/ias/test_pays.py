@@ -179,6 +179,22 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
         assert row["accuracy"] == pytest.approx(auto.loc[key, "accuracy"] + row["minus_auto"])
         assert row["cost"] == pytest.approx(auto.loc[key, "cost"])  # the same budget
     assert "auto-seq" in set(pays_table(summary)["kind"])
+    # both sets are contract v2: the policy read the draws' answers, from a floor share chosen
+    # on the training pools
+    from dprm.ias.pays import SEQ_FLOOR_SHARES, SHIFT_AUC
+
+    assert seq["seq_answers"].all()
+    unshifted = seq["shift_auc"] <= SHIFT_AUC
+    assert unshifted.any() and seq.loc[unshifted, "floor_share"].isin(SEQ_FLOOR_SHARES).all()
+    # a v1 copy of the test set (no answers): the estimates-only policy
+    v1 = replace(bon, responses=bon.responses.drop(columns=["answer"]))
+    summary_v1, _ = run_ias(
+        v1, {"qr": model}, mc_trials=0, rules=["highest-last"], train_bon=train,
+        sequential=True, vote_trials=8,
+    )  # fmt: skip
+    seq_v1 = summary_v1[summary_v1["sweep"] == "auto-seq"].set_index(["method", "level"])
+    assert not seq_v1["seq_answers"].any()
+    assert not np.allclose(seq_v1["accuracy"], seq.loc[seq_v1.index, "accuracy"])
 
 
 def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, one_thread):

@@ -125,6 +125,13 @@ def test_vote_rules_refuse_v1_sets():
 def test_no_answer_responses_are_separate_groups():
     cands = Candidates.from_bon(make_bon([["", "", "5"]], [[0, 0, 1]], [[0.5, 0.5, 0.5]]))
     assert sorted(cands.answer[0]) == [0, 1, 2]
+    # an empty answer is never grouped with a real answer that spells its row number
+    cands = Candidates.from_bon(
+        make_bon([["7", "7", "", "2", "7", ""]], [[1, 1, 0, 0, 1, 0]], [[0.5] * 6])
+    )
+    codes = cands.answer[0]
+    assert codes[0] == codes[1] == codes[4]
+    assert len({codes[2], codes[3], codes[5], codes[0]}) == 4
 
 
 def test_mask_threshold_matches_score_threshold_and_monte_carlo():

@@ -13,9 +13,11 @@ from dprm.ias.rules import Candidates
 from dprm.ias.sequential import (
     CandidateLikelihood,
     SequentialAuto,
+    WrongAnswerModel,
     draw_orders,
     order_outcomes,
     outcome_accuracy,
+    rising_log,
 )
 
 
@@ -154,3 +156,148 @@ def test_rounds_spend_the_budget_and_read_estimates_only_between_rounds():
     np.testing.assert_array_equal(whole[:, :1], again)
     seq_again = seq.budgets(samples, later, size, orders[:1], [4.0], 0.25, k)
     assert not np.array_equal(one[1:2, :1], seq_again), "one draw at a time reads them"
+
+
+# --- answers (BoN contract v2): the CRP likelihood of the draws' final answers ---------------
+
+
+def crp_sequence_probability(answers: list, alpha: float) -> float:
+    """P of a sequence of wrong answers under a CRP, seat by seat: a new value with probability
+    alpha / (alpha + i), a value seen t times with t / (alpha + i)."""
+    seen: dict = {}
+    prob = 1.0
+    for i, a in enumerate(answers):
+        prob *= (seen.get(a, 0) or alpha) / (alpha + i)
+        seen[a] = seen.get(a, 0) + 1
+    return prob
+
+
+def brute_force_likelihood(answers: list, ratio: list, p: float, alpha: float) -> float:
+    """P(answers, estimates | p) up to a constant, by enumerating every correctness vector:
+    the correct draws must state one answer (the gold one) that no wrong draw states."""
+    total = 0.0
+    for correct in itertools.product((0, 1), repeat=len(answers)):
+        gold = {a for a, c in zip(answers, correct, strict=True) if c}
+        wrong = [a for a, c in zip(answers, correct, strict=True) if not c]
+        if len(gold) > 1 or gold & set(wrong):
+            continue
+        prob = crp_sequence_probability(wrong, alpha)
+        for c, r in zip(correct, ratio, strict=True):
+            prob *= p * r if c else 1 - p
+        total += prob
+    return total
+
+
+def answer_policy(samples: np.ndarray, model: WrongAnswerModel, k: int = 8):
+    seq = SequentialAuto(toy_model(k), CandidateLikelihood(np.zeros(3), np.zeros(2)), model)
+    return seq.policy(samples, np.full(len(samples), k), k, answers=True)
+
+
+def test_rising_log_is_the_log_rising_factorial():
+    alpha = np.array([0.3, 2.0])
+    table = rising_log(alpha, 4)
+    for a, row in zip(alpha, table, strict=True):
+        expect = [np.log(np.prod(a + np.arange(t))) for t in range(5)]
+        np.testing.assert_allclose(row, expect, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [["x"], ["x", "x"], ["x", "y"], ["x", "y", "x"], ["a", "b", "c", "a", "a"], ["a"] * 4],
+)
+def test_answer_likelihood_equals_brute_force_enumeration(answers):
+    samples = np.array([[0.05, 0.3, 0.6, 0.9]])
+    model = WrongAnswerModel(0.4, 0.3)
+    alpha = np.exp(model.log_alpha(samples[0]))
+    rng = np.random.default_rng(len(answers))
+    log_r = rng.normal(0, 1, len(answers))
+    policy = answer_policy(samples, model)
+    policy.start(float(len(answers)), 1.0)
+    policy.observe_floor([log_r], [np.array(answers, dtype=object)])
+    expect = np.log(
+        [brute_force_likelihood(answers, list(np.exp(log_r)), p, a)
+         for p, a in zip(samples[0], alpha, strict=True)]
+    )  # fmt: skip
+    # equal up to one constant over the prior samples (the posterior is what matters)
+    diff = policy.log_w[0] - expect
+    np.testing.assert_allclose(diff, diff[0], atol=1e-9)
+    # and observing one draw at a time reaches the same posterior
+    stepwise = answer_policy(samples, model)
+    stepwise.start(float(len(answers)), 1.0)
+    stepwise.observe_floor([log_r[:1]], [np.array(answers[:1], dtype=object)])
+    stepwise.left = len(answers)
+    for a, r in zip(answers[1:], log_r[1:], strict=True):
+        stepwise.next_round(1)
+        stepwise.observe(0, r, a)
+    np.testing.assert_allclose(stepwise.log_w[0], policy.log_w[0], atol=1e-9)
+
+
+def test_agreement_is_evidence_of_a_large_success_probability():
+    samples = np.linspace(0.02, 0.98, 25)[None, :]
+    model = WrongAnswerModel(np.log(2.0), 0.0)
+
+    def posterior_mean(answers):
+        policy = answer_policy(samples, model)
+        policy.start(float(len(answers)), 1.0)
+        policy.observe_floor([np.zeros(len(answers))], [np.array(answers)])
+        w = np.exp(policy.log_w[0] - policy.log_w[0].max())
+        return float(w @ samples[0] / w.sum())
+
+    agree, scattered = posterior_mean(["7"] * 4), posterior_mean(["1", "2", "3", "4"])
+    assert agree > 0.6 and scattered < 0.35  # the prior mean is 0.5
+    # a systematic mistake is likelier where wrong answers cluster (small alpha): agreement
+    # then says less about p
+    clustered = WrongAnswerModel(np.log(0.2), 0.0)
+    policy = answer_policy(samples, clustered)
+    policy.start(4.0, 1.0)
+    policy.observe_floor([np.zeros(4)], [np.array(["7"] * 4)])
+    w = np.exp(policy.log_w[0] - policy.log_w[0].max())
+    assert float(w @ samples[0] / w.sum()) < agree
+
+
+def test_wrong_answer_model_recovers_the_concentration_of_simulated_pools():
+    rng = np.random.default_rng(5)
+    q, k = 600, 64
+    p = rng.beta(0.7, 0.7, q)
+    true = WrongAnswerModel(0.6, 0.3)
+    alpha = np.exp(true.log_alpha(p))
+    correct = rng.random((q, k)) < p[:, None]
+    answer = np.zeros((q, k), dtype=np.int64)  # 0: gold
+    for i in range(q):
+        counts: list[int] = []
+        for j in np.flatnonzero(~correct[i]):  # CRP seating of the wrong answers
+            weights = np.array([*counts, alpha[i]], dtype=float)
+            c = rng.choice(len(weights), p=weights / weights.sum())
+            if c == len(counts):
+                counts.append(0)
+            counts[c] += 1
+            answer[i, j] = c + 1
+    fitted = WrongAnswerModel.fit(answer, correct.astype(float), np.ones((q, k), bool))
+    assert fitted.intercept == pytest.approx(0.6, abs=0.15)
+    assert fitted.slope == pytest.approx(0.3, abs=0.1)
+    again = WrongAnswerModel.fit(answer, correct.astype(float), np.ones((q, k), bool))
+    assert again == fitted  # deterministic
+    # no question with two wrong answers: alpha = 1
+    assert WrongAnswerModel.fit(answer[:, :1], np.ones((q, 1)), np.ones((q, 1), bool)) == (
+        WrongAnswerModel(0.0, 0.0)
+    )
+
+
+def test_answer_policy_spends_the_budget_and_stops_early_on_agreement():
+    """Two questions with the same prior: the one whose draws agree gets fewer draws."""
+    k = 16
+    samples = np.tile(np.linspace(0.05, 0.95, 19), (2, 1))
+    model = WrongAnswerModel(np.log(2.0), 0.0)
+    seq = SequentialAuto(toy_model(k), CandidateLikelihood(np.zeros(3), np.zeros(2)), model)
+    answer = np.stack([np.zeros(k, np.int64), np.arange(k)])  # agree / all different
+    orders = draw_orders(np.full(2, k), 3, seed=0)
+    b = seq.budgets(samples, np.full((2, k), 0.5), np.full(2, k), orders, [4.0], 0.0, k,
+                    answer=answer)  # fmt: skip
+    assert (b.sum(axis=2) == 8).all()
+    assert (b[0, :, 0] < b[0, :, 1]).all()
+    blind = seq.budgets(samples, np.full((2, k), 0.5), np.full(2, k), orders, [4.0], 0.0, k)
+    assert (blind[0, :, 0] == blind[0, :, 1]).all()  # without answers they look alike
+    with pytest.raises(ValueError, match="without answers"):
+        SequentialAuto(toy_model(k), CandidateLikelihood(np.zeros(3), np.zeros(2))).policy(
+            samples, np.full(2, k), k, answers=True
+        )

@@ -2,8 +2,9 @@
 
 The live loop's budgets must equal the offline ``auto-seq`` policy (``SequentialAuto.budgets``,
 what ``dprm ias --sequential`` runs) replayed on the same candidates in the order they were
-drawn, with the same rounds; the shard's total budget is spent exactly; a resumed run redoes
-nothing; bad settings are refused in one line before ``--out`` is claimed.
+drawn, with the same rounds and (a BoN v2 training set) the same final answers; the shard's
+total budget is spent exactly; a resumed run redoes nothing; bad settings are refused in one
+line before ``--out`` is claimed.
 """
 
 from __future__ import annotations
@@ -114,27 +115,57 @@ def seq_run(
     return out, summary, _records(out / "bon.jsonl"), cprm, config, counting
 
 
-def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
-    from dprm.live.bon_seq import fit_sequential
+def _live_states(out):
     from dprm.live.calibrated_prm import States
 
-    out, _, records, cprm, config, _ = seq_run
     table = pd.read_parquet(out / "question_states.parquet")
     hidden = np.load(out / "question_states.npy")
-    states = States(table["prm_score"].to_numpy(np.float32), hidden, np.zeros(len(table), bool))
-    seq, samples, share = fit_sequential(cprm, states, config.train_bon)
+    return States(table["prm_score"].to_numpy(np.float32), hidden, np.zeros(len(table), bool))
+
+
+def _answer_codes(out, records):
+    """The drawn candidates' answer codes [Q, N_MAX] as the offline evaluator reads a BoN v2
+    set (``Candidates.answer``): the run's exported answers, coded per question in candidate
+    (= draw) order, a candidate stating no answer ("") a group of its own; -1 padding (never
+    read if the policies agree)."""
+    from dprm.data import read_bon_set
+
+    responses = read_bon_set(out / "bon_set").responses
+    codes = np.full((len(records), N_MAX), -1, dtype=np.int64)
+    for i, r in enumerate(records):
+        mine = responses[responses["question_id"] == r["question_id"]]
+        text = mine.sort_values("response_id")["answer"].tolist()
+        assert text == [c["answer"] for c in r["candidates"]]  # the export's answers
+        keys = [a if a else ("", j) for j, a in enumerate(text)][:N_MAX]
+        codes[i, : len(keys)] = pd.factorize(pd.Series(keys, dtype=object))[0]
+    return codes
+
+
+def _replay(records, seq, samples, share, answer=None):
+    """The offline policy's budgets [Q] on the live candidates in draw order (one order)."""
     # the candidates' estimates in draw order, padded to N_MAX (never read if the policies agree)
     estimates = np.full((len(records), N_MAX), 0.5)
     for i, r in enumerate(records):
         e = [c["estimate"] for c in r["candidates"]][:N_MAX]
         estimates[i, : len(e)] = e
-        assert r["floor_share"] == share
     identity = np.broadcast_to(np.arange(N_MAX), (1, len(records), N_MAX)).copy()
-    mean_budget = COST * N_MAX
-    offline = seq.budgets(
-        samples, estimates, np.full(len(records), N_MAX), identity, [mean_budget], share, N_MAX,
-        round_size=ROUND,
+    return seq.budgets(
+        samples, estimates, np.full(len(records), N_MAX), identity, [COST * N_MAX], share, N_MAX,
+        round_size=ROUND, answer=answer,
     )[0, 0]  # fmt: skip
+
+
+def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
+    from dprm.ias.pays import SEQ_FLOOR_SHARES
+    from dprm.live.bon_seq import fit_sequential
+
+    out, _, records, cprm, config, _ = seq_run
+    seq, samples, share = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
+    # a v2 training set: the policy reads the answers, with a floor share chosen on training
+    assert seq.answers is not None and share in SEQ_FLOOR_SHARES
+    assert all(r["floor_share"] == share for r in records)
+    # as sequential_rows does when both sets carry answers: the test pools' answer codes
+    offline = _replay(records, seq, samples, share, _answer_codes(out, records))
     live = np.array([r["budget"] for r in records])
     np.testing.assert_array_equal(live, offline)
     # the total budget exactly, and an allocation that adapts (else the test is weak)
@@ -142,6 +173,77 @@ def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
     assert len(set(live.tolist())) > 1, "identical budgets would make this test weak"
     rounds = {c["round"] for r in records for c in r["candidates"][: r["budget"]]}
     assert max(rounds) >= 2, "the policy should have chosen draws in several rounds"
+
+
+def test_live_policy_reads_the_drawn_answers(seq_run):
+    """The live budgets are the answer-reading policy's: replayed without the answers, or with
+    other answers, the offline policy allocates otherwise."""
+    from dprm.live.bon_seq import fit_sequential
+    from dprm.llm.answers import canonical_answer
+
+    out, _, records, cprm, config, _ = seq_run
+    seq, samples, share = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
+    for r in records:  # every candidate carries its canonical final answer
+        assert [c["answer"] for c in r["candidates"]] == [
+            canonical_answer(c["text"]) for c in r["candidates"]
+        ]
+    draws = _records(out / "seq_draws.jsonl")
+    assert all(d["answer"] == canonical_answer(d["text"]) for d in draws)
+    live = np.array([r["budget"] for r in records])
+    codes = _answer_codes(out, records)
+    np.testing.assert_array_equal(_replay(records, seq, samples, share, codes), live)
+    # the same policy reading the estimates only
+    assert not np.array_equal(_replay(records, seq, samples, share), live)
+    # every draw of a question agreeing on one answer (unanimity: evidence of a large p)
+    agree = np.where(codes >= 0, 0, -1)
+    assert not np.array_equal(_replay(records, seq, samples, share, agree), live)
+    answers = [c["answer"] for r in records for c in r["candidates"][: r["budget"]]]
+    assert "" in answers and len(set(answers) - {""}) > 1, "answers too uniform for this test"
+
+
+def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, train_bon):
+    import shutil
+
+    from dprm.io import read_json, write_json
+    from dprm.live.bon import fit_auto
+    from dprm.live.bon_seq import fit_sequential
+
+    out, _, _, cprm, _, _ = seq_run
+    v1 = tmp_path / "train-v1"  # the same set without final answers (contract v1)
+    shutil.copytree(train_bon, v1)
+    responses = pd.read_parquet(v1 / "responses.parquet").drop(columns="answer")
+    responses.to_parquet(v1 / "responses.parquet")
+    meta = read_json(v1 / "meta.json")
+    meta["bon_version"] = 1
+    write_json(v1 / "meta.json", meta)
+    states = _live_states(out)
+    seq, _, share = fit_sequential(cprm, states, str(v1), COST)
+    assert seq.answers is None
+    # the floor share of the estimates-only policy, chosen on the (v1) training pools
+    from dprm.ias.estimates import candidate_estimates
+    from dprm.ias.pays import sequential_floor_shares
+    from dprm.ias.rules import Candidates
+
+    fitted = fit_auto(cprm, states, str(v1))
+    fitted.train_estimate.candidate = candidate_estimates(cprm.calibrator, fitted.train)
+    cands = Candidates.from_bon(fitted.train)
+    assert cands.answer is None
+    (expect,), _ = sequential_floor_shares(
+        seq, cands, fitted.train_estimate, cands.weights["last"], [COST], n_max=N_MAX
+    )
+    assert share == expect
+    assert not seq.policy(np.full((1, 4), 0.5), np.array([N_MAX]), N_MAX).reads_answers
+
+
+def test_answer_policy_floor_stays_uniform_under_shift(seq_run, monkeypatch):
+    """Live questions unlike the training set's: floor share 1 even when answers are read."""
+    import dprm.ias.allocation
+    from dprm.live.bon_seq import fit_sequential
+
+    out, _, _, cprm, config, _ = seq_run
+    monkeypatch.setattr(dprm.ias.allocation, "shift_auc", lambda a, b, seed=0: 1.0)
+    seq, _, share = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
+    assert seq.answers is not None and share == 1.0
 
 
 def test_estimates_are_the_calibrator_on_each_candidates_own_state(seq_run, prm, questions_file):
@@ -224,6 +326,36 @@ def test_resume_replays_the_log_without_generating(
     before = (out / "bon.jsonl").read_bytes()
     run_bon(config, cprm, counting, out, progress=False, pool=grading_pool)
     assert counting.calls == [] and (out / "bon.jsonl").read_bytes() == before
+
+
+def test_a_draw_log_without_answers_resumes_without_generating(
+    seq_run, tmp_path, calibrator_dirs, load_cprm, generator, grading_pool
+):
+    """A draw log written by an older dprm (no ``answer``): the answers come from the logged
+    text, so the replay asks for the same draws and generates nothing."""
+    import shutil
+
+    from dprm.live import run_bon
+
+    out, _, records, _, config, _ = seq_run
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("run.json", "question_states.parquet", "question_states.npy"):
+        shutil.copy(out / name, old / name)
+    draws = _records(out / "seq_draws.jsonl")
+    assert all("answer" in d for d in draws)
+    text = "".join(json.dumps({k: v for k, v in d.items() if k != "answer"}) + "\n" for d in draws)
+    (old / "seq_draws.jsonl").write_text(text, encoding="utf-8")
+    counting = CountingGenerator(generator)
+    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
+    run_bon(config, cprm, counting, old, progress=False, pool=grading_pool)
+    assert counting.calls == []  # every draw the policy asks for is in the log
+    resumed = _records(old / "bon.jsonl")
+    assert [r["budget"] for r in resumed] == [r["budget"] for r in records]
+    assert [[c["answer"] for c in r["candidates"]] for r in resumed] == [
+        [c["answer"] for c in r["candidates"]] for r in records
+    ]
+    assert (old / "seq_draws.jsonl").read_text(encoding="utf-8") == text  # the log is kept
 
 
 def test_settings_refused_in_one_line(tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon, capsys):  # fmt: skip

@@ -61,8 +61,15 @@ from dprm.ias.rules import (
     RuleTable,
     parse_rule,
     rule_table,
+    uses_answers,
 )
-from dprm.ias.sequential import SequentialAuto, draw_orders, order_outcomes, outcome_accuracy
+from dprm.ias.sequential import (
+    SequentialAuto,
+    draw_orders,
+    order_outcomes,
+    outcome_accuracy,
+    vote_order_outcomes,
+)
 
 #: target costs of the uniform / oracle / auto rows of ias.csv (curves for the figures)
 COST_GRID = (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5)
@@ -71,6 +78,11 @@ PAYS_COLUMNS = ["rule", "method", "kind", "cost", "accuracy", "accuracy_se"]
 POP_POOLS = 16
 #: draw orders per question of the ``auto-seq`` Monte Carlo
 SEQ_TRIALS = 32
+#: the uniform floor shares ``auto-seq`` chooses from, per rule and target cost, on the
+#: training pools (:func:`sequential_floor_shares`; 1: uniform)
+SEQ_FLOOR_SHARES = (0.0, 0.25, 0.5, 1.0)
+#: draw orders per training question of that choice
+SEQ_TRAIN_TRIALS = 8
 
 
 def _mean_budget(cost: float, n_max: int) -> float:
@@ -181,6 +193,62 @@ def auto_rows(
     return frame, budgets
 
 
+def rule_outcomes(
+    cands: Candidates, weight: np.ndarray, orders: np.ndarray, vote: bool, seed: int
+) -> np.ndarray:
+    """The rule's pick correctness after each n draws of each order [T, Q, K]: an answer-level
+    vote (``vote``) or the ``highest`` pick by ``weight`` [Q, K]."""
+    if vote:
+        votes = np.where(np.isfinite(weight), weight, 0.0)
+        group_correct = cands.answer_correct()
+        return vote_order_outcomes(cands.answer, votes, group_correct, cands.size, orders, seed)
+    return order_outcomes(weight, cands.correct, orders)
+
+
+def sequential_floor_shares(
+    seq: SequentialAuto,
+    train_cands: Candidates,
+    train_est: Estimate,
+    train_weight: np.ndarray,
+    costs: Sequence[float],
+    *,
+    vote: bool = False,
+    n_max: int = N_MAX,
+    trials: int = SEQ_TRAIN_TRIALS,
+    seed: int = 0,
+) -> tuple[list[float], np.ndarray]:
+    """The floor share of ``auto-seq`` at each target cost, chosen on the training pools.
+
+    The policy runs on the training questions (their calibrated priors, candidate estimates
+    and, when ``seq`` reads answers, answers) over ``trials`` draw orders, once per share of
+    :data:`SEQ_FLOOR_SHARES`, and the share of the highest accuracy under the rule wins (ties:
+    the larger share, nearer uniform). Where the policy does not pay on the training pools
+    (a weak calibrator, a rule whose curves it models poorly) this sends it to uniform.
+
+    Args:
+        seq: the fitted policy; train_cands, train_est (``candidate`` set): the training pools
+            and the calibrator's estimate on them; train_weight: the rule's candidate weights
+            on them [Q, K].
+
+    Returns:
+        (share per cost, training accuracy [len(costs), len(SEQ_FLOOR_SHARES)]).
+    """
+    orders = draw_orders(train_cands.size, trials, seed + 1)  # not the test set's orders
+    outcomes = rule_outcomes(train_cands, train_weight, orders, vote, seed + 1)
+    mean_budgets = [_mean_budget(c, n_max) for c in costs]
+    answers = train_cands.answer if seq.answers is not None else None
+    acc = np.zeros((len(costs), len(SEQ_FLOOR_SHARES)))
+    for s_idx, share in enumerate(SEQ_FLOOR_SHARES):
+        budgets = seq.budgets(
+            estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
+            train_cands.size, orders, mean_budgets, share, n_max, answer=answers,
+        )  # fmt: skip
+        for j in range(len(costs)):
+            acc[j, s_idx] = outcome_accuracy(outcomes, budgets[j])[0]
+    best = [SEQ_FLOOR_SHARES[int(np.flatnonzero(row >= row.max() - 1e-12).max())] for row in acc]
+    return best, acc
+
+
 def sequential_rows(
     cands: Candidates,
     table: RuleTable,
@@ -194,11 +262,17 @@ def sequential_rows(
     trials: int = SEQ_TRIALS,
     seed: int = 0,
     shifted: bool = False,
+    vote: bool = False,
+    train_weight: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """``sweep = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every estimate that has
-    candidate estimates on both sets, for one ``highest-*`` rule.
+    candidate estimates on both sets, for one rule (``vote``: an answer-level vote,
+    ``weighted-*`` or ``majority``; else ``highest-*``).
 
-    The floor share is ``auto``'s (cross-fitted on the training pools; 1 when ``shifted``). The
+    When both sets carry final answers (BoN contract v2) the policy also reads each draw's
+    answer. Its floor share is chosen per cost on the training pools
+    (:func:`sequential_floor_shares`; ``train_weight``: the rule's weights there, default the
+    last score); it is 1 (uniform) when ``shifted``. The
     policy is scored by a Monte Carlo over ``trials`` draw orders per question (raw:
     ``accuracy_orders``, ``accuracy_orders_se``); ``auto`` is scored on the same orders, and the
     reported ``accuracy`` is auto's exact accuracy plus the paired difference ``minus_auto``
@@ -214,34 +288,46 @@ def sequential_rows(
 
     Returns:
         columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, floor_share,
-        minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, seq_trials``.
+        minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, seq_trials,
+        seq_answers`` (whether the policy read the draws' final answers: both sets contract v2).
     """
     orders = draw_orders(cands.size, trials, seed)
-    outcomes = order_outcomes(weight, cands.correct, orders)
+    outcomes = rule_outcomes(cands, weight, orders, vote, seed)
+    train_weight = train_cands.weights["last"] if train_weight is None else train_weight
     mean_budgets = [_mean_budget(c, n_max) for c in costs]
     rows = []
     for est in estimates:
         train_est = train_estimates.get(est.method)
         if est.candidate is None or train_est is None or train_est.candidate is None:
             continue
-        share, _ = allocator.floor_share(train_est, seed=seed)
-        if shifted:
-            share = 1.0
+        auto_share, _ = allocator.floor_share(train_est, seed=seed)
+        answers = cands.answer is not None and train_cands.answer is not None
         seq = SequentialAuto.fit(
             allocator.model,
             estimate_samples(train_est),
             train_cands.gather(train_est.candidate, 0.5),
             train_cands.correct,
             train_cands.row >= 0,
+            train_cands.answer if answers else None,
         )
-        budgets = seq.budgets(
-            estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders,
-            mean_budgets, share, n_max,
-        )  # fmt: skip
+        if shifted:  # the policy's models were learnt on unlike questions: do not adapt
+            shares, auto_share = [1.0] * len(costs), 1.0
+        else:
+            shares, _ = sequential_floor_shares(
+                seq, train_cands, train_est, train_weight, costs, vote=vote, n_max=n_max,
+                seed=seed,
+            )  # fmt: skip
+        samples, candidate = estimate_samples(est), cands.gather(est.candidate, 0.5)
+        budgets = np.stack([
+            seq.budgets(samples, candidate, cands.size, orders, [mb], share, n_max,
+                        answer=cands.answer if answers else None)[0]
+            for mb, share in zip(mean_budgets, shares, strict=True)
+        ])  # fmt: skip
         predicted = allocator.predicted(est)
         for j, cost in enumerate(costs):
+            share = shares[j]
             raw, raw_se, per = outcome_accuracy(outcomes, budgets[j])
-            fixed = allocator.budgets(est, cost, share, n_max, predicted)
+            fixed = allocator.budgets(est, cost, auto_share, n_max, predicted)
             _, _, per_auto = outcome_accuracy(outcomes, fixed)
             diff = per - per_auto
             diff_se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else np.nan
@@ -257,7 +343,8 @@ def sequential_rows(
     )  # fmt: skip
     frame.insert(0, "rule", table.rule)
     frame.insert(2, "sweep", "auto-seq")
-    return frame.assign(seq_trials=trials)
+    answers = cands.answer is not None and train_cands.answer is not None
+    return frame.assign(seq_trials=trials, seq_answers=answers)
 
 
 def p_oracle_rows(
@@ -417,10 +504,13 @@ def population_oracle_rows(
 
 
 def table_weight(cands: Candidates, rule: str, calibrated: np.ndarray | None) -> np.ndarray:
-    """The candidate weights [Q, K] a ``highest-*`` rule ranks by (-inf padding)."""
+    """The candidate weights [Q, K] a rule ranks (``highest-*``) or votes (``weighted-*``:
+    the weight; ``majority``: 1) by, -inf padding."""
     weight_name = parse_rule(rule)[1]
     if weight_name == "calibrated":
         return np.where(cands.row >= 0, calibrated, -np.inf)
+    if weight_name == "one":
+        return np.where(cands.row >= 0, 1.0, -np.inf)
     return cands.weights[weight_name]
 
 
@@ -566,13 +656,14 @@ def run_pays(
                 shifted=auc > SHIFT_AUC,
             )  # fmt: skip
             frames.append(frame.assign(shift_auc=auc))
-            if sequential and parse_rule(rule)[0] == "highest":
+            if sequential:
                 seq_costs = [c for c in costs if any(np.isclose(c, REPORT_COSTS))] or list(costs)
                 weight = table_weight(cands, rule, weights)
                 frames.append(
                     sequential_rows(
                         cands, table, weight, estimates, train_cands, train_estimates or {},
                         allocator, seq_costs, n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
+                        vote=uses_answers(rule), train_weight=table_weight(train_cands, rule, tw),
                     ).assign(shift_auc=auc)
                 )  # fmt: skip
             if own and "true_p" in bon.questions.columns:  # synthetic sets: the p-oracle

@@ -121,8 +121,10 @@ class Candidates:
         answer = None
         if "answer" in resp.columns:
             text = resp["answer"].astype(str).to_numpy()
-            # "" (no answer) is its own group per candidate: key by the row
-            key = np.where(text == "", np.char.add("\0", np.arange(len(text)).astype(str)), text)
+            # "" (no answer) is its own group per candidate: key by the row, behind a NUL that
+            # no answer string holds (np.char.add would strip it: numpy drops trailing NULs)
+            own = np.array([f"\0{i}" for i in range(len(text))], dtype=object)
+            key = np.where(text == "", own, text.astype(object))
             codes = pd.Series(key).groupby(q_row).transform(lambda s: pd.factorize(s)[0])
             answer = np.full((len(qid), k), -1, dtype=np.int64)
             answer[qr, pos] = codes.to_numpy()[order]
@@ -181,6 +183,41 @@ class RuleTable:
         return self.mean.mean(axis=0)
 
 
+def vote_in_order(
+    codes: np.ndarray,
+    weight: np.ndarray,
+    group_correct: np.ndarray,
+    order: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Correctness of one question's answer-level vote after each n = 1..k draws of each order.
+
+    Args:
+        codes: int [k] answer-group codes of the pool's candidates.
+        weight: [k] their vote weights (1 for majority).
+        group_correct: [>= n_groups] correctness of each answer group.
+        order: int [T, k] draw orders.
+        rng: draws the uniform tie-break among tied heaviest groups (one key per order and group).
+
+    Returns:
+        float [T, k]: the pick's correctness after the first n draws of each order.
+    """
+    trials, k = order.shape
+    t_idx = np.arange(trials)[:, None]
+    n_groups = int(codes.max()) + 1
+    mass = np.zeros((trials, k, n_groups))
+    mass[t_idx, np.arange(k)[None, :], codes[order]] = weight[order]
+    seen = np.zeros((trials, k, n_groups), dtype=bool)
+    seen[t_idx, np.arange(k)[None, :], codes[order]] = True
+    total = np.cumsum(mass, axis=1)
+    drawn = np.maximum.accumulate(seen, axis=1)
+    # uniform tie-break among tied heaviest groups: a random key far below any weight gap
+    scale = max(float(np.abs(weight).max()), 1.0) * 1e-9
+    key = np.where(drawn, total + scale * rng.random((trials, 1, n_groups)), -np.inf)
+    winner = np.argmax(key, axis=2)  # [T, k]
+    return group_correct[winner]
+
+
 def _vote_trials(
     answer: np.ndarray,
     weight: np.ndarray,
@@ -193,24 +230,11 @@ def _vote_trials(
     """Monte Carlo outcomes float32 [T, Q, n_max] of answer-level voting (see module docstring)."""
     q_count = len(size)
     out = np.zeros((trials, q_count, n_max), dtype=np.float32)
-    t_idx = np.arange(trials)[:, None]
     for q in range(q_count):
         k = int(size[q])
         rng = np.random.default_rng([seed, q])  # common random numbers across rules
         order = np.argsort(rng.random((trials, k)), axis=1)  # [T, k] uniformly random orders
-        codes = answer[q, :k]
-        n_groups = int(codes.max()) + 1
-        mass = np.zeros((trials, k, n_groups))
-        mass[t_idx, np.arange(k)[None, :], codes[order]] = weight[q, :k][order]
-        seen = np.zeros((trials, k, n_groups), dtype=bool)
-        seen[t_idx, np.arange(k)[None, :], codes[order]] = True
-        total = np.cumsum(mass, axis=1)
-        drawn = np.maximum.accumulate(seen, axis=1)
-        # uniform tie-break among tied heaviest groups: a random key far below any weight gap
-        scale = max(float(np.abs(weight[q, :k]).max()), 1.0) * 1e-9
-        key = np.where(drawn, total + scale * rng.random((trials, 1, n_groups)), -np.inf)
-        winner = np.argmax(key, axis=2)  # [T, k]
-        won = group_correct[q, winner]  # [T, k]: the pick after n = 1..k draws
+        won = vote_in_order(answer[q, :k], weight[q, :k], group_correct[q], order, rng)
         m = min(k, n_max)
         out[:, q, :m] = won[:, :m]
         if m < n_max:

@@ -12,6 +12,16 @@ posterior over the question's success probability p:
   prior mean m, Bayes gives r(e) = odds(c = 1 | e, m) / odds(c = 1 | m); both odds are logistic
   regressions fitted on the *training* pools (:class:`CandidateLikelihood`). Candidates are taken
   as independent given (p, m);
+* **likelihood of the drawn final answers** (BoN contract v2 sets): a correct candidate states
+  the gold answer, a wrong one a wrong value from a Chinese-restaurant process (CRP) whose
+  concentration alpha(p) = exp(a + b logit p) is fitted on the *training* pools
+  (:class:`WrongAnswerModel`; the CRP is the law of draws from a GEM / Dirichlet-process answer
+  distribution). The answers of n draws form clusters of sizes s_1..s_c; the hypotheses are
+  "cluster j is the gold answer" (j = 1..c) and "no draw is correct" (j = 0), so
+  P(answers, e | p) ∝ sum_j p^{s_j} (1 - p)^{n - s_j} CRP_alpha(p)(the other clusters)
+  prod_{i in j} r(e_i). Agreement among draws is evidence of a large p, scattered answers of a
+  small one, whatever the PRM: this is what the calibrated prior of a weak PRM cannot say.
+  Without answers (contract v1) the candidates are independent given p, as above;
 * **index**: the expected gain in selected-answer accuracy of one more draw,
   Delta_i(n) = sum_m w_im [g_{n+1}(p_m) - g_n(p_m)], with g the rule's selection-accuracy model
   (:class:`dprm.ias.allocation.SelectionModel`, learnt on the training pools as for ``auto``)
@@ -38,6 +48,7 @@ import numpy as np
 
 from dprm.ias.allocation import SelectionModel
 from dprm.ias.constants import N_MAX
+from dprm.ias.rules import vote_in_order
 
 _EPS = 1e-6
 
@@ -106,6 +117,83 @@ class CandidateLikelihood:
         return (a[0] + a[1] * lm + a[2] * le) - (b[0] + b[1] * lm)
 
 
+def rising_log(alpha: np.ndarray, n_max: int) -> np.ndarray:
+    """log of the rising factorial alpha (alpha + 1) ... (alpha + t - 1) for t = 0..n_max:
+    [..., n_max + 1] for alpha [...] (= lgamma(alpha + t) - lgamma(alpha), without lgamma)."""
+    alpha = np.asarray(alpha, dtype=np.float64)
+    terms = np.log(alpha[..., None] + np.arange(n_max))
+    return np.concatenate([np.zeros((*alpha.shape, 1)), np.cumsum(terms, axis=-1)], axis=-1)
+
+
+#: log (t - 1)! for cluster sizes t = 0..4096 (index t; t = 0 unused)
+_LOG_FACT = np.concatenate([[0.0, 0.0], np.cumsum(np.log(np.arange(1, 4096)))])
+
+
+@dataclass
+class WrongAnswerModel:
+    """How wrong answers collide: a CRP with concentration log alpha(p) = intercept + slope
+    logit p, fitted on training pools by maximum likelihood.
+
+    The CRP's log-probability of a sequence of m wrong answers in k clusters of sizes t_i is
+    k log alpha + sum_i log (t_i - 1)! - log[alpha (alpha + 1) ... (alpha + m - 1)]; it is
+    concave in log alpha, so Newton's method on (intercept, slope) converges (deterministic).
+
+    Attributes:
+        intercept, slope: of log alpha in logit p.
+    """
+
+    intercept: float
+    slope: float
+
+    def log_alpha(self, p: np.ndarray) -> np.ndarray:
+        """log alpha(p) for p [...] (p clipped to [0.005, 0.995])."""
+        return self.intercept + self.slope * _logit(np.clip(p, 0.005, 0.995))
+
+    @classmethod
+    def fit(
+        cls, answer: np.ndarray, correct: np.ndarray, valid: np.ndarray, steps: int = 50
+    ) -> WrongAnswerModel:
+        """Fit on training pools: answer codes, 0/1 correctness and validity [Q, K].
+
+        A question's p is its pool's share of correct candidates (clipped to half a candidate
+        from 0 and 1); only its wrong candidates' answers enter the likelihood. With no
+        question of two or more wrong answers the model is alpha = 1 everywhere.
+        """
+        valid = np.asarray(valid, dtype=bool)
+        size = valid.sum(axis=1)
+        share = np.where(valid, correct, 0).sum(axis=1) / np.maximum(size, 1)
+        half = 0.5 / np.maximum(size, 1)
+        x = _logit(np.clip(share, half, 1 - half))
+        wrong_n, clusters = [], []
+        for q in range(len(size)):
+            codes = np.asarray(answer[q])[valid[q] & (np.asarray(correct[q]) < 0.5)]
+            wrong_n.append(len(codes))
+            clusters.append(len(np.unique(codes)))  # sum log (t_i - 1)! does not depend on alpha
+        m, k = np.asarray(wrong_n), np.asarray(clusters, dtype=np.float64)
+        keep = m >= 2
+        if not keep.any():
+            return cls(0.0, 0.0)
+        x, m, k = x[keep], m[keep], k[keep]
+        design = np.column_stack([np.ones_like(x), x])
+        theta = np.zeros(2)
+        steps_i = np.arange(int(m.max()))[None, :]
+        inside = steps_i < m[:, None]  # the terms i = 0..m-1 of each question
+        for _ in range(steps):
+            alpha = np.exp(np.clip(design @ theta, -20, 20))
+            frac = np.where(inside, alpha[:, None] / (alpha[:, None] + steps_i), 0.0)
+            # d/du of k u - sum_i log(e^u + i), u = log alpha, and its (negative) curvature
+            grad_u = k - frac.sum(axis=1)
+            curv_u = (frac * (1 - frac)).sum(axis=1) + 1e-9
+            grad = design.T @ grad_u - 1e-6 * theta
+            hess = (design * curv_u[:, None]).T @ design + 1e-6 * np.eye(2)
+            step = np.linalg.solve(hess, grad)
+            step *= min(1.0, 2.0 / max(np.abs(step).max(), 1e-300))  # damped far from the optimum
+            theta += step
+            if np.abs(step).max() < 1e-10:
+                break
+        return cls(float(theta[0]), float(theta[1]))
+
+
 def draw_orders(size: np.ndarray, trials: int, seed: int) -> np.ndarray:
     """Uniformly random draw orders int64 [T, Q, K] (positions >= K_i of a question are its
     padding, placed last); question i's orders from ``default_rng([seed, i, 41])``."""
@@ -142,6 +230,40 @@ def order_outcomes(weight: np.ndarray, correct: np.ndarray, orders: np.ndarray) 
     return np.take_along_axis(c, pos, axis=2).astype(np.float32)
 
 
+def vote_order_outcomes(
+    answer: np.ndarray,
+    weight: np.ndarray,
+    group_correct: np.ndarray,
+    size: np.ndarray,
+    orders: np.ndarray,
+    seed: int,
+) -> np.ndarray:
+    """Correctness of an answer-level vote (``weighted-*``, ``majority``) after each n = 1..K
+    draws of each order, as :func:`order_outcomes` for the ``highest-*`` rules.
+
+    Args:
+        answer: int [Q, K] answer-group codes (-1 padding).
+        weight: [Q, K] vote weights (1 for majority; padding ignored).
+        group_correct: [Q, K] correctness of each answer group
+            (:meth:`dprm.ias.rules.Candidates.answer_correct`).
+        size: [Q] pool sizes.
+        orders: [T, Q, K] draw orders (:func:`draw_orders`).
+        seed: seed of the uniform tie-break (question q: ``default_rng([seed, q, 43])``).
+
+    Returns:
+        float32 [T, Q, K] (beyond K_i: the whole pool's pick).
+    """
+    t_count, q_count, k_max = orders.shape
+    out = np.zeros((t_count, q_count, k_max), dtype=np.float32)
+    for q in range(q_count):
+        k = int(size[q])
+        rng = np.random.default_rng([seed, q, 43])
+        won = vote_in_order(answer[q, :k], weight[q, :k], group_correct[q], orders[:, q, :k], rng)
+        out[:, q, :k] = won
+        out[:, q, k:] = won[:, k - 1 : k]
+    return out
+
+
 def outcome_accuracy(outcomes: np.ndarray, budgets: np.ndarray) -> tuple[float, float, np.ndarray]:
     """(mean accuracy, standard error over orders, per-order accuracy [T]) of budgets [T, Q] or
     [Q] on :func:`order_outcomes` [T, Q, K] (budgets above K_i read the whole pool)."""
@@ -162,9 +284,15 @@ class SequentialAuto:
         likelihood: the candidates' likelihood ratio (fitted on the training pools).
     """
 
-    def __init__(self, model: SelectionModel, likelihood: CandidateLikelihood):
+    def __init__(
+        self,
+        model: SelectionModel,
+        likelihood: CandidateLikelihood,
+        answers: WrongAnswerModel | None = None,
+    ):
         self.model = model
         self.likelihood = likelihood
+        self.answers = answers
 
     @classmethod
     def fit(
@@ -174,27 +302,42 @@ class SequentialAuto:
         train_candidate: np.ndarray,
         train_correct: np.ndarray,
         train_valid: np.ndarray,
+        train_answer: np.ndarray | None = None,
     ) -> SequentialAuto:
-        """Fit the likelihood on training pools: prior samples [Q, M], candidate estimates,
-        correctness and validity [Q, K]."""
+        """Fit the likelihoods on training pools: prior samples [Q, M], candidate estimates,
+        correctness, validity and (BoN contract v2) answer codes [Q, K]; without answers the
+        policy reads the candidates' estimates only."""
         prior_mean = np.asarray(train_samples, dtype=np.float64).mean(axis=1)
         like = CandidateLikelihood.fit(prior_mean, train_candidate, train_correct, train_valid)
-        return cls(model, like)
+        answers = None
+        if train_answer is not None:
+            answers = WrongAnswerModel.fit(train_answer, train_correct, train_valid)
+        return cls(model, like, answers)
 
-    def policy(self, samples: np.ndarray, cap: np.ndarray, n_max: int = N_MAX) -> SequentialPolicy:
+    def policy(
+        self, samples: np.ndarray, cap: np.ndarray, n_max: int = N_MAX, answers: bool = False
+    ) -> SequentialPolicy:
         """A fresh policy state over a batch of questions (no draws yet).
 
         Args:
             samples: [Q, M] prior samples of p (the calibrated distribution's quantiles).
             cap: [Q] the most draws each question may get (pool size or n_max).
             n_max: the selection model's largest n.
+            answers: the draws' final answers will be observed (needs a model fitted with
+                ``train_answer``).
         """
         samples = np.asarray(samples, dtype=np.float64)
         g = self.model.predict(samples)[..., :n_max]  # [Q, M, n_max]
         step = np.diff(g, axis=2)  # [Q, M, n_max - 1]: g_{n+1} - g_n at index n - 1
         log_p, log_q = np.log(np.clip(samples, _EPS, 1)), np.log(np.clip(1 - samples, _EPS, 1))
         cap = np.minimum(np.asarray(cap, dtype=np.int64), n_max)
-        return SequentialPolicy(step, log_p, log_q, cap)
+        crp = None
+        if answers:
+            if self.answers is None:
+                raise ValueError("this auto-seq was fitted without answers (train_answer)")
+            log_alpha = self.answers.log_alpha(samples)
+            crp = (log_alpha, rising_log(np.exp(log_alpha), int(cap.max(initial=1))))
+        return SequentialPolicy(step, log_p, log_q, cap, crp)
 
     def log_ratio(self, samples: np.ndarray, candidate: np.ndarray) -> np.ndarray:
         """log r(e) [Q, K] of candidate estimates [Q, K] under priors ``samples`` [Q, M]."""
@@ -211,6 +354,7 @@ class SequentialAuto:
         floor_share: float = 0.0,
         n_max: int = N_MAX,
         round_size: int = 1,
+        answer: np.ndarray | None = None,
     ) -> np.ndarray:
         """The policy's budgets for every draw order and mean budget.
 
@@ -224,6 +368,8 @@ class SequentialAuto:
                 least 1).
             round_size: draws chosen together before their estimates are read (1: the fully
                 sequential policy; ``dprm solve --auto-seq --round-size``).
+            answer: [Q, K] the candidates' answer codes (candidate order; BoN contract v2),
+                read with each draw; None: estimates only.
 
         Returns:
             int64 [len(mean_budgets), T, Q] with sum over Q = round(mean budget x Q) (unless
@@ -231,18 +377,25 @@ class SequentialAuto:
         """
         q_count = len(samples)
         cap = np.minimum(size, n_max).astype(np.int64)
-        base = self.policy(samples, cap, n_max)
+        base = self.policy(samples, cap, n_max, answers=answer is not None)
         log_r = self.log_ratio(samples, candidate)  # [Q, K]
         out = np.zeros((len(mean_budgets), orders.shape[0], q_count), dtype=np.int64)
         for t in range(orders.shape[0]):
             r_in_order = np.take_along_axis(log_r, orders[t], axis=1)  # [Q, K]
+            a_in_order = None if answer is None else np.take_along_axis(answer, orders[t], axis=1)
             for j, mb in enumerate(mean_budgets):
                 policy = base.fresh()
                 floor = policy.start(mb, floor_share)
-                policy.observe_floor([r_in_order[q, : floor[q]] for q in range(q_count)])
+                policy.observe_floor(
+                    [r_in_order[q, : floor[q]] for q in range(q_count)],
+                    None if a_in_order is None else [a_in_order[q, : floor[q]] for q in range(q_count)],
+                )  # fmt: skip
                 while picks := policy.next_round(round_size):
                     for q in picks:
-                        policy.observe(q, r_in_order[q, policy.n[q]])
+                        n = policy.n[q]
+                        policy.observe(
+                            q, r_in_order[q, n], None if a_in_order is None else a_in_order[q, n]
+                        )
                 out[j, t] = policy.n
         return out
 
@@ -259,7 +412,7 @@ class SequentialPolicy:
     The one implementation of the posterior update and the index, shared by the offline
     evaluator (:meth:`SequentialAuto.budgets`) and the live loop (``dprm solve --auto-seq``).
     Use: :meth:`start` (total budget and floor), :meth:`observe_floor`, then repeatedly
-    :meth:`next_round` and :meth:`observe` each pick's log r(e) in draw order.
+    :meth:`next_round` and :meth:`observe` each pick's log r(e) (and answer) in draw order.
 
     Within a round of several picks the estimates of the round's draws are not known yet: a
     question picked again is indexed at its next n with its current posterior weights (the
@@ -270,22 +423,39 @@ class SequentialPolicy:
         step: [Q, M, n_max - 1] g_{n+1}(p_m) - g_n(p_m).
         log_p, log_q: [Q, M] log p_m and log(1 - p_m) of the prior samples.
         cap: [Q] the most draws per question.
+        crp: None (the draws' answers are not read), or (log alpha [Q, M], the log rising
+            factorials of alpha [Q, M, n + 1] up to the largest cap) of the wrong answers' CRP
+            at every prior sample (:class:`WrongAnswerModel`).
     """
 
-    def __init__(self, step: np.ndarray, log_p: np.ndarray, log_q: np.ndarray, cap: np.ndarray):
+    def __init__(
+        self,
+        step: np.ndarray,
+        log_p: np.ndarray,
+        log_q: np.ndarray,
+        cap: np.ndarray,
+        crp: tuple[np.ndarray, np.ndarray] | None = None,
+    ):
         self.step, self.log_p, self.log_q = step, log_p, log_q
         self.cap = np.asarray(cap, dtype=np.int64)
+        self.crp = crp
         q_count, m = log_p.shape
         self.n = np.zeros(q_count, dtype=np.int64)  # draws read so far
         self.log_w = np.zeros((q_count, m))  # log-likelihood of each prior sample
+        # with answers: per question, answer -> [cluster size, sum of the members' log r]
+        self._clusters: list[dict] = [{} for _ in range(q_count)]
         self.left = 0  # draws still to choose
         self._heap: list[tuple[float, int, int]] = []
         self._version = np.zeros(q_count, dtype=np.int64)
         self._pending = np.zeros(q_count, dtype=np.int64)
 
+    @property
+    def reads_answers(self) -> bool:
+        return self.crp is not None
+
     def fresh(self) -> SequentialPolicy:
         """A new state on the same questions (the shared arrays are not copied)."""
-        return SequentialPolicy(self.step, self.log_p, self.log_q, self.cap)
+        return SequentialPolicy(self.step, self.log_p, self.log_q, self.cap, self.crp)
 
     def start(self, mean_budget: float, floor_share: float) -> np.ndarray:
         """Set the total round(mean_budget x Q) and return the floor's draws per question [Q]
@@ -296,24 +466,73 @@ class SequentialPolicy:
         self.left = total - int(floor.sum())
         return floor.astype(np.int64)
 
-    def observe_floor(self, log_r: Sequence[np.ndarray]) -> None:
-        """Read every question's floor draws: ``log_r[q]`` [n_q] in draw order."""
-        for q, r in enumerate(log_r):
-            r = np.asarray(r, dtype=np.float64)
-            self.n[q] = len(r)
-            # log(p r + 1 - p) summed over the draws, for every prior sample at once
-            self.log_w[q] = np.logaddexp(
-                self.log_p[q][:, None] + r[None, :], self.log_q[q][:, None]
+    def _answer_log_lik(self, q: int) -> np.ndarray:
+        """log P(answers, estimates | p_m) [M] of question q's draws (module docstring):
+        log-sum over "cluster j is gold" (j = 1..c) and "no draw is correct"."""
+        log_alpha, rising = self.crp[0][q], self.crp[1][q]
+        lp, lq, n = self.log_p[q], self.log_q[q], int(self.n[q])
+        sizes = np.array([c[0] for c in self._clusters[q].values()], dtype=np.int64)
+        log_r = np.array([c[1] for c in self._clusters[q].values()], dtype=np.float64)
+        k = len(sizes)
+        fact = float(_LOG_FACT[sizes].sum())
+        none = n * lq + k * log_alpha + fact - rising[:, n]  # [M]
+        if k == 0:
+            return none
+        gold = (
+            sizes[:, None] * lp[None, :]
+            + (n - sizes)[:, None] * lq[None, :]
+            + (k - 1) * log_alpha[None, :]
+            + (fact - _LOG_FACT[sizes])[:, None]
+            - rising[:, n - sizes].T
+            + log_r[:, None]
+        )  # [k, M]
+        return np.logaddexp(none, np.logaddexp.reduce(gold, axis=0))
+
+    def _read(self, q: int, log_r: np.ndarray, answers: np.ndarray | None) -> None:
+        """Add draws (log r [d], answers [d] or None) to question q's posterior."""
+        log_r = np.asarray(log_r, dtype=np.float64)
+        self.n[q] += len(log_r)
+        if self.crp is None:
+            # candidates independent given p: log(p r + 1 - p) summed over the draws
+            self.log_w[q] += np.logaddexp(
+                self.log_p[q][:, None] + log_r[None, :], self.log_q[q][:, None]
             ).sum(1)
+            return
+        if answers is None:
+            raise ValueError("this policy reads answers: pass each draw's answer")
+        clusters = self._clusters[q]
+        for a, r in zip(list(answers), log_r.tolist(), strict=True):
+            entry = clusters.setdefault(a, [0, 0.0])
+            entry[0] += 1
+            entry[1] += r
+        self.log_w[q] = self._answer_log_lik(q)
+
+    def observe_floor(
+        self, log_r: Sequence[np.ndarray], answers: Sequence[np.ndarray] | None = None
+    ) -> None:
+        """Read every question's floor draws: ``log_r[q]`` [n_q] (and ``answers[q]`` [n_q],
+        hashable answer keys, when the policy reads answers) in draw order."""
+        for q, r in enumerate(log_r):
+            self.n[q] = 0
+            self.log_w[q] = 0.0
+            self._clusters[q] = {}
+            self._read(q, r, None if answers is None else answers[q])
         self._heap = [(-self._index(q), q, 0) for q in range(len(self.n))]
         heapq.heapify(self._heap)
 
     def _index(self, q: int) -> float:
+        """The posterior-expected gain per draw of the best look-ahead from n draws:
+        max_d E_post[g_{n+d}(p) - g_n(p)] / d over d = 1..cap - n, the slope of the expected
+        curve's upper concave hull at n. For concave curves (``highest-*``) it is the one-step
+        gain; a voting rule's curve is not concave (an even n can tie), and a one-step index
+        would stop before the step that pays."""
         n = self.n[q] + self._pending[q]
         if n >= self.cap[q]:
             return -np.inf
         w = np.exp(self.log_w[q] - self.log_w[q].max())
-        return float(w @ self.step[q, :, n - 1] / w.sum())
+        steps = (w / w.sum()) @ self.step[q, :, n - 1 : self.cap[q] - 1]  # [cap - n]
+        gains = np.cumsum(steps) / np.arange(1, len(steps) + 1)
+        return float(gains.max())
 
     def _push(self, q: int) -> None:
         self._version[q] += 1
@@ -336,9 +555,9 @@ class SequentialPolicy:
             self._push(q)
         return picks
 
-    def observe(self, q: int, log_r: float) -> None:
-        """Read the estimate of question ``q``'s next draw (log r(e)): its posterior update."""
-        self.log_w[q] += np.logaddexp(self.log_p[q] + log_r, self.log_q[q])
-        self.n[q] += 1
+    def observe(self, q: int, log_r: float, answer=None) -> None:
+        """Read question ``q``'s next draw: its log r(e) and, when the policy reads answers,
+        its final answer (any hashable key; equal keys are one answer)."""
+        self._read(q, np.array([log_r]), None if answer is None else [answer])
         self._pending[q] -= 1
         self._push(q)

@@ -237,6 +237,7 @@ class FittedAuto:
             set's).
         estimate: the calibrator's estimate on the live question states.
         train: the training BoN set; train_estimate: the calibrator's estimate on it.
+        shifted: the live states are unlike the training set's (the label-free shift check).
     """
 
     allocator: Any
@@ -244,6 +245,7 @@ class FittedAuto:
     estimate: Any
     train: Any
     train_estimate: Any
+    shifted: bool = False
 
 
 def fit_auto(cprm: CalibratedPRM, states: States, train_bon: str) -> FittedAuto:
@@ -273,10 +275,11 @@ def fit_auto(cprm: CalibratedPRM, states: States, train_bon: str) -> FittedAuto:
     train_est = estimate_from_model(cprm.calibrator, train, **kw)
     share, _ = allocator.floor_share(train_est)
     comparable = train.hidden_dim == states.hidden.shape[1] and len(states.hidden) >= 4
-    if comparable and shift_auc(train.hidden, states.hidden) > SHIFT_AUC:  # unlike training
+    shifted = bool(comparable and shift_auc(train.hidden, states.hidden) > SHIFT_AUC)
+    if shifted:  # unlike training
         share = 1.0
     est = estimate_from_model(cprm.calibrator, _StateTable(states.scores, states.hidden), **kw)
-    return FittedAuto(allocator, float(share), est, train, train_est)
+    return FittedAuto(allocator, float(share), est, train, train_est, shifted)
 
 
 def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:

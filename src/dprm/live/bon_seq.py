@@ -3,8 +3,9 @@
 The sequential allocation of ``dprm ias --sequential`` (:mod:`dprm.ias.sequential`) run on a
 live generator over one shard's Q questions, with the shard's total budget round(c N_max Q):
 
-1. every question draws the uniform floor (``auto``'s floor share, learnt on the training set;
-   all of the budget when the live questions are unlike the training set's);
+1. every question draws the uniform floor (all of the budget when the live questions are
+   unlike the training set's; else the share the policy does best with on the training pools
+   at the target cost, :func:`dprm.ias.pays.sequential_floor_shares`);
 2. the policy (:class:`dprm.ias.sequential.SequentialPolicy`, the very state the offline
    evaluator runs) picks the next ``round_size`` draws by its index, the posterior-expected gain
    of one more draw; they are generated together, the PRM scores each complete response, the
@@ -13,6 +14,14 @@ live generator over one shard's Q questions, with the shard's total budget round
    updated;
 3. until the budget is spent (exactly: one draw is one candidate) or every question has N_max.
 
+When the training set carries the candidates' final answers (BoN contract v2 ``answer``
+column), the policy also reads each draw's final answer, its canonical answer
+(:func:`dprm.llm.answers.canonical_answer`, as the run's BoN v2 export writes it): agreement
+among a question's draws is evidence of a large success probability, scattered answers of a
+small one (:class:`dprm.ias.sequential.WrongAnswerModel`). As offline, a draw that states no
+answer ("") is an answer group of its own. A training set without answers keeps the
+estimates-only policy.
+
 A question's answer is the highest uncalibrated PRM score among its draws (docs/design.md §4).
 The fixed baseline picks from the first ``baseline_n`` candidates of the same pool: questions
 the policy gave fewer draws are topped up after the allocation (never read by the policy).
@@ -20,8 +29,10 @@ the policy gave fewer draws are topped up after the allocation (never read by th
 Candidate j of a question is sampled with its own seed (``seed``, question id, j), whatever the
 round it was drawn in. Every drawn candidate is appended to ``OUT/seq_drawsSFX.jsonl`` as soon
 as its round is scored; a rerun replays the policy on the logged candidates (it is
-deterministic given their estimates, so it asks for the same draws) and generates only the
-draws that are missing: a resumed run makes the allocation an uninterrupted one would.
+deterministic given their estimates and answers, so it asks for the same draws) and
+generates only the draws that are missing: a resumed run makes the allocation an uninterrupted
+one would. A logged draw without ``answer`` (a log written by an older dprm) gets it from its
+logged ``text``.
 """
 
 from __future__ import annotations
@@ -41,7 +52,19 @@ from dprm.live.session import solving
 
 
 class DrawLog(ResultLog):
-    """The resumable log of drawn candidates, keyed by (question_id, draw index)."""
+    """The resumable log of drawn candidates, keyed by (question_id, draw index).
+
+    Every record read has an ``answer``, the canonical final answer of its ``text``: a line
+    written by an older dprm (no ``answer``) gets it on loading (in memory; the file is kept).
+    """
+
+    def _load(self) -> None:
+        from dprm.llm.answers import canonical_answer
+
+        super()._load()
+        for record in self.records.values():
+            if "answer" not in record:
+                record["answer"] = canonical_answer(str(record.get("text") or ""))
 
     def key(self, record: dict[str, Any]) -> tuple[str, int]:
         draw = record.get("draw")
@@ -73,9 +96,16 @@ def check_sequential_training(calibrator: Any, train_bon: str) -> None:
         )
 
 
-def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str):
-    """``auto-seq`` learnt on ``train_bon`` for the live question states, as ``dprm ias
-    --sequential`` learns it for the contract rule (highest last score).
+def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str, cost: float):
+    """``auto-seq`` learnt on ``train_bon`` for the live question states at target cost
+    ``cost``, as ``dprm ias --sequential`` learns it for the contract rule (highest last score).
+
+    The live draws always have answers, so, as offline (:func:`dprm.ias.pays.sequential_rows`)
+    when both sets carry answers, the policy reads the draws' final answers when the training
+    set has them (BoN contract v2 ``answer`` column; ``seq.answers`` is then not None); without
+    them it reads the estimates only. Its floor share is chosen on the training pools for the
+    target cost (:func:`dprm.ias.pays.sequential_floor_shares`), and is 1 when the live
+    question states are unlike the training set's.
 
     Returns:
         (:class:`dprm.ias.sequential.SequentialAuto`, the questions' prior samples [Q, M],
@@ -85,20 +115,29 @@ def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str):
         DataError: the training set was scored by another PRM, or has no candidate states.
     """
     from dprm.ias.estimates import candidate_estimates, estimate_samples
+    from dprm.ias.pays import sequential_floor_shares
     from dprm.ias.rules import Candidates
     from dprm.ias.sequential import SequentialAuto
 
     check_sequential_training(cprm.calibrator, train_bon)
     fitted = fit_auto(cprm, states, train_bon)
     cands = Candidates.from_bon(fitted.train)
+    train_est = fitted.train_estimate
+    train_est.candidate = candidate_estimates(cprm.calibrator, fitted.train)
     seq = SequentialAuto.fit(
         fitted.allocator.model,
-        estimate_samples(fitted.train_estimate),
-        cands.gather(candidate_estimates(cprm.calibrator, fitted.train), 0.5),
+        estimate_samples(train_est),
+        cands.gather(train_est.candidate, 0.5),
         cands.correct,
         cands.row >= 0,
+        cands.answer,  # None for a contract-v1 set: the estimates-only policy
     )
-    return seq, estimate_samples(fitted.estimate), fitted.floor_share
+    share = 1.0  # unlike the training questions: uniform
+    if not fitted.shifted:
+        (share,), _ = sequential_floor_shares(
+            seq, cands, train_est, cands.weights["last"], [cost], n_max=cprm.n_max
+        )
+    return seq, estimate_samples(fitted.estimate), float(share)
 
 
 class _Drawer:
@@ -109,11 +148,15 @@ class _Drawer:
         self.pool, self.log, self.bar = pool, log, bar
         self.order = 0  # the policy's draws so far (floor included), in the order it asked
 
-    def fetch(self, requests: list[tuple[int, int]], round_index: int | None) -> list[float]:
-        """The candidates' calibrated estimates, generating the ones not in the log.
+    def fetch(
+        self, requests: list[tuple[int, int]], round_index: int | None
+    ) -> list[tuple[float, str]]:
+        """The candidates' (calibrated estimate, canonical final answer), generating the ones
+        not in the log.
 
         ``round_index`` None: baseline top-ups (not the policy's draws, no ``order``).
         """
+        from dprm.llm.answers import canonical_answer
         from dprm.llm.generate import derive_seed
         from dprm.llm.prompts import build_prompt, split_steps
 
@@ -163,14 +206,14 @@ class _Drawer:
                         "truncated": scored[i][1],
                         "estimate": float(scored[i][2]),
                         "correct": correct.get(i),
+                        "answer": canonical_answer(c.text),
                     }
                 )
         if round_index is not None:
             self.order += len(requests)
         self.bar.update(len(requests))
-        return [
-            float(self.log.records[(qid[i], j)]["estimate"]) for i, (_, j) in enumerate(requests)
-        ]
+        logged = [self.log.records[(qid[i], j)] for i, (_, j) in enumerate(requests)]
+        return [(float(d["estimate"]), str(d["answer"])) for d in logged]
 
 
 def solve_sequential(
@@ -189,8 +232,9 @@ def solve_sequential(
 
     Appends each question's record to ``OUT/bonSFX.jsonl`` once the allocation is done (the
     policy couples the shard's questions): ``budget`` is the draws the policy gave it,
-    ``candidates`` every drawn candidate in draw order with its ``estimate``, ``round`` (0: the
-    floor; None: a baseline top-up) and ``order`` (its place in the shard's sequence of draws).
+    ``candidates`` every drawn candidate in draw order with its ``estimate``, ``answer`` (its
+    canonical final answer), ``round`` (0: the floor; None: a baseline top-up) and ``order``
+    (its place in the shard's sequence of draws); ``floor_share`` is the share the policy used.
     """
     from dprm.ias.pays import _mean_budget
     from dprm.llm.shard import chunked
@@ -199,10 +243,13 @@ def solve_sequential(
     log = ResultLog(out / f"bon{suffix}.jsonl")
     if all(r["question_id"] in log for r in rows):
         return [log.records[r["question_id"]] for r in rows]
-    seq, samples, share = fit_sequential(cprm, states, str(config.train_bon))
+    seq, samples, share = fit_sequential(
+        cprm, states, str(config.train_bon), float(config.auto_cost)
+    )
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
     mean_budget = _mean_budget(float(config.auto_cost), n_max)
-    policy = seq.policy(samples, np.full(q_count, n_max), n_max)
+    reads_answers = seq.answers is not None
+    policy = seq.policy(samples, np.full(q_count, n_max), n_max, answers=reads_answers)
     prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
     floor = policy.start(mean_budget, share)
     total = int(floor.sum()) + policy.left
@@ -213,17 +260,31 @@ def solve_sequential(
     ):
         drawer = _Drawer(rows, cprm, generator, config, grading, draws, bar)
 
-        def log_ratio(requests: list[tuple[int, int]], estimates: list[float]) -> np.ndarray:
+        def read(requests: list[tuple[int, int]], round_index: int) -> list[tuple[float, Any]]:
+            """(log r(e), answer key or None) of each requested draw, as the policy reads it."""
+            fetched = drawer.fetch(requests, round_index)
             qs = np.array([q for q, _ in requests], dtype=np.int64)
-            e = np.asarray(estimates, dtype=np.float64)[:, None]
-            return seq.likelihood.log_ratio(prior_mean[qs], e)[:, 0]
+            e = np.array([[est] for est, _ in fetched], dtype=np.float64)
+            log_r = seq.likelihood.log_ratio(prior_mean[qs], e)[:, 0]
+            # as offline (Candidates.answer): a draw stating no answer is a group of its own
+            # (a string key: the policy reads the keys through np.asarray)
+            keys = [
+                (a if a else f"\0{j}") if reads_answers else None
+                for (_, j), (_, a) in zip(requests, fetched, strict=True)
+            ]
+            return list(zip(log_r.tolist(), keys, strict=True))
 
         floor_requests = [(q, j) for q in range(q_count) for j in range(int(floor[q]))]
         floor_r: list[list[float]] = [[] for _ in range(q_count)]
+        floor_a: list[list[Any]] = [[] for _ in range(q_count)]
         for part in chunked(floor_requests, size):
-            for (q, _), r in zip(part, log_ratio(part, drawer.fetch(part, 0)), strict=True):
-                floor_r[q].append(float(r))
-        policy.observe_floor([np.asarray(r) for r in floor_r])
+            for (q, _), (r, a) in zip(part, read(part, 0), strict=True):
+                floor_r[q].append(r)
+                floor_a[q].append(a)
+        policy.observe_floor(
+            [np.asarray(r, dtype=np.float64) for r in floor_r],
+            floor_a if reads_answers else None,
+        )
         round_index = 0
         while picks := policy.next_round(size):
             round_index += 1
@@ -232,9 +293,8 @@ def solve_sequential(
             for q in picks:  # a question picked k times gets its next k draws
                 requests.append((q, int(policy.n[q]) + seen.get(q, 0)))
                 seen[q] = seen.get(q, 0) + 1
-            estimates = drawer.fetch(requests, round_index)
-            for (q, _), r in zip(requests, log_ratio(requests, estimates), strict=True):
-                policy.observe(q, float(r))
+            for (q, _), (r, a) in zip(requests, read(requests, round_index), strict=True):
+                policy.observe(q, r, a)
         budgets = policy.n.copy()
         base_n = int(config.baseline_n or 0)
         top_up = [(q, j) for q in range(q_count) for j in range(int(budgets[q]), base_n)]
