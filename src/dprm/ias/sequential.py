@@ -125,6 +125,8 @@ def rising_log(alpha: np.ndarray, n_max: int) -> np.ndarray:
     return np.concatenate([np.zeros((*alpha.shape, 1)), np.cumsum(terms, axis=-1)], axis=-1)
 
 
+_DRAWS = np.arange(1, 4097, dtype=np.float64)  # d = 1, 2, ... of the index's look-ahead
+
 #: log (t - 1)! for cluster sizes t = 0..4096 (index t; t = 0 unused)
 _LOG_FACT = np.concatenate([[0.0, 0.0], np.cumsum(np.log(np.arange(1, 4096)))])
 
@@ -442,8 +444,12 @@ class SequentialPolicy:
         q_count, m = log_p.shape
         self.n = np.zeros(q_count, dtype=np.int64)  # draws read so far
         self.log_w = np.zeros((q_count, m))  # log-likelihood of each prior sample
-        # with answers: per question, answer -> [cluster size, sum of the members' log r]
+        self._weight = np.full((q_count, m), 1.0 / m)  # the posterior weights, normalised
+        # with answers: per question, answer -> cluster index, and each cluster's size and
+        # sum of its members' log r
         self._clusters: list[dict] = [{} for _ in range(q_count)]
+        self._sizes: list[list[int]] = [[] for _ in range(q_count)]
+        self._cluster_r: list[list[float]] = [[] for _ in range(q_count)]
         self.left = 0  # draws still to choose
         self._heap: list[tuple[float, int, int]] = []
         self._version = np.zeros(q_count, dtype=np.int64)
@@ -471,22 +477,22 @@ class SequentialPolicy:
         log-sum over "cluster j is gold" (j = 1..c) and "no draw is correct"."""
         log_alpha, rising = self.crp[0][q], self.crp[1][q]
         lp, lq, n = self.log_p[q], self.log_q[q], int(self.n[q])
-        sizes = np.array([c[0] for c in self._clusters[q].values()], dtype=np.int64)
-        log_r = np.array([c[1] for c in self._clusters[q].values()], dtype=np.float64)
+        sizes = np.asarray(self._sizes[q], dtype=np.int64)
+        log_r = np.asarray(self._cluster_r[q], dtype=np.float64)
         k = len(sizes)
         fact = float(_LOG_FACT[sizes].sum())
-        none = n * lq + k * log_alpha + fact - rising[:, n]  # [M]
-        if k == 0:
-            return none
-        gold = (
-            sizes[:, None] * lp[None, :]
-            + (n - sizes)[:, None] * lq[None, :]
-            + (k - 1) * log_alpha[None, :]
-            + (fact - _LOG_FACT[sizes])[:, None]
-            - rising[:, n - sizes].T
-            + log_r[:, None]
-        )  # [k, M]
-        return np.logaddexp(none, np.logaddexp.reduce(gold, axis=0))
+        terms = np.empty((k + 1, len(lp)))
+        terms[0] = n * lq + k * log_alpha + fact - rising[:, n]  # no draw is correct
+        if k:
+            terms[1:] = (
+                sizes[:, None] * (lp - lq)[None, :]
+                + n * lq[None, :]
+                + (k - 1) * log_alpha[None, :]
+                + (fact - _LOG_FACT[sizes] + log_r)[:, None]
+                - rising[:, n - sizes].T
+            )  # [k, M]: cluster j is the gold answer
+        top = terms.max(axis=0)
+        return top + np.log(np.exp(terms - top).sum(axis=0))
 
     def _read(self, q: int, log_r: np.ndarray, answers: np.ndarray | None) -> None:
         """Add draws (log r [d], answers [d] or None) to question q's posterior."""
@@ -497,15 +503,20 @@ class SequentialPolicy:
             self.log_w[q] += np.logaddexp(
                 self.log_p[q][:, None] + log_r[None, :], self.log_q[q][:, None]
             ).sum(1)
-            return
-        if answers is None:
-            raise ValueError("this policy reads answers: pass each draw's answer")
-        clusters = self._clusters[q]
-        for a, r in zip(list(answers), log_r.tolist(), strict=True):
-            entry = clusters.setdefault(a, [0, 0.0])
-            entry[0] += 1
-            entry[1] += r
-        self.log_w[q] = self._answer_log_lik(q)
+        else:
+            if answers is None:
+                raise ValueError("this policy reads answers: pass each draw's answer")
+            clusters, sizes, cluster_r = self._clusters[q], self._sizes[q], self._cluster_r[q]
+            for a, r in zip(list(answers), log_r.tolist(), strict=True):
+                j = clusters.setdefault(a, len(sizes))
+                if j == len(sizes):
+                    sizes.append(0)
+                    cluster_r.append(0.0)
+                sizes[j] += 1
+                cluster_r[j] += r
+            self.log_w[q] = self._answer_log_lik(q)
+        w = np.exp(self.log_w[q] - self.log_w[q].max())
+        self._weight[q] = w / w.sum()
 
     def observe_floor(
         self, log_r: Sequence[np.ndarray], answers: Sequence[np.ndarray] | None = None
@@ -515,7 +526,7 @@ class SequentialPolicy:
         for q, r in enumerate(log_r):
             self.n[q] = 0
             self.log_w[q] = 0.0
-            self._clusters[q] = {}
+            self._clusters[q], self._sizes[q], self._cluster_r[q] = {}, [], []
             self._read(q, r, None if answers is None else answers[q])
         self._heap = [(-self._index(q), q, 0) for q in range(len(self.n))]
         heapq.heapify(self._heap)
@@ -529,10 +540,8 @@ class SequentialPolicy:
         n = self.n[q] + self._pending[q]
         if n >= self.cap[q]:
             return -np.inf
-        w = np.exp(self.log_w[q] - self.log_w[q].max())
-        steps = (w / w.sum()) @ self.step[q, :, n - 1 : self.cap[q] - 1]  # [cap - n]
-        gains = np.cumsum(steps) / np.arange(1, len(steps) + 1)
-        return float(gains.max())
+        steps = self._weight[q] @ self.step[q, :, n - 1 : self.cap[q] - 1]  # [cap - n]
+        return float((np.cumsum(steps) / _DRAWS[: len(steps)]).max())
 
     def _push(self, q: int) -> None:
         self._version[q] += 1
