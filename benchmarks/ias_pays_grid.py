@@ -137,6 +137,22 @@ def summarise(root: Path) -> None:
                     f"{cells['gain'][big].mean():+.4f}); share captured (sum gain / sum headroom) "
                     f"{share:.1%}, mean per-cell share {per_cell:.1%}"
                 )
+    print("\nshare of the population headroom by split and rule (recommended calibrator):")
+    by = []
+    for kind in ("auto", "auto-seq"):
+        sel = pays[(pays.kind == kind) & (pays.method == RECOMMENDED)]
+        cells = sel.groupby(keys)[["gain"]].mean().join(pop.rename("headroom_pop"))
+        for (split, rule), grp in cells.groupby(level=["split", "rule"]):
+            by.append(
+                (kind, split, rule, len(grp), grp["gain"].mean(), grp["headroom_pop"].mean(),
+                 grp["gain"].sum() / grp["headroom_pop"].sum(), grp["gain"].min())
+            )  # fmt: skip
+    print(
+        pd.DataFrame(
+            by, columns=["kind", "split", "rule", "cells", "mean gain", "mean headroom_pop",
+                         "share_pop", "worst gain"],
+        ).round(4).to_string(index=False)
+    )  # fmt: skip
     seq = pays[pays.kind == "auto-seq"]
     if not seq.empty:
         full_seq = full[full.sweep == "auto-seq"]

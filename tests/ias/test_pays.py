@@ -234,3 +234,27 @@ def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, 
     assert set(pop_only) <= {"pop_curve_se", "pop_pools"} and expected[pop_only].isna().all().all()
     expected = expected.drop(columns=pop_only)
     pd.testing.assert_frame_equal(own[expected.columns], expected)
+
+
+def test_sequential_rows_under_shift_are_uniform_best_of_n(tiny_world, one_thread, monkeypatch):
+    """Test questions unlike the training set's: auto-seq does not adapt; its rows are uniform
+    best-of-N's, exactly, for a highest rule and a vote."""
+    import dprm.ias.pays as pays_module
+    from dprm.data import read_bon_set
+    from dprm.ias import run_ias
+    from dprm.models.raw_score import RawScoreCalibrator
+
+    paths = tiny_world("llama-3.1-8b__qwen-prm")
+    bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
+    monkeypatch.setattr(pays_module, "SHIFT_AUC", -1.0)  # every set counts as shifted
+    summary, _ = run_ias(
+        bon, {"raw": RawScoreCalibrator(bon.hidden_dim)}, mc_trials=0, include_base=False,
+        rules=["highest-last", "majority"], train_bon=train, sequential=True, vote_trials=8,
+    )  # fmt: skip
+    seq = summary[summary["sweep"] == "auto-seq"].set_index(["rule", "level"])
+    uni = summary[summary["sweep"] == "uniform"].set_index(["rule", "level"])
+    assert set(seq.index.get_level_values("rule")) == {"highest-last", "majority"}
+    for key, row in seq.iterrows():
+        assert row["accuracy"] == pytest.approx(uni.loc[key, "accuracy"], abs=1e-12)
+        assert row["cost"] == pytest.approx(uni.loc[key, "cost"], abs=1e-12)
+        assert row["floor_share"] == 1.0

@@ -272,7 +272,8 @@ def sequential_rows(
     When both sets carry final answers (BoN contract v2) the policy also reads each draw's
     answer. Its floor share is chosen per cost on the training pools
     (:func:`sequential_floor_shares`; ``train_weight``: the rule's weights there, default the
-    last score); it is 1 (uniform) when ``shifted``. The
+    last score). When ``shifted`` its budgets are uniform best-of-N's, and ``accuracy`` is the
+    uniform row's. The
     policy is scored by a Monte Carlo over ``trials`` draw orders per question (raw:
     ``accuracy_orders``, ``accuracy_orders_se``); ``auto`` is scored on the same orders, and the
     reported ``accuracy`` is auto's exact accuracy plus the paired difference ``minus_auto``
@@ -318,11 +319,18 @@ def sequential_rows(
                 seed=seed,
             )  # fmt: skip
         samples, candidate = estimate_samples(est), cands.gather(est.candidate, 0.5)
-        budgets = np.stack([
-            seq.budgets(samples, candidate, cands.size, orders, [mb], share, n_max,
-                        answer=cands.answer if answers else None)[0]
-            for mb, share in zip(mean_budgets, shares, strict=True)
-        ])  # fmt: skip
+        q_count = len(cands)
+        if shifted:  # exactly uniform best-of-N, in every order
+            budgets = np.stack([
+                np.broadcast_to(uniform_budgets(q_count, mb, n_max), (len(orders), q_count))
+                for mb in mean_budgets
+            ])  # fmt: skip
+        else:
+            budgets = np.stack([
+                seq.budgets(samples, candidate, cands.size, orders, [mb], share, n_max,
+                            answer=cands.answer if answers else None)[0]
+                for mb, share in zip(mean_budgets, shares, strict=True)
+            ])  # fmt: skip
         predicted = allocator.predicted(est)
         for j, cost in enumerate(costs):
             share = shares[j]
@@ -333,8 +341,10 @@ def sequential_rows(
             diff_se = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else np.nan
             # control variate: auto's exact accuracy + the paired difference on common orders
             # (unbiased, as the orders' mean of auto is unbiased for its exact accuracy)
-            acc = table.accuracy(fixed)[0] + diff.mean()
-            rows.append((est.method, cost, budgets[j].mean() / n_max, acc, diff_se, share,
+            acc, acc_se = table.accuracy(fixed)[0] + diff.mean(), diff_se
+            if shifted:  # uniform: its exact (or the table's Monte Carlo) accuracy
+                acc, acc_se = table.accuracy(budgets[j, 0])
+            rows.append((est.method, cost, budgets[j].mean() / n_max, acc, acc_se, share,
                          diff.mean(), diff_se, raw, raw_se))  # fmt: skip
     frame = pd.DataFrame(
         rows,
