@@ -163,3 +163,28 @@ def test_reproduce_tune_trials_and_seeds_reach_the_run_config(tmp_path, monkeypa
     with pytest.raises(SystemExit) as exit_info:
         main([*argv, "--seeds", "0"])
     assert exit_info.value.code == 2
+
+
+def test_reproduce_sequential_reaches_the_run_config(tmp_path, monkeypatch, capsys):
+    """`reproduce --sequential` turns on the IAS stage's auto-seq rows (RunConfig.ias_sequential);
+    without it they stay off, and --help says what it adds and that it is slower."""
+    import types
+
+    import dprm.report.reproduce
+
+    seen = []
+
+    def fake(out, config, **kwargs):
+        seen.append(config)
+        return types.SimpleNamespace(failures=[], report=Path(out) / "report.md")
+
+    monkeypatch.setattr(dprm.report.reproduce, "reproduce", fake)
+    argv = ["reproduce", "--grid", "demo", "--out", str(tmp_path / "o"), "--quiet"]
+    assert main([*argv, "--sequential"]) == 0
+    assert main(argv) == 0
+    assert [c.ias_sequential for c in seen] == [True, False]
+    assert seen[0].vote_trials == seen[1].vote_trials  # nothing else changed
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--sequential" in text and "auto-seq" in text and "Slower" in text

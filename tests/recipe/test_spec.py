@@ -88,6 +88,27 @@ def test_ias_rules_reach_the_run_config_and_unknown_ones_are_refused():
         recipe_from_dict(BASE | {"ias": {"rules": ["mode"]}}, "r.toml")
 
 
+def test_ias_sequential_key_reaches_the_run_config_and_others_are_refused(tmp_path):
+    """``[ias] sequential = true`` turns on the auto-seq rows (RunConfig.ias_sequential, off by
+    default); a misspelt key or a value that is not a boolean is refused with its table."""
+    from dprm.recipe.run import run_config
+
+    path = tmp_path / "r.toml"
+    path.write_text(
+        '[[generators]]\nname = "g"\nmodel = "m"\n[[prms]]\nname = "p"\nmodel = "x"\n'
+        "[ias]\nsequential = true\nvote_trials = 8\n"
+    )
+    recipe = load_recipe(path)
+    assert recipe.ias.sequential is True and run_config(recipe).ias_sequential is True
+    assert run_config(recipe).vote_trials == 8
+    assert recipe.to_dict()["ias"]["sequential"] is True  # recorded in recipe.json
+    assert run_config(recipe_from_dict(BASE, "r.toml")).ias_sequential is False
+    with pytest.raises(ConfigError, match=r"r.toml \[ias\]: unknown key.*'sequentail'"):
+        recipe_from_dict(BASE | {"ias": {"sequentail": True}}, "r.toml")
+    with pytest.raises(ConfigError, match=r"r.toml \[ias\].*sequential.*true/false"):
+        recipe_from_dict(BASE | {"ias": {"sequential": "sometimes"}}, "r.toml")
+
+
 def test_tune_trials_key_reaches_the_run_config_and_is_validated():
     from dprm.recipe.run import run_config
 

@@ -170,3 +170,123 @@ def test_resume_does_not_redo_the_pays_units(pipe_world):
     assert all(pipe.is_done(u) for u in units)  # same rules, trials and train/bon: reused
     pipe.config.vote_trials = 16  # a setting of the rows changes: the units are redone
     assert not any(pipe.is_done(u) for u in ias_units(pipe, WORLD))
+
+
+# ----------------------------------------------------------------------------- auto-seq
+#: tiny training budgets (seconds per model)
+TINY_STEPS = {"max_steps": 20, "eval_every": 10}
+
+
+@pytest.fixture(scope="module")
+def trained_models(tiny_world, tmp_path_factory):
+    """The ``models/`` folder of a run that trained OT (reads hidden states) and isotonic (the
+    PRM score only) on the tiny world, trained once for this module."""
+    from dprm.report.grid import resolve
+    from dprm.report.stages import train_units
+    from dprm.runner.pipeline import Pipeline
+
+    cfg = resolve("tiny", methods=["ot", "isotonic"], overrides={"ot": dict(TINY_STEPS)})
+    pipe = Pipeline(tmp_path_factory.mktemp("trained") / "run", cfg, progress=False, log=print)
+    shutil.copytree(Path(tiny_world(WORLD)["id/bon"]).parent.parent, pipe.world_dir(WORLD))
+    pipe.run_stage("train", train_units(pipe, WORLD))
+    assert not pipe.failures
+    return pipe.out / "models"
+
+
+@pytest.fixture
+def trained_world(pipe_world, trained_models):
+    """``pipe_world`` with the trained OT and isotonic models (:func:`trained_models`)."""
+    pipe, logs = pipe_world
+    pipe.config.methods = ["ot", "isotonic"]
+    shutil.copytree(trained_models, pipe.out / "models")
+    return pipe, logs
+
+
+def _unit(units, split: str, method: str):
+    return next(u for u in units if u.key == f"ias/{WORLD}/{split}/{method}/seed0")
+
+
+def _rows(pipe, split: str, method: str) -> pd.DataFrame:
+    return pd.read_csv(Layout(pipe.out).ias_dir(WORLD, split, method, 0) / "ias_full.csv")
+
+
+def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
+    """``ias_sequential``: a calibrator's unit has its auto-seq rows (reading the draws' final
+    answers on a twin world), the report's table and text show them; off: none."""
+    from dprm.ias.allocation import REPORT_COSTS
+    from dprm.report.document_md import pays_lines
+    from dprm.report.pays import pays_markdown, pays_rows
+    from dprm.report.stages import ias_units
+
+    pipe, logs = trained_world
+    off = ias_units(pipe, WORLD)
+    pipe.config.ias_sequential = True
+    on = ias_units(pipe, WORLD)
+    assert not logs  # the twin world has candidate states in both sets
+    # a setting of the calibrators' units only: their fingerprints change, the reference's not
+    assert _unit(on, "id", "ot").inputs["pays"]["sequential"] is True
+    assert "sequential" not in _unit(on, "id", REFERENCE).inputs["pays"]
+    assert _unit(on, "id", "ot").fingerprint != _unit(off, "id", "ot").fingerprint
+    assert _unit(on, "id", REFERENCE).fingerprint == _unit(off, "id", REFERENCE).fingerprint
+
+    _unit(on, "id", REFERENCE).run()
+    assert _unit(on, "id", "ot").run() == {"pays_notes": []}
+    reference, rows = _rows(pipe, "id", REFERENCE), _rows(pipe, "id", "ot")
+    assert "auto-seq" not in set(reference["sweep"])  # the calibrators' own rows
+    seq = rows[rows["sweep"] == "auto-seq"]
+    assert set(seq["rule"]) == {"highest-last", "majority"}  # every rule, voting included
+    assert set(seq["method"]) == {"ot"}
+    assert seq["seq_answers"].astype(bool).all()  # a v2 twin set: the draws' answers are read
+    for _, sub in seq.groupby("rule"):
+        assert np.allclose(np.sort(sub["level"].to_numpy(float)), sorted(REPORT_COSTS))
+    assert np.isfinite(seq["accuracy"]).all() and seq["accuracy"].between(0, 1).all()
+    assert (rows["sweep"] == "auto").any()  # auto's rows are still there
+
+    pays = pays_rows(reference, {0: rows}).assign(world=WORLD, split="id")
+    assert "auto-seq" in set(pays["kind"])
+    shares = pays.loc[pays["kind"] == "auto-seq", "share"]
+    assert len(shares) == 2 * len(REPORT_COSTS) and np.isfinite(shares).all()
+    table = [line for line in pays_markdown(pays, WORLD).splitlines() if "auto-seq, OT" in line]
+    assert len(table) == 2  # one row per rule, each cell with its share of the headroom
+    assert all(line.count("%") >= len(REPORT_COSTS) for line in table)
+    text = "\n".join(pays_lines(pays, pipe.config))
+    assert "**auto-seq**" in text and "`auto-seq`:" in text  # defined, and read
+
+    pipe.config.ias_sequential = False
+    assert _unit(ias_units(pipe, WORLD), "id", "ot").run() == {"pays_notes": []}
+    rows = _rows(pipe, "id", "ot")
+    assert "auto-seq" not in set(rows["sweep"]) and (rows["sweep"] == "auto").any()
+    pays = pays_rows(reference, {0: rows}).assign(world=WORLD, split="id")
+    assert "auto-seq" not in set(pays["kind"])
+    text = "\n".join(pays_lines(pays, pipe.config))
+    assert "auto-seq" not in text and "auto-seq" not in pays_markdown(pays, WORLD)
+
+
+def test_sequential_without_candidate_states_skips_a_hidden_state_calibrator(trained_world):
+    """A set without candidate hidden states: the calibrator that reads them gets no auto-seq
+    rows and a note (no crash); one that reads the PRM score only still gets them."""
+    from dprm.report.stages import ias_units
+
+    pipe, logs = trained_world
+    _make_v1(pipe.world_dir(WORLD) / "ood" / "bon")
+    pipe.config.ias_sequential = True
+    logs.clear()
+    units = ias_units(pipe, WORLD)
+    states = [line for line in logs if "candidate hidden states" in line]
+    assert len(states) == 1 and f"{WORLD}/ood" in states[0] and "auto-seq" in states[0]
+
+    info = _unit(units, "ood", "ot").run()
+    assert len(info["pays_notes"]) == 1
+    note = info["pays_notes"][0]
+    assert note.startswith(f"{WORLD}/ood: no 'auto-seq' rows of ot") and "test BoN set" in note
+    rows = _rows(pipe, "ood", "ot")
+    assert "auto-seq" not in set(rows["sweep"]) and (rows["sweep"] == "auto").any()
+    meta = json.loads(
+        (Layout(pipe.out).ias_dir(WORLD, "ood", "ot", 0) / "ias_meta.json").read_text()
+    )
+    assert meta["pays_notes"] == info["pays_notes"]
+
+    assert _unit(units, "ood", "isotonic").run() == {"pays_notes": []}
+    seq = _rows(pipe, "ood", "isotonic").query("sweep == 'auto-seq'")
+    assert set(seq["rule"]) == {"highest-last"}  # majority: skipped on the v1 set
+    assert not seq["seq_answers"].astype(bool).any()  # the v1 set has no final answers

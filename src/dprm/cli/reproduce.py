@@ -21,6 +21,8 @@ def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from dprm.cli._common import claim_run_folder, report_failures
     from dprm.report.grid import resolve
     from dprm.report.reproduce import reproduce
@@ -37,6 +39,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         worlds=[w.strip() for w in args.worlds.split(",") if w.strip()] if args.worlds else None,
         tune_trials=args.tune_trials,
     )
+    if args.sequential:
+        config = dataclasses.replace(config, ias_sequential=True)
     claim_run_folder(args.out, "reproduce")  # only a folder reproduce made; locked till the end
     outcome = reproduce(
         args.out,
@@ -102,6 +106,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="tune every gradient-trained method with N Optuna trials on each world's training "
         "split before training (dprm tune; the same N for every method; 0 = the defaults)",
+    )
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="also score the sequential allocation in the 'does it pay?' rows: each "
+        "calibrator's IAS unit adds 'auto-seq' rows (draws candidates one at a time and updates "
+        "each question's posterior from the drawn candidates' calibrated estimates and final "
+        "answers; Monte Carlo over draw orders). Slower than 'auto' (a policy loop per question "
+        "and draw order); changing it re-runs only the calibrators' IAS units",
     )
     parser.add_argument(
         "--set",

@@ -561,7 +561,10 @@ class SequentialPolicy:
             picks.append(q)
             self._pending[q] += 1
             self.left -= 1
-            self._push(q)
+            if len(picks) < size:  # q may be picked again in this round: index its next draw
+                self._push(q)
+            else:  # re-indexed when its draw is observed (observe pushes it)
+                self._version[q] += 1
         return picks
 
     def observe(self, q: int, log_r: float, answer=None) -> None:

@@ -44,6 +44,7 @@ def run_config(recipe: Recipe, jobs: int = 1) -> RunConfig:
         mc_trials=recipe.ias.mc_trials,
         ias_rules=list(recipe.ias.rules),
         vote_trials=recipe.ias.vote_trials,
+        ias_sequential=recipe.ias.sequential,
         tune_trials=recipe.calibrators.tune_trials,
     )
 

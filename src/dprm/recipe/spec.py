@@ -17,7 +17,7 @@ Layout of a recipe (every table but ``[[generators]]`` and ``[[prms]]`` is optio
     [[generators]]   name, model, backend, gpus, tensor_parallel_size, ... (park_name)
     [[prms]]         name, model, kind, gpus, max_tokens, ...
     [calibrators]    methods, seeds, [calibrators.overrides.METHOD] key = value
-    [ias]            beta, mc_trials, rules, vote_trials
+    [ias]            beta, mc_trials, rules, vote_trials, sequential
     [executor.ray]   address, cpus_per_task, max_retries
     [executor.slurm] partition, account, time_min, cpus_per_task, mem_gb, ...
 """
@@ -205,6 +205,9 @@ class IasSection:
     rules: tuple[str, ...] = ("highest-last", "majority")
     #: Monte Carlo orders per question of the voting rules among them
     vote_trials: int = in_range(64, ge=2)
+    #: also the sequential allocation (``auto-seq`` rows, dprm.ias.sequential) of each
+    #: calibrator; slower than ``auto``
+    sequential: bool = False
 
 
 @dataclass(frozen=True)

@@ -461,6 +461,15 @@ def pays_lines(pays, cfg) -> list[str]:
         "only; it falls back to uniform when the test questions' states look unlike the "
         "training ones. "
         + (
+            "**auto-seq** (`--sequential`, `[ias] sequential`) is `auto` drawn one candidate at "
+            "a time: the next draw goes to the question whose posterior success probability, "
+            "updated from its drawn candidates' calibrated estimates (and final answers, where "
+            "the sets have them), promises the largest gain; its accuracy is a Monte Carlo "
+            "over random draw orders per question, paired with `auto` on the same orders. "
+            if "auto-seq" in kinds
+            else ""
+        )
+        + (
             "**oracle-p** is `auto`'s allocation on each question's true success probability "
             "(known in a synthetic world) but not its pool. "
             if "oracle-p" in kinds

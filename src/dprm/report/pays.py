@@ -5,9 +5,10 @@ and the uniform / oracle reference lines of the IAS figures.
 Rows come from the IAS stage's units (:mod:`dprm.report.stages`): the reference unit of each
 (world, split) holds uniform, oracle and (synthetic sets) ``oracle-p`` per selection rule, plus
 Base's and the truth's ``auto`` and C rows; each calibrator's unit holds its own ``auto`` and C
-rows. :func:`pays_rows` joins the reference with each training seed's calibrator rows and
-evaluates them at the report costs; :func:`pays_markdown` renders whatever ``kind`` and
-``method`` values are present (a new allocation appears without a change here).
+rows (and ``auto-seq`` rows with ``RunConfig.ias_sequential``). :func:`pays_rows` joins the
+reference with each training seed's calibrator rows and evaluates them at the report costs;
+:func:`pays_markdown` renders whatever ``kind`` and ``method`` values are present (a new
+allocation appears without a change here).
 """
 
 from __future__ import annotations

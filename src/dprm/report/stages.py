@@ -318,11 +318,15 @@ class PaysPlan:
         rules: the selection rules that run (the requested ones the sets support).
         train_bon: the training BoN set ``auto`` learns on, or None (no ``auto`` rows).
         notes: one line per thing skipped, and why.
+        states: whether the test set and ``train_bon`` both have candidate hidden states
+            (BoN contract v2), which ``auto-seq`` needs for a calibrator that reads hidden
+            states (True when the world is not on disk: a synthetic world has them).
     """
 
     rules: tuple[str, ...]
     train_bon: str | None
     notes: tuple[str, ...] = ()
+    states: bool = True
 
 
 def _bon_features(bon_dir: Path) -> set[str] | None:
@@ -392,7 +396,9 @@ def pays_plan(world_dir: str | Path, split: str, rules: Sequence[str]) -> PaysPl
             )
             continue
         kept.append(rule)
-    return PaysPlan(tuple(kept), None if train is None else str(train_dir), tuple(notes))
+    states = "states" in test and train is not None and "states" in train
+    train_bon = None if train is None else str(train_dir)
+    return PaysPlan(tuple(kept), train_bon, tuple(notes), states)
 
 
 def _for_rules(bon, rules: Sequence[str]):
@@ -435,13 +441,22 @@ def _pays_rows(
     beta: float,
     vote_trials: int,
     seed: int,
-):
+    sequential: bool = False,
+) -> tuple[Any, tuple[str, ...]]:
     """The "does it pay?" rows of one IAS unit (:func:`dprm.ias.pays.run_pays`).
 
     The reference unit keeps every row (uniform, oracle, oracle-p, and ``auto`` of Base and
     the truth); a calibrator's unit keeps its own rows (``auto``, and the reference rows of a
     rule weighted by its own candidate estimates, ``rule[method]``), so uniform and oracle are
     computed once per (world, split) and every unit uses the same Monte Carlo orders.
+
+    ``sequential`` (a calibrator's unit, with a training set): also its ``auto-seq`` rows
+    (:mod:`dprm.ias.sequential`), which read each candidate's calibrated estimate on the test
+    and the training set; a calibrator that reads hidden states is skipped, with a note, when
+    either set has no candidate hidden states (BoN contract v1).
+
+    Returns:
+        (rows, notes): the rows, and one line per thing skipped.
     """
     from dprm.ias.allocation import REPORT_COSTS
     from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
@@ -465,6 +480,32 @@ def _pays_rows(
             calibrated[name] = candidate_estimates(model, bon)
             if train is not None:
                 calibrated[f"train:{name}"] = candidate_estimates(model, train)
+    notes: list[str] = []
+    sequential = sequential and method != REFERENCE and train is not None
+    if sequential:  # auto-seq reads every candidate's calibrated estimate on both sets
+        for est in estimates:
+            model = models.get(est.method)
+            if model is None or est.method not in train_estimates:
+                continue
+            lacking = [
+                what
+                for what, data in (("test", bon), (TRAIN_SPLIT, train))
+                if data.response_hidden is None
+            ]
+            if model.uses_hidden and lacking:
+                notes.append(
+                    f"no 'auto-seq' rows of {est.method}: it reads hidden states and the "
+                    f"{' and '.join(lacking)} BoN set{'s have' if len(lacking) > 1 else ' has'} "
+                    "no candidate hidden states"
+                )
+                continue
+            est.candidate = calibrated.get(est.method)
+            if est.candidate is None:
+                est.candidate = candidate_estimates(model, bon)
+            cand = calibrated.get(f"train:{est.method}")
+            if cand is None:
+                cand = candidate_estimates(model, train)
+            train_estimates[est.method].candidate = cand
     # the reference's lines are drawn in the IAS figures (a cost grid); a calibrator's auto
     # rows are read at the report's costs only (each cost is an allocation to evaluate)
     costs = COST_GRID if method == REFERENCE else REPORT_COSTS
@@ -479,15 +520,16 @@ def _pays_rows(
         trials=vote_trials,
         seed=seed,
         references=method == REFERENCE,  # a calibrator's unit: its own rows only
+        sequential=sequential,
     )
     if rows.empty:
-        return rows
+        return rows, tuple(notes)
     if method != REFERENCE:
         own = (rows["method"] == method) | rows["rule"].astype(str).str.endswith(f"[{method}]")
         rows = rows[own]
     # the columns of run_sweeps' rows that these rows do not have (as dprm ias writes them)
     rows = rows.assign(C=np.nan, accuracy_mc=np.nan, n_questions=len(bon.questions))
-    return rows.reset_index(drop=True)
+    return rows.reset_index(drop=True), tuple(notes)
 
 
 def sweep_one(
@@ -502,14 +544,17 @@ def sweep_one(
     mc_trials: int,
     rules: Sequence[str] = (),
     vote_trials: int = 64,
+    sequential: bool = False,
 ) -> dict:
     """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth),
-    and its "does it pay?" rows (:func:`_pays_rows`) for each of ``rules``.
+    and its "does it pay?" rows (:func:`_pays_rows`) for each of ``rules`` (``sequential``: a
+    calibrator's ``auto-seq`` rows too).
 
     Module level with plain arguments, so any executor (worker process, Ray, SLURM) can run it.
 
     Returns:
-        ``{"pays_notes": [...]}``: what the "does it pay?" rows skipped (:func:`pays_plan`).
+        ``{"pays_notes": [...]}``: what the "does it pay?" rows skipped (:func:`pays_plan`,
+        and a calibrator's ``auto-seq`` rows without the candidate states it needs).
     """
     import pandas as pd
 
@@ -542,7 +587,7 @@ def sweep_one(
         plan = pays_plan(Path(bon_dir).parent.parent, split, rules)
         notes = plan.notes
         if plan.rules:
-            pays = _pays_rows(
+            pays, seq_notes = _pays_rows(
                 bon,
                 estimates,
                 models,
@@ -551,11 +596,15 @@ def sweep_one(
                 beta=beta,
                 vote_trials=vote_trials,
                 seed=mc_seed,
+                sequential=sequential,
             )
+            notes += tuple(f"{world}/{split}: {note}" for note in seq_notes)
             summary = pd.concat([summary, pays], ignore_index=True)
     meta = {"world": world, "split": split, "method": method, "seed": seed}
     meta |= {"beta": beta, "mc_trials": mc_trials, "mc_seed": mc_seed}
     meta |= {"rules": list(rules), "vote_trials": vote_trials, "pays_notes": list(notes)}
+    if sequential:
+        meta["sequential"] = True
     write_ias_outputs(Path(out), summary, budgets, uniform=uniform, meta=meta)
     return {"pays_notes": list(notes)}
 
@@ -571,6 +620,15 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
         reads = [pipe.world_dir(world) / split / "bon"]
         if plan.train_bon is not None and plan.rules:
             reads.append(Path(plan.train_bon))  # auto learns on it: a change re-runs the unit
+        # auto-seq: the calibrators' units only (in their fingerprint only when on, so the
+        # units of a run without it keep theirs)
+        sequential = pipe.config.ias_sequential and bool(plan.rules) and plan.train_bon is not None
+        if sequential and not plan.states:
+            pipe.log(
+                f"{pipe.command}: ias: {world}/{split}: the test or {TRAIN_SPLIT} BoN set has "
+                "no candidate hidden states, so no 'auto-seq' rows of calibrators that read "
+                "hidden states"
+            )
         jobs = [(REFERENCE, 0)] + [
             (m, s)
             for m in pipe.config.methods
@@ -580,6 +638,7 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
         for method, seed in jobs:
             out = pipe.layout.ias_dir(world, split, method, seed)
             model = "base" if method == REFERENCE else method
+            seq = sequential and method != REFERENCE
             units.append(
                 Unit(
                     key=f"ias/{world}/{split}/{method}/seed{seed}",
@@ -599,10 +658,11 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                         pipe.config.mc_trials,
                         tuple(plan.rules),
                         pipe.config.vote_trials,
+                        seq,
                     ),
                     inputs=_model_inputs(pipe, world, model, seed)
                     | settings
-                    | {"split": split, "pays": pays},
+                    | {"split": split, "pays": (pays | {"sequential": True}) if seq else pays},
                     reads=pipe.reads(*reads),
                     world=world,
                 )

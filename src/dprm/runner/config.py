@@ -33,6 +33,11 @@ class RunConfig:
     ias_rules: list[str] = field(default_factory=lambda: ["highest-last", "majority"])
     #: Monte Carlo orders per question of the voting rules (``majority``, ``weighted-*``) there
     vote_trials: int = 64
+    #: also the sequential allocation there (``sweep = auto-seq``, dprm.ias.sequential): each
+    #: calibrator's unit draws candidates one at a time, reading their calibrated estimates and
+    #: final answers (needs candidate hidden states for calibrators that read hidden states);
+    #: slower than ``auto``, so off by default
+    ias_sequential: bool = False
 
     def __post_init__(self) -> None:
         from dprm.config import ConfigError
@@ -45,6 +50,10 @@ class RunConfig:
             )
         if int(self.vote_trials) < 2:
             raise ConfigError(f"vote_trials: expected an integer >= 2, found {self.vote_trials!r}")
+        if not isinstance(self.ias_sequential, bool):
+            raise ConfigError(
+                f"ias_sequential: expected true or false, found {self.ias_sequential!r}"
+            )
 
     @property
     def worlds(self) -> list[str]:
