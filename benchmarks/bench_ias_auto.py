@@ -18,9 +18,10 @@ Timed, each the best of ``--repeat`` runs, one CPU thread:
 * ``oracle-pop``: the population oracle: replaying the split's questions, the closed-form
   highest-last population curves, and the allocation at the 10 costs;
 * ``auto-seq``: the sequential ``auto`` (:mod:`dprm.ias.sequential`) at the 3 report costs over
-  32 draw orders per question (likelihood fit, draw orders, outcomes and the policy); the
-  candidates' raw ``prm_score`` stands in for their calibrated estimates (the work does not
-  depend on the values).
+  32 draw orders per question (likelihood and wrong-answer fits, the floor share chosen on the
+  training pools, draw orders, outcomes and the policy, which reads the draws' final answers),
+  for highest-last and for majority; the candidates' raw ``prm_score`` stands in for their
+  calibrated estimates (the work does not depend on the values).
 
 Prints each timing and the ratio to the C sweep in one run.
 Run: ``PYTHONPATH=src python benchmarks/bench_ias_auto.py``.
@@ -62,6 +63,7 @@ def main() -> None:
         population_oracle_rows,
         reference_rows,
         sequential_rows,
+        table_weight,
         twin_questions,
     )
     from dprm.ias.rules import Candidates, rule_table
@@ -120,6 +122,18 @@ def main() -> None:
                 allocator,
             )  # fmt: skip
 
+        vote = rule_table(cands, "majority", trials=64)
+        vote_allocator = AutoAllocator(
+            rule_table(train_cands, "majority", trials=64), pool_share(train_cands)
+        )
+
+        def auto_seq_majority():
+            sequential_rows(
+                cands, vote, table_weight(cands, "majority", None), [est], train_cands,
+                {est.method: train_est}, vote_allocator, vote=True,
+                train_weight=table_weight(train_cands, "majority", None),
+            )  # fmt: skip
+
         timings = {
             "C sweep (10 C, exact)": best_of(c_sweep, args.repeat),
             "exact table (highest-last)": best_of(exact_table, args.repeat),
@@ -128,6 +142,7 @@ def main() -> None:
             "uniform + oracle (10 costs)": best_of(oracle, args.repeat),
             "oracle-pop (replay + closed form, 10 costs)": best_of(oracle_pop, 1),
             "auto-seq (32 orders, 3 costs)": best_of(auto_seq, 1),
+            "auto-seq, majority (32 orders, 3 costs)": best_of(auto_seq_majority, 1),
         }
         base = timings["C sweep (10 C, exact)"]
         for name, sec in timings.items():

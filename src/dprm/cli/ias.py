@@ -164,8 +164,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sequential",
         action="store_true",
         help="with --train-bon: also the sequential allocation, sweep='auto-seq' (reads each "
-        "drawn candidate's calibrated estimate; highest-* rules, v2 sets with candidate states; "
-        "Monte Carlo over draw orders)",
+        "drawn candidate's calibrated estimate and, on v2 sets, its final answer; every rule; "
+        "its floor share chosen on the training pools; uniform under a detected shift; Monte "
+        "Carlo over draw orders)",
     )
     add_threads_flag(parser)
     add_progress_flags(parser)

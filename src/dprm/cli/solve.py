@@ -31,8 +31,8 @@ where they are needed (instance-adaptive scaling), next to a fixed-budget baseli
                --auto-seq (with both): `dprm ias --sequential`'s `auto-seq`, live: a uniform
                floor, then rounds of --round-size draws, each to the question whose posterior
                over p (prior: the calibrated distribution; updated by every drawn candidate's
-               calibrated estimate) expects the largest gain, until the total is spent.
-               OUT/seq_draws.jsonl logs every draw (round, order, estimate).
+               calibrated estimate and final answer) expects the largest gain, until the total
+               is spent. OUT/seq_draws.jsonl logs every draw (round, order, estimate, answer).
   --mode beam  step-level beam search (steps end at a blank line) with Park et al.'s IAS-of-K
                (how many beams to keep) and IAS-of-M (samples per kept beam) from the lower
                quantile Q(--lower-level); beams ranked by the median (or mean). The baseline is

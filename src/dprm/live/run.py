@@ -126,8 +126,9 @@ class SolveConfig:
         help="bon with --auto-cost: allocate by dprm ias's sequential 'auto-seq' instead, live: "
         "after the uniform floor, draw in rounds, each draw going to the question of largest "
         "posterior-expected gain, the posteriors updated by every drawn candidate's calibrated "
-        "estimate (needs --train-bon with candidate hidden states, BoN contract v2, unless "
-        "the calibrator reads only the score)",
+        "estimate and final answer (agreement among a question's draws is evidence of a large "
+        "success probability); needs --train-bon with candidate hidden states, BoN contract "
+        "v2, unless the calibrator reads only the score",
     )
     round_size: int = _setting(
         16,
