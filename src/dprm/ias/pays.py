@@ -19,10 +19,12 @@ At a target cost c (mean draws per question / N_max), on one BoN set and one sel
   ``oracle-pop`` knows every question's true accuracy-vs-n curve, which is the issue's oracle.
   Both headrooms are reported (``headroom``: oracle - uniform; ``headroom_pop``: oracle-pop -
   uniform);
-* **auto-seq** (per calibrator with candidate estimates, ``highest-*`` rules, with
+* **auto-seq** (per calibrator with candidate estimates, every rule, with
   ``sequential=True``): :mod:`dprm.ias.sequential`, which also reads the drawn candidates'
-  calibrated estimates; a Monte Carlo over draw orders (``accuracy_se``), with its paired
-  difference to ``auto`` on the same orders (``minus_auto``, ``minus_auto_se``);
+  calibrated estimates and (contract v2) final answers, from a floor share chosen on the
+  training pools, uniform under a detected shift; a Monte Carlo over draw orders
+  (``accuracy_se``), with its paired difference to ``auto`` on the same orders (``minus_auto``,
+  ``minus_auto_se``);
 * **oracle-p** (synthetic sets): ``auto``'s allocation on each question's *true* success
   probability (not its pool): what question-level knowledge can reach;
 * **C rule** (per calibrator): the paper's C sweep, its accuracy linearly interpolated along its
@@ -616,8 +618,8 @@ def run_pays(
         trials: Monte Carlo orders of the voting rules; seed: their seed.
         population_pools: fresh pools per question of the population oracle (``oracle-pop``
             rows, twin test sets only; 0: none).
-        sequential: add ``auto-seq`` rows (``highest-*`` rules; estimates whose ``candidate``
-            is set, here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
+        sequential: add ``auto-seq`` rows (every rule; estimates whose ``candidate`` is set,
+            here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
             seq_trials: its draw orders per question.
         references: False: only the calibrators' own rows (``auto``, ``auto-seq``, and every
             row of a ``*-calibrated`` rule weighted by their estimates), without the rows that

@@ -22,20 +22,23 @@ posterior over the question's success probability p:
   prod_{i in j} r(e_i). Agreement among draws is evidence of a large p, scattered answers of a
   small one, whatever the PRM: this is what the calibrated prior of a weak PRM cannot say.
   Without answers (contract v1) the candidates are independent given p, as above;
-* **index**: the expected gain in selected-answer accuracy of one more draw,
-  Delta_i(n) = sum_m w_im [g_{n+1}(p_m) - g_n(p_m)], with g the rule's selection-accuracy model
-  (:class:`dprm.ias.allocation.SelectionModel`, learnt on the training pools as for ``auto``)
-  and w_i the posterior weights after the question's n draws.
+* **index**: the expected gain in selected-answer accuracy per draw of the best look-ahead,
+  Delta_i(n) = max_d sum_m w_im [g_{n+d}(p_m) - g_n(p_m)] / d, with g the rule's
+  selection-accuracy model (:class:`dprm.ias.allocation.SelectionModel`, learnt on the training
+  pools as for ``auto``) and w_i the posterior weights after the question's n draws (for the
+  concave ``highest-*`` curves, d = 1).
 
 The policy draws the next candidate for the question of largest index until the total budget
-round(mean_budget x Q) is spent (exactly: every draw is one candidate), after a uniform floor of
-``auto``'s floor share; a question stops at min(K_i, n_max). It is the global greedy on the
-posterior-expected curves, recomputed after every draw: a batch of questions can run it live.
+round(mean_budget x Q) is spent (exactly: every draw is one candidate), after a uniform floor
+(its share chosen by the caller: :func:`dprm.ias.pays.sequential_floor_shares`); a question stops
+at min(K_i, n_max). It is the global greedy on the posterior-expected curves, recomputed after
+every draw: a batch of questions can run it live.
 
 Evaluation: the accuracy depends on the order the candidates arrive in, so it is a seeded Monte
 Carlo over ``trials`` uniformly random draw orders per question (the same orders for every
-method: :func:`order_outcomes`), with the standard error over orders. Rules: the ``highest-*``
-rules (the pick of the first n in an order is its top-weighted candidate).
+method: :func:`draw_orders`), with the standard error over orders. Rules: ``highest-*`` (the
+pick of the first n in an order is its top-weighted candidate: :func:`order_outcomes`) and the
+answer-level votes (:func:`vote_order_outcomes`).
 """
 
 from __future__ import annotations
@@ -279,7 +282,7 @@ def outcome_accuracy(outcomes: np.ndarray, budgets: np.ndarray) -> tuple[float, 
 
 
 class SequentialAuto:
-    """``auto-seq`` for one ``highest-*`` rule, fitted on a training BoN set.
+    """``auto-seq`` for one rule, fitted on a training BoN set.
 
     Args:
         model: the rule's selection-accuracy model g (fitted on the training pools).
