@@ -160,7 +160,7 @@ def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
     from dprm.live.bon_seq import fit_sequential
 
     out, _, records, cprm, config, _ = seq_run
-    seq, samples, share = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
+    seq, samples, share, _ = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
     # a v2 training set: the policy reads the answers, with a floor share chosen on training
     assert seq.answers is not None and share in SEQ_FLOOR_SHARES
     assert all(r["floor_share"] == share for r in records)
@@ -182,7 +182,7 @@ def test_live_policy_reads_the_drawn_answers(seq_run):
     from dprm.llm.answers import canonical_answer
 
     out, _, records, cprm, config, _ = seq_run
-    seq, samples, share = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
+    seq, samples, share, _ = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
     for r in records:  # every candidate carries its canonical final answer
         assert [c["answer"] for c in r["candidates"]] == [
             canonical_answer(c["text"]) for c in r["candidates"]
@@ -217,7 +217,7 @@ def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, tr
     meta["bon_version"] = 1
     write_json(v1 / "meta.json", meta)
     states = _live_states(out)
-    seq, _, share = fit_sequential(cprm, states, str(v1), COST)
+    seq, _, share, _ = fit_sequential(cprm, states, str(v1), COST)
     assert seq.answers is None
     # the floor share of the estimates-only policy, chosen on the (v1) training pools
     from dprm.ias.estimates import candidate_estimates
@@ -242,8 +242,31 @@ def test_answer_policy_floor_stays_uniform_under_shift(seq_run, monkeypatch):
 
     out, _, _, cprm, config, _ = seq_run
     monkeypatch.setattr(dprm.ias.allocation, "shift_auc", lambda a, b, seed=0: 1.0)
-    seq, _, share = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
-    assert seq.answers is not None and share == 1.0
+    seq, _, share, shifted = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
+    assert seq.answers is not None and share == 1.0 and shifted
+
+
+def test_live_allocation_under_shift_is_uniform_best_of_n(
+    tmp_path, seq_run, questions_file, model_dirs, calibrator_dirs, train_bon, generator,
+    grading_pool, monkeypatch,
+):  # fmt: skip
+    """As offline: questions unlike the training set's get exactly uniform best-of-N's budgets
+    (the fractional part of c N_max included), and the policy chooses no draw."""
+    import dprm.ias.allocation
+    from dprm.ias.allocation import uniform_budgets
+    from dprm.live import run_bon
+
+    _, _, records, cprm, config, _ = seq_run
+    assert len({r["budget"] for r in records}) > 1  # unshifted: the policy adapts
+    monkeypatch.setattr(dprm.ias.allocation, "shift_auc", lambda a, b, seed=0: 1.0)
+    out = tmp_path / "shifted"
+    run_bon(config, cprm, generator, out, progress=False, pool=grading_pool)
+    shifted = _records(out / "bon.jsonl")
+    budgets = np.array([r["budget"] for r in shifted])
+    np.testing.assert_array_equal(budgets, uniform_budgets(len(shifted), COST * N_MAX, N_MAX))
+    assert all(r["floor_share"] == 1.0 for r in shifted)
+    policy_rounds = {c["round"] for r in shifted for c in r["candidates"][: r["budget"]]}
+    assert policy_rounds == {0}, "every paid draw is the floor's"
 
 
 def test_estimates_are_the_calibrator_on_each_candidates_own_state(seq_run, prm, questions_file):

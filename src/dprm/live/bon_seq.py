@@ -3,8 +3,8 @@
 The sequential allocation of ``dprm ias --sequential`` (:mod:`dprm.ias.sequential`) run on a
 live generator over one shard's Q questions, with the shard's total budget round(c N_max Q):
 
-1. every question draws the uniform floor (all of the budget when the live questions are
-   unlike the training set's; else the share the policy does best with on the training pools
+1. every question draws the uniform floor (all of the budget, exactly uniform best-of-N, when
+   the live questions are unlike the training set's; else the share the policy does best with on the training pools
    at the target cost, :func:`dprm.ias.pays.sequential_floor_shares`);
 2. the policy (:class:`dprm.ias.sequential.SequentialPolicy`, the very state the offline
    evaluator runs) picks the next ``round_size`` draws by its index, the posterior-expected gain
@@ -109,7 +109,8 @@ def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str, cost: fl
 
     Returns:
         (:class:`dprm.ias.sequential.SequentialAuto`, the questions' prior samples [Q, M],
-        the floor share).
+        the floor share, whether the live states are unlike the training set's: then the
+        allocation is exactly uniform best-of-N, as offline).
 
     Raises:
         DataError: the training set was scored by another PRM, or has no candidate states.
@@ -137,7 +138,7 @@ def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str, cost: fl
         (share,), _ = sequential_floor_shares(
             seq, cands, train_est, cands.weights["last"], [cost], n_max=cprm.n_max
         )
-    return seq, estimate_samples(fitted.estimate), float(share)
+    return seq, estimate_samples(fitted.estimate), float(share), fitted.shifted
 
 
 class _Drawer:
@@ -236,6 +237,7 @@ def solve_sequential(
     canonical final answer), ``round`` (0: the floor; None: a baseline top-up) and ``order``
     (its place in the shard's sequence of draws); ``floor_share`` is the share the policy used.
     """
+    from dprm.ias.allocation import uniform_budgets
     from dprm.ias.pays import _mean_budget
     from dprm.llm.shard import chunked
 
@@ -243,7 +245,7 @@ def solve_sequential(
     log = ResultLog(out / f"bon{suffix}.jsonl")
     if all(r["question_id"] in log for r in rows):
         return [log.records[r["question_id"]] for r in rows]
-    seq, samples, share = fit_sequential(
+    seq, samples, share, shifted = fit_sequential(
         cprm, states, str(config.train_bon), float(config.auto_cost)
     )
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
@@ -252,6 +254,8 @@ def solve_sequential(
     policy = seq.policy(samples, np.full(q_count, n_max), n_max, answers=reads_answers)
     prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
     floor = policy.start(mean_budget, share)
+    if shifted:  # as offline: exactly uniform best-of-N (the policy chooses no draw)
+        floor, policy.left = uniform_budgets(q_count, mean_budget, n_max), 0
     total = int(floor.sum()) + policy.left
     draws = DrawLog(out / f"seq_draws{suffix}.jsonl")
     with solving(total, total, "solve bon auto-seq", config, progress=progress, pool=pool) as (
