@@ -218,6 +218,7 @@ def sequential_floor_shares(
     n_max: int = N_MAX,
     trials: int = SEQ_TRAIN_TRIALS,
     seed: int = 0,
+    replay: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[list[float], np.ndarray]:
     """The floor share of ``auto-seq`` at each target cost, chosen on the training pools.
 
@@ -231,24 +232,35 @@ def sequential_floor_shares(
         seq: the fitted policy; train_cands, train_est (``candidate`` set): the training pools
             and the calibrator's estimate on them; train_weight: the rule's candidate weights
             on them [Q, K].
+        replay: the training pools' draw orders and the rule's outcomes on them
+            (:func:`training_replay`), when the caller has them (they do not depend on the
+            calibrator).
 
     Returns:
         (share per cost, training accuracy [len(costs), len(SEQ_FLOOR_SHARES)]).
     """
-    orders = draw_orders(train_cands.size, trials, seed + 1)  # not the test set's orders
-    outcomes = rule_outcomes(train_cands, train_weight, orders, vote, seed + 1)
+    orders, outcomes = replay or training_replay(train_cands, train_weight, vote, trials, seed)
     mean_budgets = [_mean_budget(c, n_max) for c in costs]
     answers = train_cands.answer if seq.answers is not None else None
-    acc = np.zeros((len(costs), len(SEQ_FLOOR_SHARES)))
-    for s_idx, share in enumerate(SEQ_FLOOR_SHARES):
-        budgets = seq.budgets(
-            estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
-            train_cands.size, orders, mean_budgets, share, n_max, answer=answers,
-        )  # fmt: skip
-        for j in range(len(costs)):
-            acc[j, s_idx] = outcome_accuracy(outcomes, budgets[j])[0]
+    pairs = [(mb, share) for share in SEQ_FLOOR_SHARES for mb in mean_budgets]
+    budgets = seq.budgets(
+        estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
+        train_cands.size, orders, [mb for mb, _ in pairs], [sh for _, sh in pairs], n_max,
+        answer=answers,
+    )  # fmt: skip
+    acc = np.array([outcome_accuracy(outcomes, b)[0] for b in budgets])
+    acc = acc.reshape(len(SEQ_FLOOR_SHARES), len(costs)).T  # [cost, share]
     best = [SEQ_FLOOR_SHARES[int(np.flatnonzero(row >= row.max() - 1e-12).max())] for row in acc]
     return best, acc
+
+
+def training_replay(
+    train_cands: Candidates, train_weight: np.ndarray, vote: bool, trials: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draw orders of the training pools (not the test set's: seed + 1) and the rule's outcomes
+    on them, for :func:`sequential_floor_shares`."""
+    orders = draw_orders(train_cands.size, trials, seed + 1)
+    return orders, rule_outcomes(train_cands, train_weight, orders, vote, seed + 1)
 
 
 def sequential_rows(
@@ -298,41 +310,38 @@ def sequential_rows(
     outcomes = rule_outcomes(cands, weight, orders, vote, seed)
     train_weight = train_cands.weights["last"] if train_weight is None else train_weight
     mean_budgets = [_mean_budget(c, n_max) for c in costs]
+    answers = cands.answer is not None and train_cands.answer is not None
+    replay = None  # the training pools' orders and outcomes, shared by every estimate
     rows = []
     for est in estimates:
         train_est = train_estimates.get(est.method)
         if est.candidate is None or train_est is None or train_est.candidate is None:
             continue
-        auto_share, _ = allocator.floor_share(train_est, seed=seed)
-        answers = cands.answer is not None and train_cands.answer is not None
-        seq = SequentialAuto.fit(
-            allocator.model,
-            estimate_samples(train_est),
-            train_cands.gather(train_est.candidate, 0.5),
-            train_cands.correct,
-            train_cands.row >= 0,
-            train_cands.answer if answers else None,
-        )
-        if shifted:  # the policy's models were learnt on unlike questions: do not adapt
+        if shifted:  # the models were learnt on unlike questions: exactly uniform best-of-N
             shares, auto_share = [1.0] * len(costs), 1.0
+            uniform = [uniform_budgets(len(cands), mb, n_max) for mb in mean_budgets]
+            budgets = np.stack([np.broadcast_to(u, (len(orders), len(u))) for u in uniform])
         else:
+            auto_share, _ = allocator.floor_share(train_est, seed=seed)
+            seq = SequentialAuto.fit(
+                allocator.model,
+                estimate_samples(train_est),
+                train_cands.gather(train_est.candidate, 0.5),
+                train_cands.correct,
+                train_cands.row >= 0,
+                train_cands.answer if answers else None,
+            )
+            replay = replay or training_replay(
+                train_cands, train_weight, vote, SEQ_TRAIN_TRIALS, seed
+            )
             shares, _ = sequential_floor_shares(
                 seq, train_cands, train_est, train_weight, costs, vote=vote, n_max=n_max,
-                seed=seed,
+                seed=seed, replay=replay,
             )  # fmt: skip
-        samples, candidate = estimate_samples(est), cands.gather(est.candidate, 0.5)
-        q_count = len(cands)
-        if shifted:  # exactly uniform best-of-N, in every order
-            budgets = np.stack([
-                np.broadcast_to(uniform_budgets(q_count, mb, n_max), (len(orders), q_count))
-                for mb in mean_budgets
-            ])  # fmt: skip
-        else:
-            budgets = np.stack([
-                seq.budgets(samples, candidate, cands.size, orders, [mb], share, n_max,
-                            answer=cands.answer if answers else None)[0]
-                for mb, share in zip(mean_budgets, shares, strict=True)
-            ])  # fmt: skip
+            budgets = seq.budgets(
+                estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders,
+                mean_budgets, shares, n_max, answer=cands.answer if answers else None,
+            )  # fmt: skip
         predicted = allocator.predicted(est)
         for j, cost in enumerate(costs):
             share = shares[j]
@@ -355,7 +364,6 @@ def sequential_rows(
     )  # fmt: skip
     frame.insert(0, "rule", table.rule)
     frame.insert(2, "sweep", "auto-seq")
-    answers = cands.answer is not None and train_cands.answer is not None
     return frame.assign(seq_trials=trials, seq_answers=answers)
 
 

@@ -66,6 +66,13 @@ def uses_answers(rule: str) -> bool:
     return parse_rule(rule)[0] in ("weighted", "majority")
 
 
+def answer_key(answer: str, position: int) -> str:
+    """The key a candidate's final answer is grouped by: the answer itself, or for a candidate
+    that states none (``""``) a group of its own, its ``position`` (unique among the question's
+    candidates) behind a NUL that no answer string holds."""
+    return answer if answer else f"\0{position}"
+
+
 @dataclass
 class Candidates:
     """Candidate pools of a BoN set in response order, padded to [Q, K].
@@ -120,11 +127,8 @@ class Candidates:
             weights["min"], weights["product"] = padded(mins, -np.inf), padded(prods, -np.inf)
         answer = None
         if "answer" in resp.columns:
-            text = resp["answer"].astype(str).to_numpy()
-            # "" (no answer) is its own group per candidate: key by the row, behind a NUL that
-            # no answer string holds (np.char.add would strip it: numpy drops trailing NULs)
-            own = np.array([f"\0{i}" for i in range(len(text))], dtype=object)
-            key = np.where(text == "", own, text.astype(object))
+            text = resp["answer"].astype(str).tolist()
+            key = [answer_key(t, i) for i, t in enumerate(text)]
             codes = pd.Series(key).groupby(q_row).transform(lambda s: pd.factorize(s)[0])
             answer = np.full((len(qid), k), -1, dtype=np.int64)
             answer[qr, pos] = codes.to_numpy()[order]

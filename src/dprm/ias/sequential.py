@@ -356,7 +356,7 @@ class SequentialAuto:
         size: np.ndarray,
         orders: np.ndarray,
         mean_budgets: Sequence[float],
-        floor_share: float = 0.0,
+        floor_share: float | Sequence[float] = 0.0,
         n_max: int = N_MAX,
         round_size: int = 1,
         answer: np.ndarray | None = None,
@@ -370,7 +370,7 @@ class SequentialAuto:
             orders: [T, Q, K] draw orders.
             mean_budgets: increasing or not, each in [1, n_max].
             floor_share: every question first gets round(floor_share x mean budget) draws (at
-                least 1).
+                least 1); one share for every mean budget, or one per mean budget.
             round_size: draws chosen together before their estimates are read (1: the fully
                 sequential policy; ``dprm solve --auto-seq --round-size``).
             answer: [Q, K] the candidates' answer codes (candidate order; BoN contract v2),
@@ -381,6 +381,7 @@ class SequentialAuto:
             every question is at its cap).
         """
         q_count = len(samples)
+        shares = np.broadcast_to(np.asarray(floor_share, dtype=np.float64), (len(mean_budgets),))
         cap = np.minimum(size, n_max).astype(np.int64)
         base = self.policy(samples, cap, n_max, answers=answer is not None)
         log_r = self.log_ratio(samples, candidate)  # [Q, K]
@@ -388,9 +389,9 @@ class SequentialAuto:
         for t in range(orders.shape[0]):
             r_in_order = np.take_along_axis(log_r, orders[t], axis=1)  # [Q, K]
             a_in_order = None if answer is None else np.take_along_axis(answer, orders[t], axis=1)
-            for j, mb in enumerate(mean_budgets):
+            for j, (mb, share) in enumerate(zip(mean_budgets, shares, strict=True)):
                 policy = base.fresh()
-                floor = policy.start(mb, floor_share)
+                floor = policy.start(mb, float(share))
                 policy.observe_floor(
                     [r_in_order[q, : floor[q]] for q in range(q_count)],
                     None if a_in_order is None else [a_in_order[q, : floor[q]] for q in range(q_count)],

@@ -4,8 +4,8 @@ The sequential allocation of ``dprm ias --sequential`` (:mod:`dprm.ias.sequentia
 live generator over one shard's Q questions, with the shard's total budget round(c N_max Q):
 
 1. every question draws the uniform floor (all of the budget, exactly uniform best-of-N, when
-   the live questions are unlike the training set's; else the share the policy does best with on the training pools
-   at the target cost, :func:`dprm.ias.pays.sequential_floor_shares`);
+   the live questions are unlike the training set's; else the share the policy does best with
+   on the training pools at the target cost, :func:`dprm.ias.pays.sequential_floor_shares`);
 2. the policy (:class:`dprm.ias.sequential.SequentialPolicy`, the very state the offline
    evaluator runs) picks the next ``round_size`` draws by its index, the posterior-expected gain
    of one more draw; they are generated together, the PRM scores each complete response, the
@@ -239,6 +239,7 @@ def solve_sequential(
     """
     from dprm.ias.allocation import uniform_budgets
     from dprm.ias.pays import _mean_budget
+    from dprm.ias.rules import answer_key
     from dprm.llm.shard import chunked
 
     rows = questions.to_dict("records")
@@ -270,10 +271,9 @@ def solve_sequential(
             qs = np.array([q for q, _ in requests], dtype=np.int64)
             e = np.array([[est] for est, _ in fetched], dtype=np.float64)
             log_r = seq.likelihood.log_ratio(prior_mean[qs], e)[:, 0]
-            # as offline (Candidates.answer): a draw stating no answer is a group of its own
-            # (a string key: the policy reads the keys through np.asarray)
+            # grouped as offline (Candidates.answer): a draw stating no answer is its own group
             keys = [
-                (a if a else f"\0{j}") if reads_answers else None
+                answer_key(a, j) if reads_answers else None
                 for (_, j), (_, a) in zip(requests, fetched, strict=True)
             ]
             return list(zip(log_r.tolist(), keys, strict=True))
