@@ -258,3 +258,33 @@ def test_sequential_rows_under_shift_are_uniform_best_of_n(tiny_world, one_threa
         assert row["accuracy"] == pytest.approx(uni.loc[key, "accuracy"], abs=1e-12)
         assert row["cost"] == pytest.approx(uni.loc[key, "cost"], abs=1e-12)
         assert row["floor_share"] == 1.0
+
+
+def test_majority_auto_seq_indexes_the_vote_race(tiny_world, one_thread, monkeypatch):
+    """With answers, the majority rule's policy (on the training pools and the test set) runs
+    the race index; highest-last keeps the curve index."""
+    import dprm
+    from dprm.data import read_bon_set, read_calibration_set
+    from dprm.ias import run_ias
+    from dprm.ias.sequential import SequentialAuto
+
+    paths = tiny_world("llama-3.1-8b__qwen-prm")
+    bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
+    model = dprm.fit("qr", read_calibration_set(paths["train/calib"]), seed=0, progress=False)
+    seen: list[tuple[int, bool]] = []
+    original = SequentialAuto.policy
+
+    def record(self, samples, cap, n_max=64, answers=False, majority=False):
+        seen.append((len(samples), majority))
+        return original(self, samples, cap, n_max, answers=answers, majority=majority)
+
+    monkeypatch.setattr(SequentialAuto, "policy", record)
+    summary, _ = run_ias(
+        bon, {"qr": model}, mc_trials=0, rules=["highest-last", "majority"], train_bon=train,
+        sequential=True, vote_trials=8, include_base=False,
+    )  # fmt: skip
+    sizes = {len(bon.questions), len(train.questions)}
+    assert {n for n, _ in seen} == sizes
+    assert [m for _, m in seen] == [False, False, True, True]  # rules in order, train then test
+    seq = summary[summary["sweep"] == "auto-seq"]
+    assert set(seq["rule"]) == {"highest-last", "majority"}

@@ -18,6 +18,7 @@ from dprm.ias.sequential import (
     order_outcomes,
     outcome_accuracy,
     rising_log,
+    vote_order_outcomes,
 )
 
 
@@ -301,3 +302,129 @@ def test_answer_policy_spends_the_budget_and_stops_early_on_agreement():
         SequentialAuto(toy_model(k), CandidateLikelihood(np.zeros(3), np.zeros(2))).policy(
             samples, np.full(2, k), k, answers=True
         )
+
+
+# --- the majority race index -------------------------------------------------------------
+
+
+def race_policy(samples: np.ndarray, model: WrongAnswerModel, k: int = 16):
+    seq = SequentialAuto(toy_model(k), CandidateLikelihood(np.zeros(3), np.zeros(2)), model)
+    return seq.policy(samples, np.full(len(samples), k), k, answers=True, majority=True)
+
+
+def read(policy, answers: list) -> None:
+    policy.start(float(len(answers)), 1.0)
+    policy.observe_floor([np.zeros(len(answers))], [np.array(answers, dtype=object)])
+
+
+@pytest.mark.parametrize(
+    "answers", [["x", "x", "y"], ["x", "y"], ["a", "b", "c", "b"], ["x"] * 3, ["u", "v", "u", "v"]]
+)
+def test_race_now_is_the_posterior_probability_that_the_vote_is_right(answers):
+    """d = 0: the vote's current pick is right with the posterior probability that its cluster
+    is the gold one (ties: half each), by brute-force enumeration of correctness vectors."""
+    samples = np.array([[0.1, 0.4, 0.7, 0.9]])  # four samples: four groups, no merging
+    model = WrongAnswerModel(0.4, 0.3)
+    alpha = np.exp(model.log_alpha(samples[0]))
+    policy = race_policy(samples, model)
+    read(policy, answers)
+    gold_mass: dict = {}
+    for correct in itertools.product((0, 1), repeat=len(answers)):
+        gold = {a for a, c in zip(answers, correct, strict=True) if c}
+        wrong = [a for a, c in zip(answers, correct, strict=True) if not c]
+        if len(gold) > 1 or gold & set(wrong):
+            continue
+        key = next(iter(gold)) if gold else None
+        for p, a in zip(samples[0], alpha, strict=True):
+            prob = crp_sequence_probability(wrong, a) * p ** sum(correct)
+            prob *= (1 - p) ** (len(answers) - sum(correct))
+            gold_mass[key] = gold_mass.get(key, 0.0) + prob
+    total = sum(gold_mass.values())
+    counts = {a: answers.count(a) for a in set(answers)}
+    leaders = [a for a, c in counts.items() if c == max(counts.values())]
+    expect = sum(gold_mass.get(a, 0.0) for a in leaders) / total / len(leaders)
+    assert policy.race_wins(0, 4)[0] == pytest.approx(expect, abs=1e-9)
+
+
+def test_race_wins_match_a_simulation_of_the_race():
+    """The dynamic programme over the lead equals simulated trinomial walks (same model)."""
+    samples = np.array([[0.2, 0.5, 0.8]])
+    model = WrongAnswerModel(0.3, 0.2)
+    policy = race_policy(samples, model)
+    answers = ["x", "y", "x", "z", "y"]
+    read(policy, answers)
+    wins = policy.race_wins(0, 6)
+    terms = policy._joint[0]
+    post = np.exp(terms - terms.max())
+    post /= post.sum()
+    p = samples[0]
+    alpha = np.exp(model.log_alpha(p))
+    # hypotheses: 0 (gold unseen), clusters in first-seen order x (2), y (2), z (1)
+    lead = np.array([-2, 0, 0, -1])[:, None]
+    rival = np.array([2, 2, 2, 2])[:, None]
+    wrong = np.array([5, 3, 3, 4])[:, None]
+    down = (1 - p) * np.minimum(rival / (wrong + alpha), 1)
+    rng = np.random.default_rng(0)
+    sims = 200_000
+    pick = rng.choice(post.size, size=sims, p=post.ravel())
+    up_s = np.broadcast_to(p, post.shape).ravel()[pick]
+    down_s, lead_s = down.ravel()[pick], np.broadcast_to(lead, post.shape).ravel()[pick]
+    for d in range(7):
+        u = rng.random((sims, d))
+        moves = (u < up_s[:, None]).sum(1) - (
+            (u >= up_s[:, None]) & (u < (up_s + down_s)[:, None])
+        ).sum(1)
+        final = lead_s + moves
+        sim = np.mean((final > 0) + 0.5 * (final == 0))
+        assert wins[d] == pytest.approx(sim, abs=4 / np.sqrt(sims))
+
+
+def test_race_index_prefers_a_contested_vote_to_a_settled_one():
+    samples = np.tile(np.linspace(0.05, 0.95, 19), (1, 1))
+    model = WrongAnswerModel(np.log(2.0), 0.0)
+    settled, contested = race_policy(samples, model), race_policy(samples, model)
+    read(settled, ["7"] * 6)
+    read(contested, ["7", "3", "7", "3", "1", "2"])
+    assert settled._index(0) < 0.02 < contested._index(0)
+    with pytest.raises(ValueError, match="reads the draws' answers"):
+        SequentialAuto(toy_model(8), CandidateLikelihood(np.zeros(3), np.zeros(2)), model).policy(
+            samples, np.full(1, 8), 8, answers=False, majority=True
+        )
+
+
+def test_race_policy_beats_uniform_majority_on_simulated_pools():
+    """Pools from the answer model itself (gold with probability p, wrong answers from a CRP):
+    at the same total budget the race policy's majority vote is right more often than uniform
+    best-of-N's, on common draw orders; the curve index (no race) gains less."""
+    rng = np.random.default_rng(3)
+    q, k = 240, 24
+    p = rng.beta(0.8, 0.8, q)
+    model = WrongAnswerModel(np.log(1.5), 0.0)
+    answer = np.zeros((q, k), dtype=np.int64)
+    for i in range(q):
+        counts: list[int] = []
+        for j in range(k):
+            if rng.random() < p[i]:
+                continue  # gold: code 0
+            weights = np.array([*counts, 1.5])
+            c = rng.choice(len(weights), p=weights / weights.sum())
+            if c == len(counts):
+                counts.append(0)
+            counts[c] += 1
+            answer[i, j] = c + 1
+    samples = np.clip(p[:, None] + np.linspace(-0.1, 0.1, 10)[None, :], 0.01, 0.99)
+    group_correct = np.zeros((q, k))
+    group_correct[:, 0] = 1.0
+    orders = draw_orders(np.full(q, k), 4, seed=1)
+    outcomes = vote_order_outcomes(answer, np.ones((q, k)), group_correct, np.full(q, k), orders, 0)
+    seq = SequentialAuto(toy_model(k), CandidateLikelihood(np.zeros(3), np.zeros(2)), model)
+    kw = dict(n_max=k, answer=answer)
+    race = seq.budgets(samples, np.full((q, k), 0.5), np.full(q, k), orders, [4.0], 0.25,
+                       majority=True, **kw)[0]  # fmt: skip
+    assert (race.sum(axis=1) == 4 * q).all()
+    curves = seq.budgets(samples, np.full((q, k), 0.5), np.full(q, k), orders, [4.0], 0.25,
+                         **kw)[0]  # fmt: skip
+    uniform = outcome_accuracy(outcomes, np.full(q, 4))[0]
+    race_acc = outcome_accuracy(outcomes, race)[0]
+    assert race_acc > uniform + 0.03
+    assert race_acc > outcome_accuracy(outcomes, curves)[0] + 0.01

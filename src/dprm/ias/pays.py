@@ -215,6 +215,7 @@ def sequential_floor_shares(
     costs: Sequence[float],
     *,
     vote: bool = False,
+    majority: bool = False,
     n_max: int = N_MAX,
     trials: int = SEQ_TRAIN_TRIALS,
     seed: int = 0,
@@ -232,6 +233,8 @@ def sequential_floor_shares(
         seq: the fitted policy; train_cands, train_est (``candidate`` set): the training pools
             and the calibrator's estimate on them; train_weight: the rule's candidate weights
             on them [Q, K].
+        majority: the rule is a majority vote (with answers: the race index,
+            :meth:`dprm.ias.sequential.SequentialPolicy.race_wins`).
         replay: the training pools' draw orders and the rule's outcomes on them
             (:func:`training_replay`), when the caller has them (they do not depend on the
             calibrator).
@@ -246,7 +249,7 @@ def sequential_floor_shares(
     budgets = seq.budgets(
         estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
         train_cands.size, orders, [mb for mb, _ in pairs], [sh for _, sh in pairs], n_max,
-        answer=answers,
+        answer=answers, majority=majority and answers is not None,
     )  # fmt: skip
     acc = np.array([outcome_accuracy(outcomes, b)[0] for b in budgets])
     acc = acc.reshape(len(SEQ_FLOOR_SHARES), len(costs)).T  # [cost, share]
@@ -311,6 +314,7 @@ def sequential_rows(
     train_weight = train_cands.weights["last"] if train_weight is None else train_weight
     mean_budgets = [_mean_budget(c, n_max) for c in costs]
     answers = cands.answer is not None and train_cands.answer is not None
+    majority = answers and table.rule == "majority"  # the race index of the vote
     replay = None  # the training pools' orders and outcomes, shared by every estimate
     rows = []
     for est in estimates:
@@ -335,12 +339,13 @@ def sequential_rows(
                 train_cands, train_weight, vote, SEQ_TRAIN_TRIALS, seed
             )
             shares, _ = sequential_floor_shares(
-                seq, train_cands, train_est, train_weight, costs, vote=vote, n_max=n_max,
-                seed=seed, replay=replay,
+                seq, train_cands, train_est, train_weight, costs, vote=vote, majority=majority,
+                n_max=n_max, seed=seed, replay=replay,
             )  # fmt: skip
             budgets = seq.budgets(
                 estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders,
                 mean_budgets, shares, n_max, answer=cands.answer if answers else None,
+                majority=majority,
             )  # fmt: skip
         predicted = allocator.predicted(est)
         for j, cost in enumerate(costs):

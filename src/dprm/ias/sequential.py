@@ -26,7 +26,12 @@ posterior over the question's success probability p:
   Delta_i(n) = max_d sum_m w_im [g_{n+d}(p_m) - g_n(p_m)] / d, with g the rule's
   selection-accuracy model (:class:`dprm.ias.allocation.SelectionModel`, learnt on the training
   pools as for ``auto``) and w_i the posterior weights after the question's n draws (for the
-  concave ``highest-*`` curves, d = 1).
+  concave ``highest-*`` curves, d = 1);
+* **majority with answers**: the index reads the vote's state, not the fresh-draw curves g:
+  max_d [V(d) - V(0)] / d with V(d) the posterior probability that the vote is right after d
+  more draws in a race between the gold cluster and its largest rival
+  (:meth:`SequentialPolicy.race_wins`). The curves cannot tell a settled vote (5 of 5 agree)
+  from a contested one (2-2); the race can.
 
 The policy draws the next candidate for the question of largest index until the total budget
 round(mean_budget x Q) is spent (exactly: every draw is one candidate), after a uniform floor
@@ -43,6 +48,7 @@ answer-level votes (:func:`vote_order_outcomes`).
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -129,6 +135,41 @@ def rising_log(alpha: np.ndarray, n_max: int) -> np.ndarray:
 
 
 _DRAWS = np.arange(1, 4097, dtype=np.float64)  # d = 1, 2, ... of the index's look-ahead
+
+#: the majority race index's look-ahead (draws) and the groups of consecutive prior samples it
+#: merges (M = 100 samples -> 10 groups: the race's win probability is smooth in p)
+RACE_HORIZON = 16
+RACE_GROUPS = 10
+_RACE_GRID = 41  # grid points of the race table's up and down probabilities
+
+
+@functools.cache
+def _race_table() -> np.ndarray:
+    """P(L + shift > 0) + P(L + shift = 0) / 2 of a trinomial walk after d = 0..RACE_HORIZON
+    steps (+1 with probability u, -1 with v, else 0), for leads L = -H - 1..H + 1 (H the
+    horizon) and (u, v) on a ``_RACE_GRID`` x ``_RACE_GRID`` grid of [0, 1]^2 (points with
+    u + v > 1 are rescaled to u + v = 1, only interpolation near that edge reads them).
+
+    Returns:
+        [H + 1, 2 H + 3, G, G].
+    """
+    horizon = RACE_HORIZON
+    grid = np.linspace(0.0, 1.0, _RACE_GRID)
+    up, down = np.meshgrid(grid, grid, indexing="ij")
+    total = np.maximum(up + down, 1.0)
+    up, down = up / total, down / total
+    stay = 1 - up - down
+    dist = np.zeros((horizon + 1, _RACE_GRID, _RACE_GRID, 2 * horizon + 1))  # shift -H..H
+    dist[0, :, :, horizon] = 1.0
+    for d in range(1, horizon + 1):
+        prev = dist[d - 1]
+        dist[d] = prev * stay[..., None]
+        dist[d, ..., 1:] += prev[..., :-1] * up[..., None]
+        dist[d, ..., :-1] += prev[..., 1:] * down[..., None]
+    lead = np.arange(-horizon - 1, horizon + 2)[:, None] + np.arange(-horizon, horizon + 1)
+    credit = (lead > 0) + 0.5 * (lead == 0)  # [leads, shifts]
+    return np.einsum("duvx,lx->dluv", dist, credit)
+
 
 #: log (t - 1)! for cluster sizes t = 0..4096 (index t; t = 0 unused)
 _LOG_FACT = np.concatenate([[0.0, 0.0], np.cumsum(np.log(np.arange(1, 4096)))])
@@ -320,7 +361,12 @@ class SequentialAuto:
         return cls(model, like, answers)
 
     def policy(
-        self, samples: np.ndarray, cap: np.ndarray, n_max: int = N_MAX, answers: bool = False
+        self,
+        samples: np.ndarray,
+        cap: np.ndarray,
+        n_max: int = N_MAX,
+        answers: bool = False,
+        majority: bool = False,
     ) -> SequentialPolicy:
         """A fresh policy state over a batch of questions (no draws yet).
 
@@ -330,6 +376,9 @@ class SequentialAuto:
             n_max: the selection model's largest n.
             answers: the draws' final answers will be observed (needs a model fitted with
                 ``train_answer``).
+            majority: the rule is a majority vote and answers are read: index the vote race
+                of the current answer clusters (:meth:`SequentialPolicy.race_wins`), not the
+                fresh-draw curves g.
         """
         samples = np.asarray(samples, dtype=np.float64)
         g = self.model.predict(samples)[..., :n_max]  # [Q, M, n_max]
@@ -337,12 +386,14 @@ class SequentialAuto:
         log_p, log_q = np.log(np.clip(samples, _EPS, 1)), np.log(np.clip(1 - samples, _EPS, 1))
         cap = np.minimum(np.asarray(cap, dtype=np.int64), n_max)
         crp = None
+        if majority and not answers:
+            raise ValueError("the majority race index reads the draws' answers (answers=True)")
         if answers:
             if self.answers is None:
                 raise ValueError("this auto-seq was fitted without answers (train_answer)")
             log_alpha = self.answers.log_alpha(samples)
             crp = (log_alpha, rising_log(np.exp(log_alpha), int(cap.max(initial=1))))
-        return SequentialPolicy(step, log_p, log_q, cap, crp)
+        return SequentialPolicy(step, log_p, log_q, cap, crp, race=majority)
 
     def log_ratio(self, samples: np.ndarray, candidate: np.ndarray) -> np.ndarray:
         """log r(e) [Q, K] of candidate estimates [Q, K] under priors ``samples`` [Q, M]."""
@@ -360,6 +411,7 @@ class SequentialAuto:
         n_max: int = N_MAX,
         round_size: int = 1,
         answer: np.ndarray | None = None,
+        majority: bool = False,
     ) -> np.ndarray:
         """The policy's budgets for every draw order and mean budget.
 
@@ -375,6 +427,7 @@ class SequentialAuto:
                 sequential policy; ``dprm solve --auto-seq --round-size``).
             answer: [Q, K] the candidates' answer codes (candidate order; BoN contract v2),
                 read with each draw; None: estimates only.
+            majority: the rule is a majority vote (needs ``answer``): the race index.
 
         Returns:
             int64 [len(mean_budgets), T, Q] with sum over Q = round(mean budget x Q) (unless
@@ -383,7 +436,7 @@ class SequentialAuto:
         q_count = len(samples)
         shares = np.broadcast_to(np.asarray(floor_share, dtype=np.float64), (len(mean_budgets),))
         cap = np.minimum(size, n_max).astype(np.int64)
-        base = self.policy(samples, cap, n_max, answers=answer is not None)
+        base = self.policy(samples, cap, n_max, answers=answer is not None, majority=majority)
         log_r = self.log_ratio(samples, candidate)  # [Q, K]
         out = np.zeros((len(mean_budgets), orders.shape[0], q_count), dtype=np.int64)
         for t in range(orders.shape[0]):
@@ -432,6 +485,8 @@ class SequentialPolicy:
         crp: None (the draws' answers are not read), or (log alpha [Q, M], the log rising
             factorials of alpha [Q, M, n + 1] up to the largest cap) of the wrong answers' CRP
             at every prior sample (:class:`WrongAnswerModel`).
+        race: (with ``crp``) the rule is a majority vote: the index is the race index
+            (:meth:`race_wins`) instead of the posterior-expected curves ``step``.
     """
 
     def __init__(
@@ -441,11 +496,20 @@ class SequentialPolicy:
         log_q: np.ndarray,
         cap: np.ndarray,
         crp: tuple[np.ndarray, np.ndarray] | None = None,
+        race: bool = False,
     ):
+        if race and crp is None:
+            raise ValueError("the race index needs the answers' CRP (crp)")
         self.step, self.log_p, self.log_q = step, log_p, log_q
         self.cap = np.asarray(cap, dtype=np.int64)
         self.crp = crp
+        self.race = race
         q_count, m = log_p.shape
+        # the race merges consecutive prior samples (sorted quantiles) into RACE_GROUPS groups
+        self._group_start = np.unique(np.linspace(0, m, RACE_GROUPS + 1).astype(np.int64)[:-1])
+        self._joint: list[np.ndarray | None] = [None] * q_count  # log P(answers, H = j | p_m)
+        if race:
+            self._race_p, self._race_alpha = np.exp(log_p), np.exp(crp[0])
         self.n = np.zeros(q_count, dtype=np.int64)  # draws read so far
         self.log_w = np.zeros((q_count, m))  # log-likelihood of each prior sample
         self._weight = np.full((q_count, m), 1.0 / m)  # the posterior weights, normalised
@@ -465,7 +529,7 @@ class SequentialPolicy:
 
     def fresh(self) -> SequentialPolicy:
         """A new state on the same questions (the shared arrays are not copied)."""
-        return SequentialPolicy(self.step, self.log_p, self.log_q, self.cap, self.crp)
+        return SequentialPolicy(self.step, self.log_p, self.log_q, self.cap, self.crp, self.race)
 
     def start(self, mean_budget: float, floor_share: float) -> np.ndarray:
         """Set the total round(mean_budget x Q) and return the floor's draws per question [Q]
@@ -495,6 +559,7 @@ class SequentialPolicy:
                 + (fact - _LOG_FACT[sizes] + log_r)[:, None]
                 - rising[:, n - sizes].T
             )  # [k, M]: cluster j is the gold answer
+        self._joint[q] = terms
         top = terms.max(axis=0)
         return top + np.log(np.exp(terms - top).sum(axis=0))
 
@@ -535,6 +600,73 @@ class SequentialPolicy:
         self._heap = [(-self._index(q), q, 0) for q in range(len(self.n))]
         heapq.heapify(self._heap)
 
+    def race_wins(self, q: int, horizon: int) -> np.ndarray:
+        """Question q's posterior probability that a majority vote picks the gold answer after
+        d = 0..horizon more draws [horizon + 1], in the race model of the vote.
+
+        The current answers form clusters of sizes s_1..s_c; under the hypothesis "cluster j
+        is gold" (j = 0: the gold answer is not drawn yet, a cluster of size 0) with success
+        probability p, the vote is a race between the gold cluster and its largest rival
+        (size r_j = max_{i != j} s_i): each further draw adds one to the gold cluster with
+        probability p, one to the rival with probability (1 - p) max(r_j, 1) / (w_j + alpha(p))
+        (a wrong draw joins the rival in the CRP; w_j the wrong draws so far) and otherwise
+        leaves the lead L_j = s_j - r_j as it is. The vote is right when the lead is positive,
+        and with probability 1/2 when it is 0 (the uniform tie-break of two). The lead's law
+        after d draws is a trinomial walk (tabulated once: :func:`_race_table`), summed over the
+        hypotheses' joint posterior (consecutive prior samples merged into ``RACE_GROUPS``
+        groups). The
+        race ignores rivals other than the largest and the urn's reinforcement: an index, not
+        the vote's exact law, but it knows what the curves g cannot: that 5 of 5 agreeing
+        draws have settled the vote, and that a 2-2 tie is where a draw pays.
+        """
+        terms = self._joint[q]  # [c + 1, M]
+        post = np.exp(terms - terms.max())
+        post /= post.sum()
+        sizes = np.asarray(self._sizes[q], dtype=np.float64)
+        n = float(self.n[q])
+        ordered = np.sort(sizes)[::-1]
+        top = ordered[0] if len(ordered) else 0.0
+        second = ordered[1] if len(ordered) > 1 else 0.0
+        rival = np.concatenate([[top], np.where(sizes < top, top, second)])  # [c + 1]
+        lead = np.concatenate([[-top], sizes - rival[1:]])
+        wrong = np.concatenate([[n], n - sizes])
+        p, alpha = self._race_p[q], self._race_alpha[q]  # [M]
+        share = np.minimum(np.maximum(rival, 1.0)[:, None] / (wrong[:, None] + alpha), 1.0)
+        down = (1 - p) * share  # [c + 1, M]
+        # merge consecutive samples: weights, and the weighted means of the step probabilities
+        starts = self._group_start
+        weight = np.add.reduceat(post, starts, axis=1)  # [c + 1, G]
+        safe = np.maximum(weight, 1e-300)
+        up = np.add.reduceat(post * p, starts, axis=1) / safe
+        down = np.add.reduceat(post * down, starts, axis=1) / safe
+        keep = weight > 1e-6
+        weight, up, down = weight[keep], up[keep], down[keep]
+        lead = np.broadcast_to(lead[:, None], keep.shape)[keep]
+        # the trinomial walk's win probabilities, tabulated on a grid of (up, down) and
+        # interpolated bilinearly (they are smooth in both); leads beyond +-(horizon + 1) are
+        # decided within the look-ahead
+        table = _race_table()  # [RACE_HORIZON + 1, leads, G, G]
+        last = _RACE_GRID - 1
+        lead_at = np.clip(lead.astype(np.int64), -RACE_HORIZON - 1, RACE_HORIZON + 1)
+        lead_at = lead_at + RACE_HORIZON + 1
+        u, v = up * last, down * last
+        u0, v0 = np.minimum(u.astype(np.int64), last - 1), np.minimum(v.astype(np.int64), last - 1)
+        du, dv = u - u0, v - v0
+        corner_u = np.stack([u0, u0 + 1, u0, u0 + 1])  # [4, h]: the cell's four corners
+        corner_v = np.stack([v0, v0, v0 + 1, v0 + 1])
+        corner_w = np.stack([(1 - du) * (1 - dv), du * (1 - dv), (1 - du) * dv, du * dv]) * weight
+        wins = np.einsum("dch,ch->d", table[:, lead_at[None, :], corner_u, corner_v], corner_w)
+        return wins[: horizon + 1]
+
+    def _race_index(self, q: int) -> float:
+        """The majority race's best gain per draw: max_d [V(k + d) - V(k)] / d with V the
+        :meth:`race_wins` and k the question's draws chosen but not read yet (a round)."""
+        pending = int(self._pending[q])
+        horizon = min(RACE_HORIZON, int(self.cap[q] - self.n[q]))
+        wins = self.race_wins(q, horizon)
+        gains = (wins[pending + 1 :] - wins[pending]) / _DRAWS[: horizon - pending]
+        return float(gains.max())
+
     def _index(self, q: int) -> float:
         """The posterior-expected gain per draw of the best look-ahead from n draws:
         max_d E_post[g_{n+d}(p) - g_n(p)] / d over d = 1..cap - n, the slope of the expected
@@ -544,6 +676,8 @@ class SequentialPolicy:
         n = self.n[q] + self._pending[q]
         if n >= self.cap[q]:
             return -np.inf
+        if self.race:
+            return self._race_index(q)
         steps = self._weight[q] @ self.step[q, :, n - 1 : self.cap[q] - 1]  # [cap - n]
         return float((np.cumsum(steps) / _DRAWS[: len(steps)]).max())
 
