@@ -11,7 +11,8 @@ the greedy sweep. Each (world, split, seed) directory gets the usual IAS files i
 recommended calibrator vs uniform, same rule, at costs 0.05 / 0.1 / 0.25; headroom captured;
 the beta sweeps' cost ranges at C = 0.9), against both oracles: ``oracle`` (knows the realised
 pools) and ``oracle-pop`` (knows every question's population accuracy curve, twin test sets).
-``--size paper --methods binomial`` runs the paper-size grid with the recommended calibrator.
+``--size paper --methods binomial`` runs the paper-size grid with the recommended calibrator
+(``--seq-methods binomial``: its ``auto-seq`` rows only, not base's and the truth's).
 
 Run: ``PYTHONPATH=src python benchmarks/ias_pays_grid.py --root /tmp/pays PRESET ...`` then
 ``... --root /tmp/pays --summarise``.
@@ -43,6 +44,7 @@ def run(
     size: str = "demo",
     methods=METHODS,
     models_only: bool = False,
+    seq_methods: tuple[str, ...] | None = None,
 ) -> None:
     import torch
 
@@ -83,7 +85,7 @@ def run(
             summary, budgets = run_ias(
                 bon, models, mc_trials=0, seed=seed, greedy=True, rules=rules,
                 train_bon=train, extra_estimates=[truth_estimate(bon)], vote_trials=vote_trials,
-                sequential=True,
+                sequential=seq_methods or True,
             )  # fmt: skip
             write_ias_outputs(res, summary, budgets, meta={"world": preset, "split": split})
             print(f"{preset} {split} seed {seed}: {time.time() - t0:.0f} s", flush=True)
@@ -187,6 +189,11 @@ def main() -> None:
     parser.add_argument("--size", default="demo", choices=("tiny", "demo", "paper"))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--models-only", action="store_true", help="write worlds, fit, stop")
+    parser.add_argument(
+        "--seq-methods", default=None,
+        help="auto-seq for these estimates only (comma list; default: every one with candidate "
+        "estimates, base and truth included); e.g. binomial, as auto-seq is slow",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for preset in args.presets:
@@ -194,6 +201,7 @@ def main() -> None:
         run(
             args.root, preset, seeds, args.vote_trials, tuple(args.rules.split(",")),
             size=args.size, methods=tuple(args.methods.split(",")), models_only=args.models_only,
+            seq_methods=tuple(args.seq_methods.split(",")) if args.seq_methods else None,
         )  # fmt: skip
     if args.summarise:
         summarise(args.root)

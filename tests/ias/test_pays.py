@@ -262,7 +262,8 @@ def test_sequential_rows_under_shift_are_uniform_best_of_n(tiny_world, one_threa
 
 def test_majority_auto_seq_indexes_the_vote_race(tiny_world, one_thread, monkeypatch):
     """With answers, the majority rule's policy (on the training pools and the test set) runs
-    the race index; highest-last keeps the curve index."""
+    the race index; highest-last keeps the curve index. ``sequential`` naming methods limits
+    the auto-seq rows to them (here not base's)."""
     import dprm
     from dprm.data import read_bon_set, read_calibration_set
     from dprm.ias import run_ias
@@ -281,10 +282,11 @@ def test_majority_auto_seq_indexes_the_vote_race(tiny_world, one_thread, monkeyp
     monkeypatch.setattr(SequentialAuto, "policy", record)
     summary, _ = run_ias(
         bon, {"qr": model}, mc_trials=0, rules=["highest-last", "majority"], train_bon=train,
-        sequential=True, vote_trials=8, include_base=False,
+        sequential=["qr"], vote_trials=8,
     )  # fmt: skip
     sizes = {len(bon.questions), len(train.questions)}
     assert {n for n, _ in seen} == sizes
     assert [m for _, m in seen] == [False, False, True, True]  # rules in order, train then test
     seq = summary[summary["sweep"] == "auto-seq"]
-    assert set(seq["rule"]) == {"highest-last", "majority"}
+    assert set(seq["rule"]) == {"highest-last", "majority"} and set(seq["method"]) == {"qr"}
+    assert {"base", "qr"} <= set(summary.loc[summary["sweep"] == "auto", "method"])

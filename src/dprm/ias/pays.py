@@ -37,7 +37,7 @@ At a target cost c (mean draws per question / N_max), on one BoN set and one sel
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -612,7 +612,7 @@ def run_pays(
     trials: int = DEFAULT_TRIALS,
     seed: int = 0,
     population_pools: int = POP_POOLS,
-    sequential: bool = False,
+    sequential: bool | Collection[str] = False,
     seq_trials: int = SEQ_TRIALS,
     references: bool = True,
 ) -> pd.DataFrame:
@@ -631,7 +631,8 @@ def run_pays(
         trials: Monte Carlo orders of the voting rules; seed: their seed.
         population_pools: fresh pools per question of the population oracle (``oracle-pop``
             rows, twin test sets only; 0: none).
-        sequential: add ``auto-seq`` rows (every rule; estimates whose ``candidate`` is set,
+        sequential: add ``auto-seq`` rows (True: of every estimate, a collection of methods:
+            of those only, as it is slow; every rule; estimates whose ``candidate`` is set,
             here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
             seq_trials: its draw orders per question.
         references: False: only the calibrators' own rows (``auto``, ``auto-seq``, and every
@@ -682,11 +683,14 @@ def run_pays(
             )  # fmt: skip
             frames.append(frame.assign(shift_auc=auc))
             if sequential:
+                seq_estimates = [
+                    e for e in estimates if sequential is True or e.method in set(sequential)
+                ]
                 seq_costs = [c for c in costs if any(np.isclose(c, REPORT_COSTS))] or list(costs)
                 weight = table_weight(cands, rule, weights)
                 frames.append(
                     sequential_rows(
-                        cands, table, weight, estimates, train_cands, train_estimates or {},
+                        cands, table, weight, seq_estimates, train_cands, train_estimates or {},
                         allocator, seq_costs, n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
                         vote=uses_answers(rule), train_weight=table_weight(train_cands, rule, tw),
                     ).assign(shift_auc=auc)

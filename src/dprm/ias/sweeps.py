@@ -7,7 +7,7 @@ its standard error in ``accuracy_mc_se``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -271,7 +271,7 @@ def run_ias(
     train_bon=None,
     extra_estimates: Sequence[Estimate] = (),
     vote_trials: int | None = None,
-    sequential: bool = False,
+    sequential: bool | Collection[str] = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Base (unless ``include_base`` is False) and every named calibrator on a BoN set.
 
@@ -291,7 +291,8 @@ def run_ias(
         extra_estimates: further estimates (e.g. the synthetic truth) swept like the models.
         vote_trials: Monte Carlo orders of the voting rules (default ``max(mc_trials, 64)``).
         sequential: with ``train_bon`` (contract v2 sets), add ``sweep = auto-seq`` rows
-            (:mod:`dprm.ias.sequential`) for every calibrator with candidate estimates.
+            (:mod:`dprm.ias.sequential`) for every calibrator with candidate estimates (or,
+            given a collection of method names, for those only: it is slow).
 
     Returns:
         (summary, budgets) as :func:`run_sweeps`; the summary's ``rule`` column names the
