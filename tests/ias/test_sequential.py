@@ -380,7 +380,7 @@ def test_race_wins_match_a_simulation_of_the_race():
 
 
 def test_race_index_prefers_a_contested_vote_to_a_settled_one():
-    samples = np.tile(np.linspace(0.05, 0.95, 19), (1, 1))
+    samples = np.linspace(0.05, 0.95, 19)[None, :]
     model = WrongAnswerModel(np.log(2.0), 0.0)
     settled, contested = race_policy(samples, model), race_policy(samples, model)
     read(settled, ["7"] * 6)
