@@ -464,7 +464,9 @@ def pays_lines(pays, cfg) -> list[str]:
             "**auto-seq** (`--sequential`, `[ias] sequential`) is `auto` drawn one candidate at "
             "a time: the next draw goes to the question whose posterior success probability, "
             "updated from its drawn candidates' calibrated estimates (and final answers, where "
-            "the sets have them), promises the largest gain; its accuracy is a Monte Carlo "
+            "the sets have them), promises the largest gain (for majority vote, read from the "
+            "current answer counts: a settled vote gains nothing from a draw, a close one "
+            "does); its accuracy is a Monte Carlo "
             "over random draw orders per question, paired with `auto` on the same orders. "
             if "auto-seq" in kinds
             else ""
