@@ -559,7 +559,8 @@ class SequentialPolicy:
                 + (fact - _LOG_FACT[sizes] + log_r)[:, None]
                 - rising[:, n - sizes].T
             )  # [k, M]: cluster j is the gold answer
-        self._joint[q] = terms
+        if self.race:  # the race index reads the joint posterior of (gold cluster, p)
+            self._joint[q] = terms
         top = terms.max(axis=0)
         return top + np.log(np.exp(terms - top).sum(axis=0))
 
