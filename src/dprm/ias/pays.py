@@ -656,6 +656,8 @@ def run_pays(
     auc = np.nan
     if train_bon is not None:
         auc = shift_auc(train_bon.hidden, bon.hidden, seed)
+    seq_methods = None if sequential is True else set(sequential or ())
+    seq_estimates = [e for e in estimates if seq_methods is None or e.method in seq_methods]
     for rule in rules:
         variants = [(rule, None)]
         if rule.endswith("-calibrated"):
@@ -683,9 +685,6 @@ def run_pays(
             )  # fmt: skip
             frames.append(frame.assign(shift_auc=auc))
             if sequential:
-                seq_estimates = [
-                    e for e in estimates if sequential is True or e.method in set(sequential)
-                ]
                 seq_costs = [c for c in costs if any(np.isclose(c, REPORT_COSTS))] or list(costs)
                 weight = table_weight(cands, rule, weights)
                 frames.append(
