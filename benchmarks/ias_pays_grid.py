@@ -15,7 +15,8 @@ pools) and ``oracle-pop`` (knows every question's population accuracy curve, twi
 (``--seq-methods binomial``: its ``auto-seq`` rows only, not base's and the truth's).
 
 Run: ``PYTHONPATH=src python benchmarks/ias_pays_grid.py --root /tmp/pays PRESET ...`` then
-``... --root /tmp/pays --summarise``.
+``... --root /tmp/pays --summarise``; ``--beta-steps`` adds the beta-cal sweep's per-step
+question-sampling errors (:func:`beta_steps`).
 """
 
 from __future__ import annotations
@@ -178,6 +179,84 @@ def summarise(root: Path) -> None:
               f"non-decreasing {mono}")  # fmt: skip
 
 
+def beta_steps(root: Path, method: str = RECOMMENDED) -> pd.DataFrame:
+    """The ``beta-cal`` sweep (C = 0.9) per question: is accuracy non-decreasing in beta?
+
+    The sweep's accuracies are exact expectations over draws, so a step down is a property of the
+    test questions' pools, not Monte Carlo error. What is left is the *question sample*: on a
+    60-question split one question whose only good candidate stops being acceptable moves the mean
+    by 1/60. For each step beta -> beta + 0.1 this takes the per-question accuracy (mean over the
+    seeds' calibrators), the paired difference over questions, and its standard error
+    (sd / sqrt(Q)); z = step / se. A step down is *significant* at family-wise 5 % when z is below
+    the one-sided Bonferroni bound over every step of every cell printed.
+
+    Args:
+        root: a grid root (worlds ``<preset>-<size>`` with ``models/<method>-s<seed>``).
+        method: the calibrator whose fits are read.
+
+    Returns:
+        one row per (world, split, step), also written to ``root / "beta_steps.csv"``.
+    """
+    from statistics import NormalDist
+
+    import torch
+
+    torch.set_num_threads(1)
+    from dprm.data import read_bon_set
+    from dprm.ias.accuracy import threshold_mask_exact
+    from dprm.ias.constants import BETA_C, BETA_GRID, N_MAX
+    from dprm.ias.estimates import candidate_estimates, estimate_from_model
+    from dprm.ias.pools import Pools
+    from dprm.models import load
+
+    rows = []
+    for world in sorted(p for p in root.iterdir() if (p / "models").is_dir()):
+        fits = sorted((world / "models").glob(f"{method}-s*"))
+        for split in ("id", "ood"):
+            bon = read_bon_set(world / split / "bon", check_hidden=False)
+            pools = Pools.from_bon(bon)
+            per_seed = []
+            for fit in fits:
+                model = load(fit)
+                est = estimate_from_model(model, bon, method)
+                cand = pools.gather(candidate_estimates(model, bon))
+                q_beta = est.quantiles_at(BETA_GRID)
+                cap = est.budgets(BETA_C, N_MAX)
+                per_seed.append(
+                    [threshold_mask_exact(pools, cand >= q_beta[:, i][:, None], cap)[0]
+                     for i in range(len(BETA_GRID))]
+                )  # fmt: skip
+            acc = np.mean(per_seed, axis=0)  # [B, Q]
+            step = np.diff(acc, axis=0)  # [B - 1, Q]
+            se = step.std(axis=1, ddof=1) / np.sqrt(step.shape[1])
+            for b in range(step.shape[0]):
+                rows.append(
+                    (world.name.rsplit("-", 1)[0], split, acc.shape[1], len(fits),
+                     BETA_GRID[b], BETA_GRID[b + 1], acc[b].mean(), acc[b + 1].mean(),
+                     step[b].mean(), se[b])
+                )  # fmt: skip
+    frame = pd.DataFrame(
+        rows, columns=["world", "split", "questions", "seeds", "beta_from", "beta_to",
+                       "accuracy_from", "accuracy_to", "step", "step_se"],
+    )  # fmt: skip
+    frame["z"] = frame["step"] / frame["step_se"].where(frame["step_se"] > 0)
+    frame.to_csv(root / "beta_steps.csv", index=False)
+    bound = NormalDist().inv_cdf(0.05 / len(frame))  # one-sided, Bonferroni over every step printed
+    cells = frame.groupby(["world", "split"]).agg(
+        questions=("questions", "first"), worst_step=("step", "min"), worst_z=("z", "min")
+    )
+    cells["strict"] = cells["worst_step"] >= -1e-9
+    cells["significant_drop"] = cells["worst_z"] < bound
+    print(f"beta-cal ({method}, C = {BETA_C}): {len(cells)} cells, {len(frame)} steps; "
+          f"Bonferroni bound z < {bound:.2f}")  # fmt: skip
+    print(cells.round(4).to_string())
+    for split, grp in cells.groupby(level="split"):
+        print(f"  {split}: strictly non-decreasing {int(grp['strict'].sum())}/{len(grp)}; "
+              f"worst z < -2 in {int((grp['worst_z'] < -2).sum())}; significant drop "
+              f"(family-wise 5 %) in {int(grp['significant_drop'].sum())}")  # fmt: skip
+    return frame
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*")
@@ -189,6 +268,10 @@ def main() -> None:
     parser.add_argument("--size", default="demo", choices=("tiny", "demo", "paper"))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--models-only", action="store_true", help="write worlds, fit, stop")
+    parser.add_argument(
+        "--beta-steps", action="store_true",
+        help="per-question beta-cal steps with paired standard errors (recommended calibrator)",
+    )  # fmt: skip
     parser.add_argument(
         "--seq-methods", default=None,
         help="auto-seq for these estimates only (comma list; default: every one with candidate "
@@ -205,6 +288,8 @@ def main() -> None:
         )  # fmt: skip
     if args.summarise:
         summarise(args.root)
+    if args.beta_steps:
+        beta_steps(args.root)
 
 
 if __name__ == "__main__":
