@@ -165,3 +165,54 @@ def test_mask_threshold_monte_carlo_at_the_full_pool():
         exact, _ = threshold_mask_exact(pools, accept, caps)
         mc = monte_carlo(pools, caps[None], accept=accept[None], trials=2000, seed=1)
         assert abs(mc["accuracy"][0] - exact.mean()) < 4 * mc["accuracy_se"][0] + 1e-9
+
+
+def test_select_candidate_hand_worked():
+    """The live pick (deterministic tie-break) on cases worked by hand."""
+    from dprm.ias.rules import select_candidate
+
+    assert select_candidate("highest-last", [0.2, 0.9, 0.9, 0.1]) == 1  # first of the maxima
+    # majority: "7" has 3 votes; its highest-scored member answers
+    answers, scores = ["6", "7", "7", "6", "7"], [0.9, 0.1, 0.2, 0.8, 0.3]
+    assert select_candidate("majority", scores, answers) == 4
+    # a 2-2 tie goes to the group holding the higher single score
+    assert select_candidate("majority", [0.1, 0.95, 0.2, 0.3], ["6", "7", "6", "7"]) == 1
+    assert select_candidate("majority", [0.99, 0.95, 0.2, 0.3], ["6", "7", "6", "7"]) == 0
+    # weighted: "6" sums 0.9, "7" sums 0.8
+    assert select_candidate("weighted-last", [0.9, 0.5, 0.3], ["6", "7", "7"]) == 0
+    assert select_candidate("weighted-last", [0.7, 0.5, 0.3], ["6", "7", "7"]) == 1
+    # no stated answer: each blank is a group of its own, so blanks do not pool their votes
+    assert select_candidate("majority", [0.1, 0.2, 0.3, 0.05], ["", "", "5", "5"]) == 2
+    with pytest.raises(ValueError, match="votes on final answers"):
+        select_candidate("majority", [0.1, 0.2])
+    with pytest.raises(ValueError, match="no candidates"):
+        select_candidate("highest-last", [])
+
+
+@pytest.mark.parametrize("rule", ["weighted-last", "majority"])
+def test_select_candidate_agrees_with_the_offline_vote(rule):
+    """Where no two answer groups tie, the live pick is the offline vote's (vote_in_order)."""
+    from dprm.ias.rules import select_candidate, vote_in_order
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(40):
+        k = int(rng.integers(3, 12))
+        codes = rng.integers(0, 4, k)
+        scores = rng.random(k)
+        group_correct = (rng.random(4) < 0.4).astype(float)
+        weight = np.ones(k) if rule == "majority" else scores
+        order = np.stack([rng.permutation(k) for _ in range(5)])
+        offline = vote_in_order(codes, weight, group_correct, order, rng)
+        for t in range(len(order)):
+            for n in range(1, k + 1):
+                drawn = order[t, :n]
+                mass = np.bincount(codes[drawn], weights=weight[drawn], minlength=4)
+                present = np.bincount(codes[drawn], minlength=4) > 0
+                top = mass[present].max()
+                if np.sum(np.isclose(mass[present], top)) > 1:
+                    continue  # a tie: offline draws uniformly, live takes the higher score
+                pick = select_candidate(rule, scores[drawn], [str(c) for c in codes[drawn]])
+                assert group_correct[codes[drawn][pick]] == offline[t, n - 1]
+                checked += 1
+    assert checked > 200

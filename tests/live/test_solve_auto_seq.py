@@ -93,7 +93,8 @@ def _config(questions_file, model_dirs, calibrator, train_bon, **changes):
     settings = dict(
         mode="bon", questions=str(questions_file), generator=str(model_dirs["lm"]),
         prm=str(model_dirs["prm"]), calibrator=str(calibrator), n_max=N_MAX, baseline_n=BASE_N,
-        max_new_tokens=48, auto_cost=COST, train_bon=str(train_bon), auto_seq=True,
+        max_new_tokens=48, auto_cost=COST,
+        train_bon=None if train_bon is None else str(train_bon), auto_seq=True,
         round_size=ROUND,
     )  # fmt: skip
     settings.update(changes)
@@ -141,7 +142,7 @@ def _answer_codes(out, records):
     return codes
 
 
-def _replay(records, seq, samples, share, answer=None):
+def _replay(records, seq, samples, share, answer=None, majority=False):
     """The offline policy's budgets [Q] on the live candidates in draw order (one order)."""
     # the candidates' estimates in draw order, padded to N_MAX (never read if the policies agree)
     estimates = np.full((len(records), N_MAX), 0.5)
@@ -151,7 +152,7 @@ def _replay(records, seq, samples, share, answer=None):
     identity = np.broadcast_to(np.arange(N_MAX), (1, len(records), N_MAX)).copy()
     return seq.budgets(
         samples, estimates, np.full(len(records), N_MAX), identity, [COST * N_MAX], share, N_MAX,
-        round_size=ROUND, answer=answer,
+        round_size=ROUND, answer=answer, majority=majority,
     )[0, 0]  # fmt: skip
 
 
@@ -456,3 +457,156 @@ def test_cli_runs_auto_seq(tmp_path, questions_file, model_dirs, calibrator_dirs
     run = json.loads((out / "run.json").read_text())
     assert run["auto_seq"] is True and run["round_size"] == 2
     assert json.loads((out / "summary.json").read_text())["allocation"] == "auto-seq"
+
+
+@pytest.fixture(scope="module")
+def majority_run(
+    tmp_path_factory, questions_file, model_dirs, calibrator_dirs, train_bon, load_cprm,
+    generator, grading_pool,
+):  # fmt: skip
+    """``--rule majority --auto-seq``; records how the policy was asked for."""
+    from dprm.ias.sequential import SequentialAuto
+    from dprm.live import run_bon
+
+    out = tmp_path_factory.mktemp("seq-majority")
+    config = _config(
+        questions_file, model_dirs, calibrator_dirs["mono"], train_bon, rule="majority"
+    )
+    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
+    calls, original = [], SequentialAuto.policy
+
+    def spy(self, *args, **kwargs):
+        calls.append(kwargs)
+        return original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SequentialAuto, "policy", spy)
+        summary = run_bon(config, cprm, generator, out, progress=False, pool=grading_pool)
+    return out, summary, _records(out / "bon.jsonl"), cprm, config, calls
+
+
+def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
+    """--rule majority: the live policy indexes the vote race (as dprm ias --sequential does
+    for majority), its budgets equal the offline race replayed on the same draws, and every
+    question answers by majority vote over the draws it paid for."""
+    from dprm.ias.pays import SEQ_FLOOR_SHARES
+    from dprm.ias.rules import select_candidate
+    from dprm.live.bon_seq import fit_sequential
+
+    out, summary, records, cprm, config, calls = majority_run
+    # the floor-share choice on the training pools and the live policy: both the race
+    assert len(calls) >= 2 and all(c.get("majority") is True for c in calls), calls
+    seq, samples, share, _ = fit_sequential(
+        cprm, _live_states(out), config.train_bon, COST, "majority"
+    )
+    assert seq.answers is not None and share in SEQ_FLOOR_SHARES
+    assert all(r["floor_share"] == share for r in records)
+    codes = _answer_codes(out, records)
+    live = np.array([r["budget"] for r in records])
+    np.testing.assert_array_equal(_replay(records, seq, samples, share, codes, True), live)
+    assert live.sum() == round(COST * N_MAX * len(records))
+    for r in records:
+        paid = r["candidates"][: r["budget"]]
+        pick = select_candidate(
+            "majority", [c["prm_score"] for c in paid], [c["answer"] for c in paid]
+        )
+        assert r["chosen"]["index"] == pick and r["chosen"]["answer"] == paid[pick]["answer"]
+        assert r["correct"] == paid[pick]["correct"]
+    assert summary["rule"] == "majority" and summary["allocation"] == "auto-seq"
+
+
+def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
+    """The floor share is the one the race does best with on the training pools under majority
+    vote (sequential_floor_shares with vote and majority), not highest-last's."""
+    from dprm.ias.estimates import candidate_estimates
+    from dprm.ias.pays import sequential_floor_shares, table_weight
+    from dprm.ias.rules import Candidates
+    from dprm.live.bon import fit_auto
+    from dprm.live.bon_seq import fit_sequential
+
+    out, _, records, cprm, config, _ = majority_run
+    states = _live_states(out)
+    seq, _, share, _ = fit_sequential(cprm, states, config.train_bon, COST, "majority")
+    fitted = fit_auto(cprm, states, config.train_bon, "majority")
+    fitted.train_estimate.candidate = candidate_estimates(cprm.calibrator, fitted.train)
+    cands = Candidates.from_bon(fitted.train)
+    (expect,), _ = sequential_floor_shares(
+        seq, cands, fitted.train_estimate, table_weight(cands, "majority", None), [COST],
+        vote=True, majority=True, n_max=N_MAX,
+    )  # fmt: skip
+    assert share == expect
+
+
+def test_fixed_budget_run_picks_by_the_rule(
+    tmp_path, questions_file, model_dirs, calibrator_dirs, load_cprm, generator, grading_pool
+):
+    """The C rule with --rule majority / weighted-last: the adaptive pick, the baseline's and
+    the fixed-n curve all vote on the candidates' final answers."""
+    from dprm.ias.rules import select_candidate
+    from dprm.live import run_bon
+    from dprm.llm.answers import canonical_answer
+
+    cprm = load_cprm(calibrator_dirs["base"], n_max=8)
+    for rule in ("majority", "weighted-last"):
+        config = _config(
+            questions_file, model_dirs, calibrator_dirs["base"], None, n_max=8, baseline_n=8,
+            auto_cost=None, auto_seq=False, C=0.7, rule=rule,
+        )  # fmt: skip
+        out = tmp_path / rule
+        summary = run_bon(config, cprm, generator, out, progress=False, pool=grading_pool)
+        records = _records(out / "bon.jsonl")
+        for r in records:
+            cands = r["candidates"]
+            assert [c["answer"] for c in cands] == [canonical_answer(c["text"]) for c in cands]
+            scores, answers = [c["prm_score"] for c in cands], [c["answer"] for c in cands]
+            n = r["budget"]
+            assert r["chosen"]["index"] == select_candidate(rule, scores[:n], answers[:n])
+            assert r["baseline"]["chosen"]["index"] == select_candidate(rule, scores, answers)
+        by_rule = [
+            np.mean([c["correct"] for r in records for c in [r["candidates"][select_candidate(
+                rule, [c["prm_score"] for c in r["candidates"][:n]],
+                [c["answer"] for c in r["candidates"][:n]])]]])
+            for n in (1, 2, 4, 8)
+        ]  # fmt: skip
+        assert [c["accuracy"] for c in summary["fixed_curve"]] == pytest.approx(by_rule)
+        assert summary["rule"] == rule
+    # the vote differs from highest-last on these draws somewhere (else the test is weak)
+    records = _records(tmp_path / "majority" / "bon.jsonl")
+    assert any(
+        r["baseline"]["chosen"]["index"]
+        != int(np.argmax([c["prm_score"] for c in r["candidates"]]))
+        for r in records
+    )
+
+
+def test_voting_rules_refused_in_one_line(
+    tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon, capsys
+):
+    import shutil
+
+    from dprm.cli import main
+    from dprm.io import read_json, write_json
+
+    v1 = tmp_path / "train-v1"  # the training set without final answers (contract v1)
+    shutil.copytree(train_bon, v1)
+    responses = pd.read_parquet(v1 / "responses.parquet").drop(columns="answer")
+    responses.to_parquet(v1 / "responses.parquet")
+    meta = read_json(v1 / "meta.json")
+    meta["bon_version"] = 1
+    write_json(v1 / "meta.json", meta)
+    argv = ["solve", "--mode", "bon", "--questions", str(questions_file), "--generator",
+            str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
+            str(calibrator_dirs["mono"]), "--prm-device", "cpu", "--device", "cpu", "--quiet"]  # fmt: skip
+    cases = [
+        (["--rule", "majority", "--mode", "beam"], "bon only"),
+        (["--rule", "majority", "--auto-cost", "0.1", "--train-bon", str(v1)], "contract v1"),
+    ]
+    for i, (extra, message) in enumerate(cases):
+        out = tmp_path / f"out{i}"
+        assert main([*argv, *extra, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+        assert not out.exists()  # refused before --out was claimed or any model loaded
+    with pytest.raises(SystemExit):
+        main([*argv, "--rule", "highest-min", "--out", str(tmp_path / "bad")])
+    assert "invalid choice" in capsys.readouterr().err

@@ -24,15 +24,19 @@ where they are needed (instance-adaptive scaling), next to a fixed-budget baseli
   --mode bon   for each question the calibrator reads the PRM's question-only state and the IAS
                rule of `dprm ias` sets N_i (mixture over 100 mid-point levels for distribution
                calibrators, Q(--beta) for QR, p for point ones); N_i candidates are sampled, the
-               PRM scores each (last step) and the highest raw score is the answer. The baseline
-               picks from the first --baseline-n samples of the same pool.
+               PRM scores each (last step) and the highest raw score is the answer (--rule
+               weighted-last / majority: the vote on their final answers instead). The
+               baseline picks from the first --baseline-n samples of the same pool, by the
+               same rule.
                --auto-cost c --train-bon DIR: N_i by `dprm ias`'s `auto` allocation instead
                (shard total round(c x N_max x Q), learnt on a training BoN set of this PRM).
                --auto-seq (with both): `dprm ias --sequential`'s `auto-seq`, live: a uniform
                floor, then rounds of --round-size draws, each to the question whose posterior
                over p (prior: the calibrated distribution; updated by every drawn candidate's
                calibrated estimate and final answer) expects the largest gain, until the total
-               is spent. OUT/seq_draws.jsonl logs every draw (round, order, estimate, answer).
+               is spent (--rule majority: the index reads the vote's state, the race of
+               `dprm ias`). OUT/seq_draws.jsonl logs every draw (round, order, estimate,
+               answer).
   --mode beam  step-level beam search (steps end at a blank line) with Park et al.'s IAS-of-K
                (how many beams to keep) and IAS-of-M (samples per kept beam) from the lower
                quantile Q(--lower-level); beams ranked by the median (or mean). The baseline is
@@ -63,6 +67,10 @@ def _solve(args: argparse.Namespace) -> int:
         from dprm.models import load
 
         check_sequential_training(load(args.calibrator), config.train_bon)
+    if config.train_bon is not None:  # a voting rule learns on the training set's answers
+        from dprm.live.bon import check_training_answers
+
+        check_training_answers(config.train_bon, config.rule)
     if args.shard in ("0/1", None):  # resumable: the run log checks the settings
         claim_output(args.out, overwrite=False, directory=True, resumable=True, inputs=inputs)
     else:  # the shards of one --out write their own files side by side: no lock on --out

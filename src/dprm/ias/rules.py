@@ -73,6 +73,49 @@ def answer_key(answer: str, position: int) -> str:
     return answer if answer else f"\0{position}"
 
 
+def select_candidate(rule: str, weights, answers=None) -> int:
+    """Which of n drawn candidates a rule answers with, deterministically (live runs).
+
+    ``highest-*``: the first candidate of largest weight. ``weighted-*`` / ``majority``: the
+    answer group (:func:`answer_key`) of largest summed weight / count; a tie between groups
+    goes to the group holding the larger single weight (``majority``: pass the PRM scores as
+    ``weights``, the count ignores them), then to the group seen first; the pick is that group's
+    first candidate of largest weight. The offline tables break ties uniformly at random
+    instead (their expectation); without ties both pick the same answer.
+
+    Args:
+        rule: a name from :data:`RULES`.
+        weights: [n] the candidates' weights (``majority``: their PRM scores, the tie-break).
+        answers: [n] canonical final answers ("" for none); needed by the voting rules.
+
+    Returns:
+        the index of the chosen candidate.
+
+    Raises:
+        ValueError: no candidates, or a voting rule without answers.
+    """
+    kind, _ = parse_rule(rule)
+    weights = np.asarray(weights, dtype=np.float64)
+    if not len(weights):
+        raise ValueError("no candidates to select from")
+    if kind == "highest":
+        return int(np.argmax(weights))
+    if answers is None or len(answers) != len(weights):
+        raise ValueError(f"rule {rule!r} votes on final answers: one answer per candidate needed")
+    groups: dict[str, list[int]] = {}
+    for j, answer in enumerate(answers):
+        groups.setdefault(answer_key(str(answer), j), []).append(j)
+    members = list(groups.values())  # in order of first appearance
+
+    def strength(idx: list[int]) -> tuple[float, float]:
+        total = float(len(idx)) if kind == "majority" else float(weights[idx].sum())
+        return total, float(weights[idx].max())
+
+    best = max(range(len(members)), key=lambda g: strength(members[g]))  # first of the maxima
+    group = members[best]
+    return group[int(np.argmax(weights[group]))]
+
+
 @dataclass
 class Candidates:
     """Candidate pools of a BoN set in response order, padded to [Q, K].

@@ -3,7 +3,9 @@
 For each question: the question-only PRM state gives the calibrated distribution of p, the
 IAS rule of ``dprm ias`` sets N_i, the generator samples candidates, the PRM scores each
 complete response (its last step, as in the reference) and the candidate with the highest
-uncalibrated score is the answer (docs/design.md §4). The fixed baseline (``baseline_n`` = B)
+uncalibrated score is the answer (docs/design.md §4), or, with ``rule`` ``weighted-last`` /
+``majority``, the vote on the candidates' final answers (:func:`dprm.ias.rules.select_candidate`;
+each candidate's canonical ``answer`` is in the log). The fixed baseline (``baseline_n`` = B)
 uses the same pool: each question draws max(N_i, B) i.i.d. samples once; the adaptive pick
 looks at the first N_i, the baseline at the first B, and each method is charged only for the
 samples (and their tokens) it looks at. The summary adds the fixed-n curve (first n samples,
@@ -22,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from dprm.ias.rules import CONTRACT_RULE, select_candidate
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig, question_states, write_bon_export
 from dprm.live.runlog import ResultLog, read_results
@@ -35,22 +38,31 @@ def _grade(pool: Any, golds: list[str], texts: list[str]) -> list[bool]:
     return [bool(v) for v in pool.grade(golds, texts).correct]
 
 
-def _pick(scores: list[float], n: int) -> int:
-    """Index of the first maximum of the uncalibrated PRM score among the first ``n``."""
-    return int(np.argmax(np.asarray(scores[:n], dtype=np.float64)))
+def _answer(cand: dict) -> str:
+    """A candidate's canonical final answer (logged since voting; else read from its text)."""
+    if "answer" in cand:
+        return str(cand["answer"] or "")
+    from dprm.llm.answers import canonical_answer
+
+    return canonical_answer(str(cand.get("text") or ""))
 
 
-def _choice(cands: list[dict], n: int) -> dict[str, Any]:
-    index = _pick([c["prm_score"] for c in cands], n)
+def _choice(cands: list[dict], n: int, rule: str = CONTRACT_RULE) -> dict[str, Any]:
+    """The pick of ``rule`` among the first ``n`` candidates (:func:`select_candidate`: the
+    highest uncalibrated PRM score, or the vote on final answers, ties to the higher score)."""
+    first = cands[:n]
+    scores = [c["prm_score"] for c in first]
+    index = select_candidate(
+        rule, scores, None if rule == CONTRACT_RULE else [_answer(c) for c in first]
+    )
+    chosen = {"index": index, "prm_score": cands[index]["prm_score"], "text": cands[index]["text"]}
+    if rule != CONTRACT_RULE:
+        chosen["answer"] = _answer(cands[index])
     return {
         "n": n,
         "samples": n,
-        "tokens": int(sum(c["n_tokens"] for c in cands[:n])),
-        "chosen": {
-            "index": index,
-            "prm_score": cands[index]["prm_score"],
-            "text": cands[index]["text"],
-        },
+        "tokens": int(sum(c["n_tokens"] for c in first)),
+        "chosen": chosen,
         "correct": cands[index]["correct"],
     }
 
@@ -70,7 +82,7 @@ def question_record(
     """One question's ``bon.jsonl`` record: its adaptive pick from the first ``budget``
     candidates, the fixed baseline's from the first ``base_n`` (none when 0), and ``extra``
     (allocation details) after the question's calibrated reading."""
-    adaptive = _choice(cands, budget)
+    adaptive = _choice(cands, budget, config.rule)
     return {
         "question_id": row["question_id"],
         "mode": "bon",
@@ -86,7 +98,7 @@ def question_record(
         "tokens": adaptive["tokens"],
         "chosen": adaptive["chosen"],
         "correct": adaptive["correct"],
-        "baseline": _choice(cands, base_n) if base_n else None,
+        "baseline": _choice(cands, base_n, config.rule) if base_n else None,
         "candidates": cands,
     }
 
@@ -101,6 +113,7 @@ def solve_chunk(
     pool: Any,
 ) -> list[dict]:
     """Sample, score, grade and pick for a few questions; one finished record per question."""
+    from dprm.llm.answers import canonical_answer
     from dprm.llm.generate import derive_seed
     from dprm.llm.prompts import build_prompt, split_steps
 
@@ -144,6 +157,7 @@ def solve_chunk(
                 "prm_score": float(scored.scores[j]),
                 "truncated": bool(scored.truncated[j]),
                 "correct": grade_at[i][j] if i in grade_at else None,
+                "answer": canonical_answer(c.text),
             }
             for j, c in enumerate(completions[i])
         ]
@@ -191,7 +205,7 @@ def run_bon(
         write_bon_export(out, suffix, records, {"source": "dprm solve --mode bon", **provenance})
         return write_summary(out, summarize_bon(read_results(out, "bon"), config))
     if config.auto_cost is not None:  # dprm ias's auto rule over this shard's questions
-        budgets = auto_budgets(cprm, states, config.train_bon, float(config.auto_cost))
+        budgets = auto_budgets(cprm, states, config.train_bon, float(config.auto_cost), config.rule)
     log = ResultLog(out / f"bon{suffix}.jsonl")
     rows = questions.to_dict("records")
     pending = [i for i, r in enumerate(rows) if r["question_id"] not in log]
@@ -215,15 +229,40 @@ def run_bon(
     return write_summary(out, summarize_bon(read_results(out, "bon"), config))
 
 
-def auto_budgets(cprm: CalibratedPRM, states: States, train_bon: str, cost: float) -> np.ndarray:
-    """Budgets [Q] of ``dprm ias``'s ``auto`` rule (contract selection, highest last score) for
-    live question states: learnt on ``train_bon`` (scored by the same PRM), at mean ``cost``;
-    uniform when the questions' states are unlike the training set's (``shift_auc``).
+def check_training_answers(train_bon: str, rule: str) -> None:
+    """Fail fast (one line) when ``rule`` votes on final answers and ``train_bon`` has none.
 
     Raises:
-        DataError: the training set's hidden size differs from the PRM's (another PRM scored it).
+        DataError: a voting rule and a BoN contract v1 training set (no ``answer`` column).
     """
-    fitted = fit_auto(cprm, states, train_bon)
+    from dprm.data import read_bon_set
+    from dprm.ias.rules import uses_answers
+    from dprm.io import DataError
+
+    if not uses_answers(rule):
+        return
+    train = read_bon_set(train_bon, check_hidden=False)
+    if "answer" not in train.responses.columns:
+        raise DataError(
+            train.path,
+            f"--rule {rule} votes on final answers, but this training set is BoN contract v1 "
+            "(no 'answer' column); rebuild it with this dprm version",
+        )
+
+
+def auto_budgets(
+    cprm: CalibratedPRM, states: States, train_bon: str, cost: float, rule: str = CONTRACT_RULE
+) -> np.ndarray:
+    """Budgets [Q] of ``dprm ias``'s ``auto`` rule for selection ``rule`` (default the
+    contract's, highest last score) for live question states: learnt on ``train_bon`` (scored
+    by the same PRM), at mean ``cost``; uniform when the questions' states are unlike the
+    training set's (``shift_auc``).
+
+    Raises:
+        DataError: the training set's hidden size differs from the PRM's (another PRM scored
+            it), or ``rule`` votes and the set has no final answers (BoN contract v1).
+    """
+    fitted = fit_auto(cprm, states, train_bon, rule)
     return fitted.allocator.budgets(fitted.estimate, cost, fitted.floor_share, cprm.n_max)
 
 
@@ -232,7 +271,7 @@ class FittedAuto:
     """``auto`` learnt on a training BoN set, for the live questions of one shard.
 
     Attributes:
-        allocator: the contract rule's allocator (selection-accuracy model g).
+        allocator: the rule's allocator (selection-accuracy model g).
         floor_share: the uniform floor share (1 when the live states are unlike the training
             set's).
         estimate: the calibrator's estimate on the live question states.
@@ -248,17 +287,20 @@ class FittedAuto:
     shifted: bool = False
 
 
-def fit_auto(cprm: CalibratedPRM, states: States, train_bon: str) -> FittedAuto:
-    """Fit ``auto`` (as ``dprm ias`` does for the contract rule) on ``train_bon`` for ``states``.
+def fit_auto(
+    cprm: CalibratedPRM, states: States, train_bon: str, rule: str = CONTRACT_RULE
+) -> FittedAuto:
+    """Fit ``auto`` for selection ``rule`` (as ``dprm ias`` does) on ``train_bon`` for ``states``.
 
     Raises:
-        DataError: the training set's hidden size differs from the PRM's (another PRM scored it).
+        DataError: the training set's hidden size differs from the PRM's (another PRM scored
+            it), or ``rule`` votes and the set has no final answers (BoN contract v1).
     """
     from dprm.data import read_bon_set
     from dprm.ias import estimate_from_model
     from dprm.ias.allocation import SHIFT_AUC, shift_auc
     from dprm.ias.pays import AutoAllocator, pool_share
-    from dprm.ias.rules import CONTRACT_RULE, Candidates, rule_table
+    from dprm.ias.rules import Candidates, rule_table
     from dprm.io import DataError
     from dprm.live.calibrated_prm import _StateTable
 
@@ -270,7 +312,7 @@ def fit_auto(cprm: CalibratedPRM, states: States, train_bon: str) -> FittedAuto:
             "--train-bon must be scored by the same PRM",
         )
     cands = Candidates.from_bon(train)
-    allocator = AutoAllocator(rule_table(cands, CONTRACT_RULE, n_max=cprm.n_max), pool_share(cands))
+    allocator = AutoAllocator(rule_table(cands, rule, n_max=cprm.n_max), pool_share(cands))
     kw = {"beta": cprm.beta, "m": cprm.m_levels}
     train_est = estimate_from_model(cprm.calibrator, train, **kw)
     share, _ = allocator.floor_share(train_est)
@@ -282,12 +324,13 @@ def fit_auto(cprm: CalibratedPRM, states: States, train_bon: str) -> FittedAuto:
     return FittedAuto(allocator, float(share), est, train, train_est, shifted)
 
 
-def fixed_curve(records: list[dict], n_top: int) -> list[dict[str, Any]]:
-    """Best of the first n samples, n = 1, 2, 4, ... and ``n_top``: accuracy, samples, tokens."""
+def fixed_curve(records: list[dict], n_top: int, rule: str = CONTRACT_RULE) -> list[dict[str, Any]]:
+    """The pick of ``rule`` from the first n samples, n = 1, 2, 4, ... and ``n_top``: accuracy,
+    samples, tokens."""
     ns = sorted({n for n in (2**k for k in range(12)) if n < n_top} | {n_top})
     rows = []
     for n in ns:
-        picks = [_choice(r["candidates"], n) for r in records]
+        picks = [_choice(r["candidates"], n, rule) for r in records]
         rows.append({"n": n, **side_totals(picks, None)})
     return rows
 
@@ -302,6 +345,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "mode": "bon",
         "allocation": "auto-seq" if config.auto_seq else "auto" if config.auto_cost else "C",
+        "rule": config.rule,
         "C": config.C,
         "n_max": config.n_max,
         "n_questions": len(records),
@@ -309,7 +353,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "baseline": None,
     }
     if add_baseline(summary, records, adaptive, int(config.baseline_n)) is not None:
-        curve = fixed_curve(records, int(config.baseline_n))
+        curve = fixed_curve(records, int(config.baseline_n), config.rule)
         summary["fixed_curve"] = curve
         match = next(
             (

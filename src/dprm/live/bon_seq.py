@@ -22,7 +22,10 @@ small one (:class:`dprm.ias.sequential.WrongAnswerModel`). As offline, a draw th
 answer ("") is an answer group of its own. A training set without answers keeps the
 estimates-only policy.
 
-A question's answer is the highest uncalibrated PRM score among its draws (docs/design.md §4).
+A question's answer is picked from its draws by ``--rule`` (default the highest uncalibrated PRM
+score, docs/design.md §4; or weighted best-of-N / majority vote on the final answers). The policy
+is learnt for that rule; for ``majority`` with answers its index is the vote race of
+:meth:`dprm.ias.sequential.SequentialPolicy.race_wins`, as offline.
 The fixed baseline picks from the first ``baseline_n`` candidates of the same pool: questions
 the policy gave fewer draws are topped up after the allocation (never read by the policy).
 
@@ -43,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dprm.ias.rules import CONTRACT_RULE
 from dprm.io import DataError
 from dprm.live.bon import _grade, fit_auto, question_record
 from dprm.live.calibrated_prm import CalibratedPRM, States
@@ -96,9 +100,18 @@ def check_sequential_training(calibrator: Any, train_bon: str) -> None:
         )
 
 
-def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str, cost: float):
+def indexes_race(seq, rule: str) -> bool:
+    """Whether ``auto-seq`` indexes the majority vote's race: the rule is ``majority`` and the
+    policy reads the draws' answers (as offline, :func:`dprm.ias.pays.sequential_rows`)."""
+    return seq.answers is not None and rule == "majority"
+
+
+def fit_sequential(
+    cprm: CalibratedPRM, states: States, train_bon: str, cost: float, rule: str = CONTRACT_RULE
+):
     """``auto-seq`` learnt on ``train_bon`` for the live question states at target cost
-    ``cost``, as ``dprm ias --sequential`` learns it for the contract rule (highest last score).
+    ``cost``, as ``dprm ias --sequential`` learns it for selection ``rule`` (default the
+    contract's, highest last score; ``majority`` with answers: the race index).
 
     The live draws always have answers, so, as offline (:func:`dprm.ias.pays.sequential_rows`)
     when both sets carry answers, the policy reads the draws' final answers when the training
@@ -113,15 +126,16 @@ def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str, cost: fl
         allocation is exactly uniform best-of-N, as offline).
 
     Raises:
-        DataError: the training set was scored by another PRM, or has no candidate states.
+        DataError: the training set was scored by another PRM, has no candidate states, or has
+            no final answers and ``rule`` votes.
     """
     from dprm.ias.estimates import candidate_estimates, estimate_samples
-    from dprm.ias.pays import sequential_floor_shares
-    from dprm.ias.rules import Candidates
+    from dprm.ias.pays import sequential_floor_shares, table_weight
+    from dprm.ias.rules import Candidates, uses_answers
     from dprm.ias.sequential import SequentialAuto
 
     check_sequential_training(cprm.calibrator, train_bon)
-    fitted = fit_auto(cprm, states, train_bon)
+    fitted = fit_auto(cprm, states, train_bon, rule)
     cands = Candidates.from_bon(fitted.train)
     train_est = fitted.train_estimate
     train_est.candidate = candidate_estimates(cprm.calibrator, fitted.train)
@@ -133,11 +147,13 @@ def fit_sequential(cprm: CalibratedPRM, states: States, train_bon: str, cost: fl
         cands.row >= 0,
         cands.answer,  # None for a contract-v1 set: the estimates-only policy
     )
+    majority = indexes_race(seq, rule)
     share = 1.0  # unlike the training questions: uniform
     if not fitted.shifted:
         (share,), _ = sequential_floor_shares(
-            seq, cands, train_est, cands.weights["last"], [cost], n_max=cprm.n_max
-        )
+            seq, cands, train_est, table_weight(cands, rule, None), [cost],
+            vote=uses_answers(rule), majority=majority, n_max=cprm.n_max,
+        )  # fmt: skip
     return seq, estimate_samples(fitted.estimate), float(share), fitted.shifted
 
 
@@ -247,12 +263,15 @@ def solve_sequential(
     if all(r["question_id"] in log for r in rows):
         return [log.records[r["question_id"]] for r in rows]
     seq, samples, share, shifted = fit_sequential(
-        cprm, states, str(config.train_bon), float(config.auto_cost)
+        cprm, states, str(config.train_bon), float(config.auto_cost), config.rule
     )
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
     mean_budget = _mean_budget(float(config.auto_cost), n_max)
     reads_answers = seq.answers is not None
-    policy = seq.policy(samples, np.full(q_count, n_max), n_max, answers=reads_answers)
+    policy = seq.policy(
+        samples, np.full(q_count, n_max), n_max, answers=reads_answers,
+        majority=indexes_race(seq, config.rule),
+    )  # fmt: skip
     prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
     floor = policy.start(mean_budget, share)
     if shifted:  # as offline: exactly uniform best-of-N (the policy chooses no draw)

@@ -30,6 +30,9 @@ from dprm.live.runlog import check_run_config, shard_suffix
 from dprm.version import __version__
 
 DEFAULT_C = {"bon": 0.9, "beam": 0.99}
+#: selection rules a live best-of-N run can answer by (``dprm.ias.rules``): the ones that need
+#: only what a live draw has, its final PRM score and its final answer
+LIVE_RULES = ("highest-last", "weighted-last", "majority")
 
 
 def _setting(default: Any = dataclasses.MISSING, *, help: str, fingerprint: bool = True, **flag):
@@ -74,6 +77,8 @@ class SolveConfig:
         train_bon: the training BoN set those allocations learn on.
         auto_seq: bon: the sequential ``auto-seq`` allocation (:mod:`dprm.live.bon_seq`).
         round_size: auto-seq: draws chosen together before their estimates are read.
+        rule: bon: how a question's answer is picked from its draws (:data:`LIVE_RULES`); the
+            ``auto`` / ``auto-seq`` allocations are learnt for this rule.
         batch_questions: questions generated together (one part of the log).
     """
 
@@ -134,6 +139,15 @@ class SolveConfig:
         16,
         help="bon with --auto-seq: draws chosen and generated together before their estimates "
         "are read (1: fully sequential; larger keeps a GPU busy)",
+    )
+    rule: str = _setting(
+        "highest-last",
+        help="bon: how the answer is picked from a question's draws: the highest final PRM "
+        "score (the paper's), weighted best-of-N (final scores summed per distinct final "
+        "answer) or majority vote (ties: the answer holding the higher single score). --auto-cost "
+        "learns its allocation for this rule; with majority, --auto-seq reads the vote's state "
+        "(the race index of dprm ias). Voting needs --train-bon with final answers (BoN v2)",
+        choices=list(LIVE_RULES),
     )
     temperature: float = _setting(0.7, help="sampling temperature", group="sampling")
     top_p: float = _setting(1.0, help="nucleus sampling", group="sampling")
@@ -219,6 +233,11 @@ class SolveConfig:
             fail("--auto-seq needs --auto-cost and --train-bon (its budget and training set)")
         if self.round_size < 1:
             fail(f"--round-size {self.round_size}: expected >= 1")
+        if self.rule not in LIVE_RULES:
+            fail(f"--rule {self.rule!r}: expected one of {', '.join(LIVE_RULES)}")
+        if self.mode == "beam" and self.rule != "highest-last":
+            fail(f"--rule {self.rule}: applies to --mode bon only (beam search keeps its own "
+                 "ranking, --rank-by)")  # fmt: skip
         if self.rank_by not in ("median", "mean"):
             fail(f"--rank-by {self.rank_by!r}: expected 'median' or 'mean'")
         if self.adaptive not in ("km", "k", "m", "none"):
