@@ -13,7 +13,6 @@ Usage: python benchmarks/bench_embed_onepass.py [--trajectories 48] [--repeats 3
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -77,8 +76,11 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     rng = random.Random(0)
-    with open(tiny_models.SHARED / "math500.jsonl", encoding="utf-8") as handle:
-        questions = [json.loads(line)["problem"] for line in handle][: args.trajectories]
+    from dprm.llm.questions import packaged_path, read_records
+
+    # MATH-500 as packaged with dprm (the file this script once read from a shared folder)
+    rows = read_records(packaged_path("math500"))
+    questions = [row["problem"] for row in rows][: args.trajectories]
     with tempfile.TemporaryDirectory() as tmp:
         tokenizers = tiny_models.build_tokenizers(Path(tmp))
         prm_dir = tiny_models.build_qwen_prm(
