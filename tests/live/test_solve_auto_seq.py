@@ -75,6 +75,21 @@ def train_bon(tmp_path_factory, prm, math500, questions_file, calibrator_dirs):
     return path
 
 
+def _without_answers(train_bon, dest):
+    """A copy of the training set without final answers (BoN contract v1)."""
+    import shutil
+
+    from dprm.io import read_json, write_json
+
+    shutil.copytree(train_bon, dest)
+    responses = pd.read_parquet(dest / "responses.parquet").drop(columns="answer")
+    responses.to_parquet(dest / "responses.parquet")
+    meta = read_json(dest / "meta.json")
+    meta["bon_version"] = 1
+    write_json(dest / "meta.json", meta)
+    return dest
+
+
 class CountingGenerator:
     """Wraps a generator; records the size of every generate call."""
 
@@ -106,14 +121,18 @@ def seq_run(
     tmp_path_factory, questions_file, model_dirs, calibrator_dirs, train_bon, load_cprm,
     generator, grading_pool,
 ):  # fmt: skip
+    config = _config(questions_file, model_dirs, calibrator_dirs["mono"], train_bon)
+    counting = CountingGenerator(generator)
+    return _solved(tmp_path_factory.mktemp("seq"), config, load_cprm, counting, grading_pool)
+
+
+def _solved(out, config, load_cprm, generator, pool):
+    """run_bon with the mono calibrator: (out, summary, records, cprm, config, generator)."""
     from dprm.live import run_bon
 
-    out = tmp_path_factory.mktemp("seq")
-    config = _config(questions_file, model_dirs, calibrator_dirs["mono"], train_bon)
-    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
-    counting = CountingGenerator(generator)
-    summary = run_bon(config, cprm, counting, out, progress=False, pool=grading_pool)
-    return out, summary, _records(out / "bon.jsonl"), cprm, config, counting
+    cprm = load_cprm(config.calibrator, n_max=N_MAX)
+    summary = run_bon(config, cprm, generator, out, progress=False, pool=pool)
+    return out, summary, _records(out / "bon.jsonl"), cprm, config, generator
 
 
 def _live_states(out):
@@ -203,20 +222,11 @@ def test_live_policy_reads_the_drawn_answers(seq_run):
 
 
 def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, train_bon):
-    import shutil
-
-    from dprm.io import read_json, write_json
     from dprm.live.bon import fit_auto
     from dprm.live.bon_seq import fit_sequential
 
     out, _, _, cprm, _, _ = seq_run
-    v1 = tmp_path / "train-v1"  # the same set without final answers (contract v1)
-    shutil.copytree(train_bon, v1)
-    responses = pd.read_parquet(v1 / "responses.parquet").drop(columns="answer")
-    responses.to_parquet(v1 / "responses.parquet")
-    meta = read_json(v1 / "meta.json")
-    meta["bon_version"] = 1
-    write_json(v1 / "meta.json", meta)
+    v1 = _without_answers(train_bon, tmp_path / "train-v1")
     states = _live_states(out)
     seq, _, share, _ = fit_sequential(cprm, states, str(v1), COST)
     assert seq.answers is None
@@ -466,13 +476,10 @@ def majority_run(
 ):  # fmt: skip
     """``--rule majority --auto-seq``; records how the policy was asked for."""
     from dprm.ias.sequential import SequentialAuto
-    from dprm.live import run_bon
 
-    out = tmp_path_factory.mktemp("seq-majority")
     config = _config(
         questions_file, model_dirs, calibrator_dirs["mono"], train_bon, rule="majority"
     )
-    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
     calls, original = [], SequentialAuto.policy
 
     def spy(self, *args, **kwargs):
@@ -481,8 +488,10 @@ def majority_run(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(SequentialAuto, "policy", spy)
-        summary = run_bon(config, cprm, generator, out, progress=False, pool=grading_pool)
-    return out, summary, _records(out / "bon.jsonl"), cprm, config, calls
+        run = _solved(
+            tmp_path_factory.mktemp("seq-majority"), config, load_cprm, generator, grading_pool
+        )
+    return (*run[:5], calls)
 
 
 def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
@@ -582,18 +591,9 @@ def test_fixed_budget_run_picks_by_the_rule(
 def test_voting_rules_refused_in_one_line(
     tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon, capsys
 ):
-    import shutil
-
     from dprm.cli import main
-    from dprm.io import read_json, write_json
 
-    v1 = tmp_path / "train-v1"  # the training set without final answers (contract v1)
-    shutil.copytree(train_bon, v1)
-    responses = pd.read_parquet(v1 / "responses.parquet").drop(columns="answer")
-    responses.to_parquet(v1 / "responses.parquet")
-    meta = read_json(v1 / "meta.json")
-    meta["bon_version"] = 1
-    write_json(v1 / "meta.json", meta)
+    v1 = _without_answers(train_bon, tmp_path / "train-v1")
     argv = ["solve", "--mode", "bon", "--questions", str(questions_file), "--generator",
             str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
             str(calibrator_dirs["mono"]), "--prm-device", "cpu", "--device", "cpu", "--quiet"]  # fmt: skip
