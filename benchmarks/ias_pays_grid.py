@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -179,7 +181,35 @@ def summarise(root: Path) -> None:
               f"non-decreasing {mono}")  # fmt: skip
 
 
-def beta_steps(root: Path, method: str = RECOMMENDED) -> pd.DataFrame:
+def _grown_ood(world: Path, questions: int, scratch: Path):
+    """The world's AIME-like BoN split grown to ``questions`` questions: the same twin world (its
+    preset, size and default seed, so the same question population, PRM embedding and
+    calibrators apply), a fresh sample of that many test questions. Written under ``scratch``
+    (the train and id splits cut to one question) and read back."""
+    import dataclasses
+
+    from dprm.data import read_bon_set
+    from dprm.data.synth import SIZES, write_world
+
+    preset, size = world.name.rsplit("-", 1)
+    base = SIZES[size]
+    splits = tuple(
+        dataclasses.replace(s, n_bon_questions=questions) if s.name == "ood"
+        else dataclasses.replace(s, n_questions=1, n_bon_questions=min(s.n_bon_questions, 1))
+        for s in base.splits
+    )  # fmt: skip
+    name = f"{size}-ood{questions}"
+    SIZES[name] = dataclasses.replace(base, splits=splits)  # a scratch size, this process only
+    try:
+        write_world(scratch, preset, size=name, progress=False)
+    finally:
+        del SIZES[name]
+    return read_bon_set(scratch / "ood" / "bon", check_hidden=False)
+
+
+def beta_steps(
+    root: Path, method: str = RECOMMENDED, ood_questions: int | None = None
+) -> pd.DataFrame:
     """The ``beta-cal`` sweep (C = 0.9) per question: is accuracy non-decreasing in beta?
 
     The sweep's accuracies are exact expectations over draws, so a step down is a property of the
@@ -190,9 +220,14 @@ def beta_steps(root: Path, method: str = RECOMMENDED) -> pd.DataFrame:
     (sd / sqrt(Q)); z = step / se. A step down is *significant* at family-wise 5 % when z is below
     the one-sided Bonferroni bound over every step of every cell printed.
 
+    With ``ood_questions`` the ``ood`` split is replaced by a fresh sample of that many questions
+    from the same AIME-like population (:func:`_grown_ood`, scored by the same fits): what the
+    rule does on the population rather than on the 60 questions of the grid.
+
     Args:
         root: a grid root (worlds ``<preset>-<size>`` with ``models/<method>-s<seed>``).
         method: the calibrator whose fits are read.
+        ood_questions: grow the ``ood`` split to this many questions (None: the world's own).
 
     Returns:
         one row per (world, split, step), also written to ``root / "beta_steps.csv"``.
@@ -213,7 +248,12 @@ def beta_steps(root: Path, method: str = RECOMMENDED) -> pd.DataFrame:
     for world in sorted(p for p in root.iterdir() if (p / "models").is_dir()):
         fits = sorted((world / "models").glob(f"{method}-s*"))
         for split in ("id", "ood"):
-            bon = read_bon_set(world / split / "bon", check_hidden=False)
+            scratch = None
+            if split == "ood" and ood_questions:
+                scratch = Path(tempfile.mkdtemp(prefix="ood-", dir=root))
+                bon = _grown_ood(world, ood_questions, scratch)
+            else:
+                bon = read_bon_set(world / split / "bon", check_hidden=False)
             pools = Pools.from_bon(bon)
             per_seed = []
             for fit in fits:
@@ -226,6 +266,8 @@ def beta_steps(root: Path, method: str = RECOMMENDED) -> pd.DataFrame:
                     [threshold_mask_exact(pools, cand >= q_beta[:, i][:, None], cap)[0]
                      for i in range(len(BETA_GRID))]
                 )  # fmt: skip
+            if scratch is not None:
+                shutil.rmtree(scratch)
             acc = np.mean(per_seed, axis=0)  # [B, Q]
             step = np.diff(acc, axis=0)  # [B - 1, Q]
             se = step.std(axis=1, ddof=1) / np.sqrt(step.shape[1])
@@ -240,7 +282,8 @@ def beta_steps(root: Path, method: str = RECOMMENDED) -> pd.DataFrame:
                        "accuracy_from", "accuracy_to", "step", "step_se"],
     )  # fmt: skip
     frame["z"] = frame["step"] / frame["step_se"].where(frame["step_se"] > 0)
-    frame.to_csv(root / "beta_steps.csv", index=False)
+    suffix = f"_ood{ood_questions}" if ood_questions else ""
+    frame.to_csv(root / f"beta_steps{suffix}.csv", index=False)
     bound = NormalDist().inv_cdf(0.05 / len(frame))  # one-sided, Bonferroni over every step printed
     cells = frame.groupby(["world", "split"]).agg(
         questions=("questions", "first"), worst_step=("step", "min"), worst_z=("z", "min")
@@ -273,6 +316,10 @@ def main() -> None:
         help="per-question beta-cal steps with paired standard errors (recommended calibrator)",
     )  # fmt: skip
     parser.add_argument(
+        "--ood-questions", type=int, default=None,
+        help="with --beta-steps: grow each world's ood split to this many fresh questions",
+    )  # fmt: skip
+    parser.add_argument(
         "--seq-methods", default=None,
         help="auto-seq for these estimates only (comma list; default: every one with candidate "
         "estimates, base and truth included); e.g. binomial, as auto-seq is slow",
@@ -289,7 +336,7 @@ def main() -> None:
     if args.summarise:
         summarise(args.root)
     if args.beta_steps:
-        beta_steps(args.root)
+        beta_steps(args.root, ood_questions=args.ood_questions)
 
 
 if __name__ == "__main__":

@@ -94,3 +94,47 @@ def test_mismatched_lengths_and_bad_settings():
         GradingPool(workers=0)
     assert grader_info()["grader"] == "math-verify"
     assert grader_info()["grader_version"]
+
+
+def _without_math_verify(monkeypatch):
+    """Make math-verify look uninstalled (find_spec says so, as on a machine without it)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "math_verify" else real(name, *a),
+    )
+
+
+def test_a_missing_grader_fails_in_one_line_instead_of_grading_everything_wrong(monkeypatch):
+    """Without math-verify the worker would turn every item into False; grading refuses."""
+    from dprm.config import ConfigError
+
+    _without_math_verify(monkeypatch)
+    with GradingPool(workers=1, timeout=5.0) as pool:
+        assert len(pool.grade([], []).correct) == 0  # nothing to grade: nothing needed
+        with pytest.raises(ConfigError, match="math-verify") as err:
+            pool.grade(["1"], ["$1$"])
+        assert "\n" not in str(err.value)
+
+
+def test_solve_refuses_graded_questions_without_the_grader(tmp_path, monkeypatch, capsys):
+    """dprm solve on questions with gold answers: one line, before --out is claimed or any model
+    loads (the model directories here are empty)."""
+    from dprm.cli import main
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"problem": "1 + 1?", "answer": "2"}\n', encoding="utf-8")
+    _without_math_verify(monkeypatch)
+    out = tmp_path / "out"
+    argv = ["solve", "--mode", "bon", "--questions", str(questions), "--generator",
+            str(tmp_path / "no-lm"), "--prm", str(tmp_path / "no-prm"), "--calibrator",
+            str(tmp_path / "no-cal"), "--out", str(out), "--quiet"]  # fmt: skip
+    for name in ("no-lm", "no-prm", "no-cal"):  # local inputs exist; nothing is loaded
+        (tmp_path / name).mkdir()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "math-verify" in err and "\n" not in err, err
+    assert not out.exists()

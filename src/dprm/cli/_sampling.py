@@ -163,7 +163,7 @@ def run_stage(
     Returns:
         The exit code: 0 (a shard already finished is skipped before loading the generator).
     """
-    from dprm.llm.grading import GradingPool
+    from dprm.llm.grading import GradingPool, require_grader
     from dprm.llm.shard import Shard, check_finished, output_path
 
     shard = args.shard or Shard()
@@ -177,6 +177,7 @@ def run_stage(
         final, {**full_fingerprint(fingerprint), "shard": str(shard)}, args.overwrite
     ):
         return skip(final, stage, args.quiet)
+    require_grader()  # before loading the generator: a missing grader is one line, not a run
     generator = load_generator_for(args)
     with GradingPool(args.grader_workers, args.grader_timeout) as pool:
         path, _ = run(

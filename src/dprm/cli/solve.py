@@ -71,12 +71,17 @@ def _solve(args: argparse.Namespace) -> int:
         from dprm.live.bon import check_training_answers
 
         check_training_answers(config.train_bon, config.rule)
+    # fail fast on the question file and the grader, before --out is claimed or a model loads
+    questions, _ = load_run_questions(config)
+    if (questions["answer"].astype(str).str.strip() != "").any():  # graded: needs the grader
+        from dprm.llm.grading import require_grader
+
+        require_grader()
     if args.shard in ("0/1", None):  # resumable: the run log checks the settings
         claim_output(args.out, overwrite=False, directory=True, resumable=True, inputs=inputs)
     else:  # the shards of one --out write their own files side by side: no lock on --out
         guard_output(args.out, inputs)
     apply_threads(args)
-    load_run_questions(config)  # fail fast on the question file before loading any model
     cprm = CalibratedPRM.from_dirs(
         args.prm,
         args.calibrator,

@@ -36,6 +36,27 @@ GRADER_NAME = "math-verify"
 DEFAULT_GRADER = "dprm.llm.grading:verify_answer"
 
 
+def require_grader(grader: str = DEFAULT_GRADER) -> None:
+    """Fail fast (one line) when the default grader's package is missing.
+
+    The worker turns any grader exception into a wrong answer, so without math-verify every
+    answer would grade False and a run would finish with accuracy 0 and mislabelled data.
+
+    Raises:
+        ConfigError: ``grader`` is the default and ``math_verify`` cannot be imported.
+    """
+    import importlib.util
+
+    from dprm.config import ConfigError
+
+    if grader == DEFAULT_GRADER and importlib.util.find_spec("math_verify") is None:
+        raise ConfigError(
+            "grading needs math-verify, which is not installed in this environment (pip "
+            "install 'math-verify>=0.8', or dprm's [llm] extra); without it every answer "
+            "would grade as wrong"
+        )
+
+
 def grader_info() -> dict:
     """Name and version of the grader, for provenance."""
     from importlib.metadata import PackageNotFoundError, version
@@ -209,6 +230,8 @@ class GradingPool:
         if len(golds) != len(predictions):
             raise ValueError(f"{len(golds)} gold answers but {len(predictions)} predictions")
         n = len(golds)
+        if n:
+            require_grader(self.grader)  # else every item would grade False, silently
         correct, timed_out, error = (np.zeros(n, dtype=bool) for _ in range(3))
         t0 = time.monotonic()
         pending = deque(range(n))
