@@ -61,3 +61,23 @@ def test_contains_boxed():
     assert contains_boxed("so $\\boxed{5}$.")
     assert contains_boxed("\\boxed{}")
     assert not contains_boxed("boxed 5")
+
+
+def test_template_of_a_local_generator_comes_from_its_config(tmp_path):
+    """A local Qwen copy whose path does not say "qwen" gets the Qwen format from config.json;
+    hub ids and named paths keep the reference's rule; an unreadable config keeps it too."""
+    import json
+
+    from dprm.llm.prompts import template_for
+
+    assert template_for("Qwen/Qwen2.5-Math-7B-Instruct") == "qwen"
+    assert template_for("meta-llama/Llama-3.2-1B-Instruct") == "llama3"
+    local = tmp_path / "math-1.5b"
+    local.mkdir()
+    assert template_for(str(local)) == "llama3"  # no config: the name rule
+    (local / "config.json").write_text(json.dumps({"model_type": "qwen2"}), encoding="utf-8")
+    assert template_for(str(local)) == "qwen"
+    (local / "config.json").write_text(json.dumps({"model_type": "llama"}), encoding="utf-8")
+    assert template_for(str(local)) == "llama3"
+    (local / "config.json").write_text("[not an object", encoding="utf-8")
+    assert template_for(str(local)) == "llama3"

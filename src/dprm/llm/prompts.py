@@ -13,7 +13,9 @@ pieces count, as in the reference); joining with ``"\\n\\n"`` inverts the split.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 STEP_SEPARATOR = "\n\n"
 
@@ -51,8 +53,24 @@ _BOXED_RE = re.compile(r"\\boxed\{.*?\}")
 
 
 def template_for(model_name: str) -> str:
-    """The reference's rule: ``"qwen"`` if the model id contains "qwen", else ``"llama3"``."""
-    return "qwen" if "qwen" in str(model_name).lower() else "llama3"
+    """The chat format of a generator: ``"qwen"`` or ``"llama3"``.
+
+    The reference's rule: ``"qwen"`` if the model id contains "qwen", else ``"llama3"``. A local
+    directory whose name does not say (``/models/math-1.5b``) is read by its ``config.json``
+    ``model_type`` instead (``qwen2`` and the like: ``"qwen"``), so a local Qwen copy does not
+    silently get the Llama-3 prompt.
+    """
+    if "qwen" in str(model_name).lower():
+        return "qwen"
+    config = Path(str(model_name)) / "config.json"
+    if config.is_file():
+        try:
+            model_type = str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
+        except (OSError, ValueError, AttributeError):
+            model_type = ""  # unreadable: keep the reference's rule
+        if model_type.lower().startswith("qwen"):
+            return "qwen"
+    return "llama3"
 
 
 def build_prompt(
