@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,22 @@ def test_reproduce_sequential_reaches_the_run_config(tmp_path, monkeypatch, caps
         main(["reproduce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--sequential" in text and "auto-seq" in text and "Slower" in text
+
+
+def test_quiet_silences_the_model_libraries_progress_bars(tmp_path, monkeypatch):
+    """--quiet / --no-progress also silence transformers' "Loading weights" and the hub's bars
+    (the environment variable for libraries not imported yet and worker processes)."""
+    hf_logging = pytest.importorskip("transformers.utils.logging")
+    from dprm.cli import main
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    hf_logging.enable_progress_bar()
+    try:
+        argv = ["synth", "--preset", "demo", "--size", "tiny", "--out", str(tmp_path / "w")]
+        assert main(argv) == 0
+        assert hf_logging.is_progress_bar_enabled()  # without the flag nothing changes
+        assert main([*argv[:-1], str(tmp_path / "w2"), "--quiet"]) == 0
+        assert not hf_logging.is_progress_bar_enabled()
+        assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    finally:
+        hf_logging.enable_progress_bar()

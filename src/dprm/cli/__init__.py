@@ -167,7 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.error(f"{args.command}: not available in this installation")
-    from dprm.cli._common import output_session
+    from dprm.cli._common import output_session, quiet_libraries
+
+    if getattr(args, "quiet", False) or getattr(args, "no_progress", False):
+        quiet_libraries()
 
     try:
         with output_session(args.command) as outputs:  # --out locks held until the end

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,18 @@ def add_progress_flags(parser: argparse.ArgumentParser) -> None:
 def show_progress(args: argparse.Namespace) -> bool:
     """Whether progress bars are wanted (neither ``--no-progress`` nor ``--quiet``)."""
     return not (args.no_progress or args.quiet)
+
+
+def quiet_libraries() -> None:
+    """Silence the model libraries' own progress bars (transformers' "Loading weights", the
+    hub's downloads) for ``--quiet`` / ``--no-progress``: the environment variable reaches
+    libraries not imported yet and worker processes; an already imported transformers is told
+    directly."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def add_output_flags(parser: argparse.ArgumentParser, help: str, metavar: str = "PATH") -> None:
