@@ -242,3 +242,40 @@ def test_shards_without_gold_answers(
     merged = read_bon_set(out / "bon_set")
     assert merged.questions["question_id"].tolist() == ["open/0", "open/1", "open/2"]
     assert not merged.responses["graded"].any()
+
+
+def test_grading_failures_are_flagged_and_counted(
+    tmp_path, questions_file, model_dirs, calibrator_dirs, load_cprm, generator, grading_pool
+):
+    """A grader timeout or error grades False; the candidate says so (``grade_failed``) and the
+    summary counts them, so a run whose grader struggled is not read as a run of wrong answers."""
+    from dprm.live import run_bon
+    from dprm.llm.grading import GradeResult
+
+    class FlakyPool:
+        """The real pool, with every third item reported as timed out (and graded False)."""
+
+        flagged = 0
+
+        def grade(self, golds, predictions):
+            real = grading_pool.grade(golds, predictions)
+            timed_out = np.arange(len(golds)) % 3 == 0
+            self.flagged += int(timed_out.sum())
+            return GradeResult(real.correct & ~timed_out, timed_out, real.error, real.seconds)
+
+    config = _config(questions_file, model_dirs, calibrator_dirs["mono"])
+    cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
+    pool = FlakyPool()
+    summary = run_bon(config, cprm, generator, tmp_path, progress=False, pool=pool)
+    cands = [c for r in _records(tmp_path / "bon.jsonl") for c in r["candidates"]]
+    failed = [c for c in cands if c["grade_failed"]]
+    assert failed and all(c["correct"] is False for c in failed)
+    assert summary["grading"] == {"candidates": len(cands), "failed": len(failed)}
+    assert len(failed) == pool.flagged  # every item the pool flagged, and only those
+
+
+def test_a_clean_run_reports_no_grading_failures(bon_run):
+    _, summary, records, _ = bon_run
+    n = sum(len(r["candidates"]) for r in records)
+    assert summary["grading"] == {"candidates": n, "failed": 0}
+    assert all(c["grade_failed"] is False for r in records for c in r["candidates"])

@@ -32,10 +32,14 @@ from dprm.live.session import open_run, solving
 from dprm.live.summary import add_baseline, mean_or_none, side_totals, write_summary
 
 
-def _grade(pool: Any, golds: list[str], texts: list[str]) -> list[bool]:
+def _grade(pool: Any, golds: list[str], texts: list[str]) -> list[tuple[bool, bool]]:
+    """(correct, grading failed) per text: a grader timeout or error grades False, and the
+    flag keeps that apart from a wrong answer (the summary counts them)."""
     if not texts:
         return []
-    return [bool(v) for v in pool.grade(golds, texts).correct]
+    result = pool.grade(golds, texts)
+    failed = np.asarray(result.timed_out, dtype=bool) | np.asarray(result.error, dtype=bool)
+    return [(bool(c), bool(f)) for c, f in zip(result.correct, failed, strict=True)]
 
 
 def _answer(cand: dict) -> str:
@@ -156,7 +160,8 @@ def solve_chunk(
                 "finish_reason": c.finish_reason,
                 "prm_score": float(scored.scores[j]),
                 "truncated": bool(scored.truncated[j]),
-                "correct": grade_at[i][j] if i in grade_at else None,
+                "correct": grade_at[i][j][0] if i in grade_at else None,
+                "grade_failed": grade_at[i][j][1] if i in grade_at else None,
                 "answer": canonical_answer(c.text),
             }
             for j, c in enumerate(completions[i])
@@ -342,6 +347,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     adaptive["cost"] = (
         None if adaptive["mean_budget"] is None else adaptive["mean_budget"] / config.n_max
     )
+    graded = [c for r in records for c in r["candidates"] if c.get("correct") is not None]
     summary: dict[str, Any] = {
         "mode": "bon",
         "allocation": "auto-seq" if config.auto_seq else "auto" if config.auto_cost else "C",
@@ -351,6 +357,11 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "n_questions": len(records),
         "adaptive": adaptive,
         "baseline": None,
+        # candidates graded, and those whose grading timed out or failed (graded False)
+        "grading": {
+            "candidates": len(graded),
+            "failed": sum(bool(c.get("grade_failed")) for c in graded),
+        },
     }
     if add_baseline(summary, records, adaptive, int(config.baseline_n)) is not None:
         curve = fixed_curve(records, int(config.baseline_n), config.rule)

@@ -222,7 +222,8 @@ class _Drawer:
                         "prm_score": scored[i][0],
                         "truncated": scored[i][1],
                         "estimate": float(scored[i][2]),
-                        "correct": correct.get(i),
+                        "correct": correct[i][0] if i in correct else None,
+                        "grade_failed": correct[i][1] if i in correct else None,
                         "answer": canonical_answer(c.text),
                     }
                 )
