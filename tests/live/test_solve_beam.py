@@ -198,3 +198,6 @@ def test_live_beam_search_on_the_tiny_lm(
         np.mean([r["correct"] for r in records])
     )
     assert summary["adaptive"]["tokens"] == sum(r["tokens"] for r in records)
+    # every final pick graded (adaptive and baseline), no grader failure on this run
+    assert all(s["grade_failed"] is False for r in records for s in (r, r["baseline"]))
+    assert summary["grading"] == {"candidates": 2 * len(records), "failed": 0}

@@ -18,8 +18,8 @@ from dprm.live.beam import Scorer, Search, absorb, generate_steps, plan_step
 from dprm.live.calibrated_prm import CalibratedPRM
 from dprm.live.run import SolveConfig
 from dprm.live.runlog import ResultLog, read_results
-from dprm.live.session import open_run, solving
-from dprm.live.summary import add_baseline, side_totals, write_summary
+from dprm.live.session import grade_texts, open_run, solving
+from dprm.live.summary import add_baseline, grading_totals, side_totals, write_summary
 
 
 def new_searches(row: dict, config: SolveConfig) -> list[Search]:
@@ -159,13 +159,13 @@ def run_beam(
                 if r["answer"].strip()
                 for j in range(len(picks[i]))
             ]
-            if graded:
-                verdicts = pool.grade(
-                    [part[i]["answer"] for i, _ in graded],
-                    [picks[i][j]["chosen"]["text"] for i, j in graded],
-                ).correct
-                for (i, j), ok in zip(graded, verdicts, strict=True):
-                    picks[i][j]["correct"] = bool(ok)
+            verdicts = grade_texts(
+                pool,
+                [part[i]["answer"] for i, _ in graded],
+                [picks[i][j]["chosen"]["text"] for i, j in graded],
+            )
+            for (i, j), (ok, failed) in zip(graded, verdicts, strict=True):
+                picks[i][j]["correct"], picks[i][j]["grade_failed"] = ok, failed
             for row, pair in zip(part, picks, strict=True):
                 adaptive = pair[0]
                 log.append(
@@ -196,6 +196,10 @@ def summarize_beam(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "n_questions": len(records),
         "adaptive": adaptive,
         "baseline": None,
+        # the final picks graded (adaptive and baseline), and those the grader failed on
+        "grading": grading_totals(
+            [*records, *(r["baseline"] for r in records if r.get("baseline"))]
+        ),
     }
     add_baseline(summary, records, adaptive, int(config.baseline_n))
     return summary

@@ -28,18 +28,14 @@ from dprm.ias.rules import CONTRACT_RULE, select_candidate
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig, question_states, write_bon_export
 from dprm.live.runlog import ResultLog, read_results
-from dprm.live.session import open_run, solving
-from dprm.live.summary import add_baseline, mean_or_none, side_totals, write_summary
-
-
-def _grade(pool: Any, golds: list[str], texts: list[str]) -> list[tuple[bool, bool]]:
-    """(correct, grading failed) per text: a grader timeout or error grades False, and the
-    flag keeps that apart from a wrong answer (the summary counts them)."""
-    if not texts:
-        return []
-    result = pool.grade(golds, texts)
-    failed = np.asarray(result.timed_out, dtype=bool) | np.asarray(result.error, dtype=bool)
-    return [(bool(c), bool(f)) for c, f in zip(result.correct, failed, strict=True)]
+from dprm.live.session import grade_texts, open_run, solving
+from dprm.live.summary import (
+    add_baseline,
+    grading_totals,
+    mean_or_none,
+    side_totals,
+    write_summary,
+)
 
 
 def _answer(cand: dict) -> str:
@@ -140,7 +136,7 @@ def solve_chunk(
     q_levels = cprm.quantiles(states, levels)
     p_hat = cprm.mean(states)
     graded = [i for i, r in enumerate(rows) if r["answer"].strip()]
-    grades = _grade(
+    grades = grade_texts(
         pool,
         [rows[i]["answer"] for i in graded for _ in completions[i]],
         [c.text for i in graded for c in completions[i]],
@@ -347,7 +343,6 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     adaptive["cost"] = (
         None if adaptive["mean_budget"] is None else adaptive["mean_budget"] / config.n_max
     )
-    graded = [c for r in records for c in r["candidates"] if c.get("correct") is not None]
     summary: dict[str, Any] = {
         "mode": "bon",
         "allocation": "auto-seq" if config.auto_seq else "auto" if config.auto_cost else "C",
@@ -357,11 +352,7 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "n_questions": len(records),
         "adaptive": adaptive,
         "baseline": None,
-        # candidates graded, and those whose grading timed out or failed (graded False)
-        "grading": {
-            "candidates": len(graded),
-            "failed": sum(bool(c.get("grade_failed")) for c in graded),
-        },
+        "grading": grading_totals(c for r in records for c in r["candidates"]),
     }
     if add_baseline(summary, records, adaptive, int(config.baseline_n)) is not None:
         curve = fixed_curve(records, int(config.baseline_n), config.rule)

@@ -48,11 +48,11 @@ import pandas as pd
 
 from dprm.ias.rules import CONTRACT_RULE
 from dprm.io import DataError
-from dprm.live.bon import _grade, fit_auto, question_record
+from dprm.live.bon import fit_auto, question_record
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
 from dprm.live.runlog import ResultLog
-from dprm.live.session import solving
+from dprm.live.session import grade_texts, solving
 
 
 class DrawLog(ResultLog):
@@ -202,7 +202,7 @@ class _Drawer:
                 for k, i in enumerate(mine):
                     scored[i] = (float(states.scores[k]), bool(states.truncated[k]), estimate[k])
             graded = [i for i in missing if self.rows[requests[i][0]]["answer"].strip()]
-            grades = _grade(
+            grades = grade_texts(
                 self.pool,
                 [self.rows[requests[i][0]]["answer"] for i in graded],
                 [completions[i].text for i in graded],

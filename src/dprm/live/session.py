@@ -71,3 +71,15 @@ def solving(
         if own is not None:
             own.close()
     bar.close()
+
+
+def grade_texts(pool: Any, golds: list[str], texts: list[str]) -> list[tuple[bool, bool]]:
+    """(correct, grading failed) per text: a grader timeout or error grades False, and the
+    flag keeps that apart from a wrong answer (the summaries count them, ``grading_totals``)."""
+    import numpy as np
+
+    if not texts:
+        return []
+    result = pool.grade(golds, texts)
+    failed = np.asarray(result.timed_out, dtype=bool) | np.asarray(result.error, dtype=bool)
+    return [(bool(c), bool(f)) for c, f in zip(result.correct, failed, strict=True)]

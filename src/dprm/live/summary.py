@@ -35,6 +35,13 @@ def side_totals(records: list[dict], key: str | None) -> dict[str, Any]:
     }
 
 
+def grading_totals(items) -> dict[str, int]:
+    """``{candidates, failed}`` over graded items (``correct`` not None): how many were graded,
+    and how many of them the grader timed out on or failed (graded False, ``grade_failed``)."""
+    graded = [c for c in items if c.get("correct") is not None]
+    return {"candidates": len(graded), "failed": sum(bool(c.get("grade_failed")) for c in graded)}
+
+
 def add_baseline(
     summary: dict[str, Any], records: list[dict], adaptive: dict[str, Any], baseline_n: int
 ) -> dict[str, Any] | None:
