@@ -1018,28 +1018,14 @@ def _random_calibration_set(width: int, n_questions: int = 48, per_question: int
     """Random states of the PRM's width with labels that depend on them (tests/live/conftest's
     recipe), so the fitted maps vary with the state and pass the collapse check."""
     import numpy as np
-    import pandas as pd
 
-    from dprm.data.contract import CalibrationSet
+    from fixtures.calibration import labelled_states
 
     rng = np.random.default_rng(0)
     hidden = rng.normal(size=(n_questions, width)).astype(np.float32)
     scores = rng.uniform(size=n_questions).astype(np.float32)
     mu = 2.0 * (hidden @ rng.normal(size=width)) / np.sqrt(width)
-    rows, states = [], []
-    for i in range(n_questions):
-        for r in range(per_question):
-            p = 1.0 / (1.0 + np.exp(-(mu[i] + rng.normal())))
-            rows.append((f"cal/{i}", r, 0, float(scores[i]), rng.binomial(8, p) / 8, 8))
-            states.append(hidden[i])
-    records = pd.DataFrame(
-        rows,
-        columns=["question_id", "response_id", "step", "prm_score", "success_prob", "n_rollouts"],
-    ).astype(
-        {"response_id": "int32", "step": "int32", "prm_score": "float32", "success_prob": "float32"}
-    )
-    meta = {"kind": "calibration", "hidden_dim": width}
-    return CalibrationSet(records, np.stack(states).astype(np.float32), meta)
+    return labelled_states(scores, hidden, mu, per_question, rng)
 
 
 #: tests/live/conftest's fit settings of the calibrators of sections live and solve

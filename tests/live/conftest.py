@@ -93,30 +93,15 @@ def grading_pool():
 
 def _calibration_set(prm, math500: Path):
     """Question states of the first MATH-500 problems with labels that depend on the state."""
-    import pandas as pd
-
-    from dprm.data.contract import CalibrationSet
     from dprm.llm.questions import load_questions
+    from fixtures.calibration import labelled_states
 
     questions = load_questions(math500, limit=N_CALIBRATION_QUESTIONS)
     scores, hidden = prm.question_state(questions["question"].tolist())
     rng = np.random.default_rng(0)
     z = (hidden - hidden.mean(0)) / (hidden.std(0) + 1e-6) @ rng.normal(size=hidden.shape[1])
     mu = 2.0 * z / np.sqrt(hidden.shape[1])
-    rows, states = [], []
-    for i in range(len(questions)):
-        for r in range(6):
-            p = 1.0 / (1.0 + np.exp(-(mu[i] + rng.normal())))
-            rows.append((f"cal/{i}", r, 0, float(scores[i]), rng.binomial(8, p) / 8, 8))
-            states.append(hidden[i])
-    records = pd.DataFrame(
-        rows,
-        columns=["question_id", "response_id", "step", "prm_score", "success_prob", "n_rollouts"],
-    ).astype(
-        {"response_id": "int32", "step": "int32", "prm_score": "float32", "success_prob": "float32"}
-    )
-    meta = {"kind": "calibration", "hidden_dim": int(hidden.shape[1])}
-    return CalibrationSet(records, np.stack(states).astype(np.float32), meta)
+    return labelled_states(scores, hidden, mu, 6, rng)
 
 
 @pytest.fixture(scope="session")
