@@ -138,8 +138,9 @@ def _sha256(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def _folder_locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock on a folder itself (flock on its descriptor): registry updates."""
+def folder_locked(folder: Path) -> Iterator[None]:
+    """An exclusive lock on a folder itself (flock on its descriptor): registry updates,
+    creating a shared SQLite schema."""
     import fcntl
 
     fd = os.open(folder, os.O_RDONLY)
@@ -168,7 +169,7 @@ def register_file_output(path: str | os.PathLike, command: str) -> None:
     """
     path = Path(path)
     folder = path.parent
-    with _folder_locked(folder):
+    with folder_locked(folder):
         files = {name: e for name, e in _read_registry(folder).items() if (folder / name).exists()}
         files[path.name] = {
             **_marker_record(command),

@@ -185,6 +185,66 @@ def test_tuned_overrides_reuses_the_study(data, tmp_path):
     assert first == again and first["lr"] > 0
 
 
+def test_tuned_overrides_creates_the_shared_schema_under_the_folder_lock(data, tmp_path):
+    """`dprm reproduce --tune-trials` runs a world's ot and qr units in two workers on one
+    study.db; each creating the schema at once failed ("table studies already exists"). The
+    schema is created while holding the folder's lock, so a second creator waits for it."""
+    import threading
+
+    from dprm.io import folder_locked
+
+    done = []
+    with folder_locked(tmp_path):
+        worker = threading.Thread(
+            target=lambda: done.append(T.tuned_overrides("qr", data, tmp_path, trials=1))
+        )
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and not (tmp_path / T.STUDY_FILE).exists()  # waits for us
+    worker.join(timeout=120)
+    assert not worker.is_alive() and done[0]["lr"] > 0
+
+
+_TUNED_OVERRIDES_AT = """
+import sys, time
+from dprm.data import read_calibration_set
+from dprm.models import tune as T
+data = read_calibration_set(sys.argv[1])
+while time.time() < float(sys.argv[4]):  # both processes start creating at the same moment
+    pass
+print(T.tuned_overrides(sys.argv[2], data, sys.argv[3], trials=1, max_steps=10)["lr"])
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_tune_two_methods_in_one_fresh_folder(tiny_world, tmp_path):
+    """The real thing, as reproduce's parallel train units do it: two processes start on one
+    fresh folder at the same instant, one per method; both searches finish."""
+    import subprocess
+    import sys
+    import time
+
+    path = str(tiny_world()["train/calib"])
+    start = str(time.time() + 8.0)  # after both interpreters have imported dprm
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TUNED_OVERRIDES_AT, path, method, str(tmp_path), start],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for method in ("qr", "mono")
+    ]
+    for run in runs:
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-2000:]
+        assert float(out.strip().splitlines()[-1]) > 0
+    import optuna
+
+    names = optuna.get_all_study_names(T.storage_url(tmp_path))
+    assert sorted(names) == ["mono", "qr"]
+
+
 @pytest.mark.parametrize("method", ["qr", "ot"])
 def test_trials_sharing_the_standardised_rows_compute_what_they_compute_alone(
     data, method, monkeypatch

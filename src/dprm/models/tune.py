@@ -54,7 +54,7 @@ import numpy as np
 from dprm import metrics as M
 from dprm.config import ConfigError
 from dprm.data.contract import CalibrationSet
-from dprm.io import DataError, OutputError, atomic_path, strict_jsonable, write_json
+from dprm.io import DataError, OutputError, atomic_path, folder_locked, strict_jsonable, write_json
 from dprm.models.fit import (
     SPLIT_SEED,
     VAL_FRACTION,
@@ -290,6 +290,18 @@ def _optuna():
 
 def storage_url(out: Path) -> str:
     return f"sqlite:///{(out / STUDY_FILE).resolve()}"
+
+
+def create_storage(out: Path) -> None:
+    """Create the SQLite schema of ``out/study.db`` once, under a lock on ``out``.
+
+    Worker processes that each create it at the same time race on it
+    (sqlite3.IntegrityError on alembic_version, or OperationalError "table studies already
+    exists", seen with ``dprm tune --jobs 2`` and with ``dprm reproduce --tune-trials``, where
+    the ot and qr units of one world share the file). Creating an existing schema is a no-op.
+    """
+    with folder_locked(out):
+        _optuna().storages.RDBStorage(storage_url(out))
 
 
 def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings, restart: bool):
@@ -587,6 +599,7 @@ def tuned_overrides(
     if objective not in OBJECTIVES:
         raise ConfigError(f"objective {objective!r} is not one of {OBJECTIVES}")
     settings = TuneSettings(trials=trials, seed=seed, max_steps=max_steps, objective=objective)
+    create_storage(out)  # the other methods' units of this world may be creating it too
     with open(out / f".{method}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -668,9 +681,7 @@ def tune(
         raise ConfigError("jobs > 1 needs a calibration set read from a directory")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    # Create the SQLite schema here, once: worker processes that each create it at the same
-    # time race on it (sqlite3.IntegrityError on alembic_version, seen with jobs = 2).
-    _optuna().storages.RDBStorage(storage_url(out))
+    create_storage(out)  # once, before the workers start
     started = time.perf_counter()
     entries: dict[str, dict] = {}
     if jobs <= 1:
