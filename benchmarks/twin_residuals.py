@@ -15,7 +15,12 @@ checkpoint by validation WQL, i.e. the pinball objective) and prints its Brier /
 (point estimate: the median, as the paper's QR) next to the paper's QR cells with residuals and
 pass or fail (Brier, PosBrier +-0.03, ECE +-0.05), the count of the 36 cells in tolerance, and
 each world's linear R^2: a ridge regression of the true logit's location ``true_mu`` on h, fitted
-on ``train`` and scored on the held-out ``id`` split. The QR part reads the hidden states into
+on ``train`` and scored on the held-out ``id`` split.
+
+Always, it also prints the ceiling on what any converged QR can reach in distribution: on each
+MATH500 cell, the ECE of a converged median is at most E|y - median(y)| of the cell's labels
+(``dprm.metrics.median_ece_ceiling``); a cell whose paper QR ECE minus the tolerance lies above
+that ceiling cannot be reached by a converged QR of any features, whatever h carries. The QR part reads the hidden states into
 memory: at paper size use ``--hidden-dim 256`` (h is an affine image of the embedding's 128
 units at any D >= 128, so a linear model of h is the same model class).
 
@@ -100,6 +105,7 @@ def main() -> int:
     qr_cells = qr_failed = 0
     qr_resid: list[np.ndarray] = []
     r2s: list[float] = []
+    out_of_reach: list[str] = []
     for prm in args.prms.split(","):
         for gen in args.generators.split(","):
             preset = f"{gen}__{prm}"
@@ -127,6 +133,14 @@ def main() -> int:
                     for o, t, r in zip(ours, target, resid, strict=True)
                 )
                 dataset = PAPER_DATASET[kinds[split]]
+                if split == "id":  # the QR is trained on this distribution: the ceiling holds
+                    ceiling = M.median_ece_ceiling(y)
+                    needed = paper_cell(prm, kinds[split], gen, "qr")[2] - QR_TOLERANCE[2]
+                    if needed > ceiling:
+                        out_of_reach.append(
+                            f"{gen} x {prm} {dataset}: paper QR ECE - {QR_TOLERANCE[2]} = "
+                            f"{needed:.3f} > ceiling {ceiling:.3f}"
+                        )
                 print(
                     f"{gen:14s} {prm:11s} {split:6s} {dataset:10s}{cols}  {'pass' if ok else 'FAIL'}",
                     flush=True,
@@ -158,6 +172,11 @@ def main() -> int:
         f"\n{n_cells - n_failed}/{n_cells} split rows pass (36 paper cells; MATH500 cells are "
         f"checked on both train and id); worst |residual| Brier {worst[0]:.3f}, "
         f"PosBrier {worst[1]:.3f}, ECE {worst[2]:.3f}; {time.perf_counter() - t0:.0f}s"
+    )
+    print(
+        f"\nQR cells no converged QR can reach (MATH500 ECE ceiling E|y - median y|): "
+        f"{len(out_of_reach)}; so at most {36 - len(out_of_reach)} of 36 under that assumption"
+        + "".join(f"\n  {line}" for line in out_of_reach)
     )
     if args.qr:
         resid = np.abs(np.array(qr_resid))

@@ -226,3 +226,25 @@ def linear_r2(
     weight = np.linalg.solve(a.T @ a + alpha * np.eye(a.shape[1]), a.T @ (train_target - centre))
     resid = np.asarray(test_target) - (b @ weight + centre)
     return float(1 - np.mean(resid**2) / np.var(test_target))
+
+
+def median_ece_ceiling(y) -> float:
+    """The largest ECE a converged median predictor can have on labels ``y``: E|y − median(y)|.
+
+    A point estimate m(h) that is the conditional median of y given any features of h (or the
+    pinball-loss minimiser over any model class that contains the constants, e.g. a converged
+    linear QR's τ = 0.5 head) has E|y − m(h)| ≤ E|y − median(y)|, because the constant median
+    is one of the candidates it beats. ECE is at most the mean absolute error (triangle
+    inequality in each bin). So in distribution, ECE(m) ≤ E|y − median(y)| ≤ min(E y, 1 − E y)
+    for y in [0, 1]. Population statement: a fit on finite data can exceed it by its
+    estimation error. Used to show which of the paper's QR cells no converged QR can reach
+    (docs/synth.md).
+
+    Args:
+        y: [n] labels (success rates in [0, 1]).
+
+    Returns:
+        The mean absolute deviation of ``y`` around its median.
+    """
+    y = _as_1d(y, "y")
+    return float(np.mean(np.abs(y - np.median(y))))

@@ -389,3 +389,25 @@ def test_linear_r2_hand_cases():
     assert linear_r2(h_train, noise_train, h_test, noise_test) < 0.01
     # squares of h are invisible to a linear readout (E[x^2 x] = 0 for a symmetric x)
     assert linear_r2(h_train, h_train[:, 0] ** 2, h_test, h_test[:, 0] ** 2) < 0.02
+
+
+def test_median_ece_ceiling_hand_worked():
+    # median 0.25 (even count: mean of the middle two), |y - 0.25| = .25, 0, 0, .75 -> 0.25
+    assert M.median_ece_ceiling([0.0, 0.25, 0.25, 1.0]) == pytest.approx(0.25)
+    assert M.median_ece_ceiling([0.4] * 5) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_a_conditional_median_never_has_ece_above_the_ceiling(seed):
+    """The bound behind docs/synth.md's unreachable QR cells: the per-group median of y (the
+    converged median given a discrete feature) has ECE <= E|y - median(y)|, however skewed."""
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(0, rng.integers(1, 30), size=400)
+    y = rng.binomial(8, rng.beta(0.3, 0.6, size=groups.max() + 1)[groups]) / 8
+    median = np.zeros_like(y)
+    for g in np.unique(groups):
+        median[groups == g] = np.median(y[groups == g])
+    assert M.ece(median, y) <= np.mean(np.abs(y - median)) + 1e-12
+    assert M.ece(median, y) <= M.median_ece_ceiling(y) + 1e-12
+    assert M.median_ece_ceiling(y) <= min(y.mean(), 1 - y.mean()) + 1e-12
