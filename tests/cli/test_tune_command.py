@@ -135,15 +135,25 @@ def test_train_auto_flags(search, calib, tmp_path, capsys):
 def test_objective_wql_is_stored_and_a_resume_with_another_is_refused(calib, tmp_path, capsys):
     out = tmp_path / "s"
     base = ["tune", "--data", calib, "--out", str(out), "--methods", "qr", "--trials", "1"]
-    assert main([*base, "--max-steps", "20", "--quiet", "--objective", "wql"]) == 0
+    assert main([*base, "--max-steps", "20", "--quiet"]) == 0  # the default objective: wql
     best = json.loads((out / "best.json").read_text())
     assert best["settings"]["objective"] == "wql"
     assert best["methods"]["qr"]["metric"] == "wql"
     capsys.readouterr()
-    assert main([*base, "--max-steps", "20", "--quiet"]) == 2  # default objective: checkpoint
+    assert main([*base, "--max-steps", "20", "--quiet", "--objective", "checkpoint"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "other settings (objective)" in err[0] and "--overwrite" in err[0]
     with pytest.raises(SystemExit) as exit_info:  # argparse: usage and one error line
         main([*base, "--max-steps", "20", "--quiet", "--objective", "nll"])
     assert exit_info.value.code == 2
     assert "argument --objective: invalid choice" in capsys.readouterr().err
+
+
+def test_the_parser_defaults_are_the_library_defaults():
+    """cli/tune.py spells them out so that building the parser imports no torch."""
+    from dprm.cli import tune as cli_tune
+    from dprm.models import tune as T
+
+    assert cli_tune.DEFAULT_METHODS.split(",") == list(T.TUNED_METHODS)
+    assert set(cli_tune.OBJECTIVES) == set(T.OBJECTIVES)
+    assert cli_tune.DEFAULT_OBJECTIVE == T.DEFAULT_OBJECTIVE

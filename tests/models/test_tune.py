@@ -26,8 +26,17 @@ def data(tiny_world):
 
 @pytest.fixture(scope="module")
 def search(data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("search")
-    best = T.tune(data, out, settings=FAST, progress=False)
+    # one thread, as the tests that repeat it (module fixtures run before `one_thread`): the
+    # validation WQL differs in its last digits between thread counts (reduction order)
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = tmp_path_factory.mktemp("search")
+        best = T.tune(data, out, settings=FAST, progress=False)
+    finally:
+        torch.set_num_threads(before)
     return out, best
 
 
@@ -387,7 +396,13 @@ def test_wql_objective_scores_every_method_by_the_returned_models_validation_wql
 
     settings = dataclasses.replace(FAST, trials=1)
     methods = ["qr", "binomial"]
-    own = T.tune(data, tmp_path / "own", methods=methods, settings=settings, progress=False)
+    own = T.tune(
+        data,
+        tmp_path / "own",
+        methods=methods,
+        settings=dataclasses.replace(settings, objective="checkpoint"),
+        progress=False,
+    )
     by_wql = T.tune(
         data,
         tmp_path / "wql",
@@ -395,7 +410,7 @@ def test_wql_objective_scores_every_method_by_the_returned_models_validation_wql
         settings=dataclasses.replace(settings, objective="wql"),
         progress=False,
     )
-    assert by_wql["settings"]["objective"] == "wql"
+    assert by_wql["settings"]["objective"] == "wql" == T.DEFAULT_OBJECTIVE
     assert own["settings"]["objective"] == "checkpoint"
     split = T.split_for_tuning(data)
     for method, checkpoint_metric in (("qr", "calibration_area"), ("binomial", "nll")):
@@ -422,7 +437,7 @@ def test_a_search_resumes_only_with_its_own_objective(data, tmp_path):
     from dprm.config import ConfigError
     from dprm.io import OutputError
 
-    settings = dataclasses.replace(FAST, trials=1)
+    settings = dataclasses.replace(FAST, trials=1, objective="checkpoint")
     T.tune(data, tmp_path, methods=["qr"], settings=settings, progress=False)
     by_wql = dataclasses.replace(settings, objective="wql")
     with pytest.raises(OutputError, match=r"other settings \(objective\)"):
@@ -439,3 +454,22 @@ def test_a_search_resumes_only_with_its_own_objective(data, tmp_path):
             settings=dataclasses.replace(settings, objective="brier"),
             progress=False,
         )
+
+
+def test_a_study_stored_before_the_objective_was_kept_is_a_checkpoint_search(data, tmp_path):
+    """Studies stored before session 10 have no "objective" in their settings and were scored by
+    the checkpoint score (then the default). Now that the default is "wql", such a study must
+    not resume as a wql search: it resumes only as a checkpoint search."""
+    from dprm.io import OutputError
+
+    optuna = pytest.importorskip("optuna")
+    checkpoint = dataclasses.replace(FAST, trials=1, objective="checkpoint")
+    T.tune(data, tmp_path, methods=["qr"], settings=checkpoint, progress=False)
+    study = optuna.load_study(study_name="qr", storage=T.storage_url(tmp_path))
+    legacy = {k: v for k, v in study.user_attrs["settings"].items() if k != "objective"}
+    study.set_user_attr("settings", legacy)
+    with pytest.raises(OutputError, match=r"other settings \(objective\)"):
+        T.tune(data, tmp_path, methods=["qr"], settings=dataclasses.replace(FAST, trials=1),
+               progress=False)  # fmt: skip
+    again = T.tune(data, tmp_path, methods=["qr"], settings=checkpoint, progress=False)
+    assert again["methods"]["qr"]["metric"] == "calibration_area"

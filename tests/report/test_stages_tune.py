@@ -28,6 +28,7 @@ def test_train_units_tune_only_when_asked(tmp_path):
         for u in stages.train_units(Pipeline(tmp_path / "b", tuned, progress=False), world)
     }
     assert units["qr"].inputs["tune_trials"] == 3
+    assert units["qr"].inputs["tune_objective"] == "wql"  # a new default re-runs tuned units
     assert "tune_trials" not in units["isotonic"].inputs  # no search space: trained as before
 
 
@@ -49,3 +50,19 @@ def test_train_one_fits_with_the_searched_parameters(tiny_world, tmp_path):
         config = json.loads((tmp_path / f"s{seed}" / "config.json").read_text())["config"]
         assert config["lr"] == best["lr"] and config["batch_size"] == best["batch_size"]
         assert config["max_steps"] == 20  # the run's own overrides win
+
+
+def test_a_pipeline_starts_a_stale_search_over(tiny_world, tmp_path):
+    """A unit re-runs only when its inputs changed (e.g. the search objective); the search stored
+    under the old settings is then started over, not refused as `dprm tune` would."""
+    import optuna
+
+    from dprm.data import read_calibration_set
+    from dprm.models.tune import storage_url, tuned_overrides
+
+    data = read_calibration_set(tiny_world()["train/calib"])
+    tuned_overrides("qr", data, tmp_path, trials=1, max_steps=10, objective="checkpoint")
+    tuned_overrides("qr", data, tmp_path, trials=1, max_steps=10, objective="wql")
+    study = optuna.load_study(study_name="qr", storage=storage_url(tmp_path))
+    assert study.user_attrs["settings"]["objective"] == "wql"
+    assert len(study.trials) == 1  # the checkpoint search's trial went with it

@@ -22,6 +22,8 @@ COMMAND = "tune"
 #: the methods tuned when --methods is not given (dprm.models.tune.TUNED_METHODS; not imported
 #: here so that building the parser stays free of torch)
 DEFAULT_METHODS = "ot,qr,mono,binomial"
+#: dprm.models.tune.OBJECTIVES and DEFAULT_OBJECTIVE, for the same reason (a test ties them)
+OBJECTIVES, DEFAULT_OBJECTIVE = ("wql", "checkpoint"), "wql"
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -76,8 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Hyper-parameter search (Optuna: seeded TPE sampler, median pruning) of the "
             "gradient-trained calibrators on one calibration set, with the same number of "
             "trials for every method. Trials are scored on the validation questions of the "
-            "set's own 80/20 split by question (seed 42), by the trainer's checkpoint score "
-            "or (--objective wql) by the validation WQL of the returned model; "
+            "set's own 80/20 split by question (seed 42), by the validation WQL of the "
+            "returned model (default) or (--objective checkpoint) by the trainer's checkpoint "
+            "score; "
             "pass the training split (W/train/calib), never a test split. Writes OUT/study.db "
             "(the studies: rerunning the same command resumes a killed search without "
             "repeating finished trials), OUT/best.json (per method: best parameters, scores, "
@@ -111,11 +114,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--objective",
-        choices=["checkpoint", "wql"],
-        default="checkpoint",
+        choices=list(OBJECTIVES),
+        default=DEFAULT_OBJECTIVE,
         help="what every method's trials are scored by on the validation questions: the "
-        "trainer's own checkpoint score (calibration area; count NLL for binomial) or the "
-        "WQL at 11 levels of the returned model; a search is resumed only with its own",
+        "WQL at 11 levels of the returned model (default: %(default)s) or the trainer's own "
+        "checkpoint score (calibration area; count NLL for binomial), which picked "
+        "near-marginal ot settings on the development worlds (docs/calibrators.md); a search "
+        "is resumed only with its own",
     )
     parser.add_argument(
         "--jobs",

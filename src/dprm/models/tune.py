@@ -79,7 +79,7 @@ DEFAULT_SELECT = "wql"
 #: model the trainer returns, one score for every method (the calibration area cannot tell a
 #: calibrated but near-marginal map from a sharp one; WQL can).
 OBJECTIVES = ("checkpoint", "wql")
-DEFAULT_OBJECTIVE = "checkpoint"
+DEFAULT_OBJECTIVE = "wql"
 #: measured seconds per default fit at D = 3584 (30k records, 1 thread): the heaviest searches
 #: start first when methods run in parallel (binomial + qr and ot + mono balance two workers)
 FIT_SECONDS = {"binomial": 16.5, "ot": 13.0, "mono": 10.2, "qr": 8.3}
@@ -213,11 +213,12 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
         "prune_startup": settings.prune_startup,
         "space": space,
     }
-    # Only a non-default objective is recorded, so a study stored before the setting existed
-    # (scored by the checkpoint score) still resumes; one with another objective is refused.
-    if settings.objective != DEFAULT_OBJECTIVE:
-        fingerprint["objective"] = settings.objective
+    fingerprint["objective"] = settings.objective
     return strict_jsonable(fingerprint)
+
+
+#: what a study stored without an "objective" was scored by (the default before session 10)
+LEGACY_OBJECTIVE = "checkpoint"
 
 
 # ----------------------------------------------------------------------------- data
@@ -317,6 +318,8 @@ def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings
     if method in optuna.get_all_study_names(storage):
         study = optuna.load_study(study_name=method, storage=storage)
         stored = study.user_attrs.get("settings")
+        if isinstance(stored, dict) and "objective" not in stored:  # stored before it was kept
+            stored = {**stored, "objective": LEGACY_OBJECTIVE}
         if stored != fingerprint:
             if not restart:
                 stored = stored or {}
@@ -587,7 +590,9 @@ def tuned_overrides(
 
     For pipelines (``dprm reproduce``'s train stage): the study lives in ``out/study.db`` and
     is shared by the training seeds of one (world, method); a file lock makes concurrent
-    workers wait for the one that runs it instead of adding trials. No calibrator is saved.
+    workers wait for the one that runs it instead of adding trials. A stored search with other
+    settings (data, trials' space, objective) is stale: the pipeline re-runs a unit only when
+    its inputs changed, so that search is started over. No calibrator is saved.
 
     Raises:
         CollapseError: no trial completed (every one pruned or failed).
@@ -603,7 +608,9 @@ def tuned_overrides(
     with open(out / f".{method}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            study = run_study(method, split_for_tuning(data), data, out, settings, progress=False)
+            study = run_study(
+                method, split_for_tuning(data), data, out, settings, progress=False, restart=True
+            )
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     if not any(t.state.name == "COMPLETE" for t in study.get_trials(deepcopy=False)):

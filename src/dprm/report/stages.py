@@ -138,6 +138,13 @@ def train_one(
     }
 
 
+def tune_objective() -> str:
+    """What a pipeline's searches score trials by (a changed default re-runs tuned units)."""
+    from dprm.models.tune import DEFAULT_OBJECTIVE
+
+    return DEFAULT_OBJECTIVE
+
+
 def tunable(tune_trials: int) -> tuple[str, ...]:
     """The methods a search covers (none when ``tune_trials`` is 0: optuna not needed)."""
     if tune_trials <= 0:
@@ -167,6 +174,7 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
                 tune_dir = str(pipe.layout.out / "tune" / world)
                 run = functools.partial(run, tune_trials=tune_trials, tune_dir=tune_dir)
                 inputs["tune_trials"] = tune_trials  # only then: other runs keep their hashes
+                inputs["tune_objective"] = tune_objective()
             units.append(
                 Unit(
                     key=f"train/{world}/{method}/seed{seed}",
