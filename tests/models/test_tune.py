@@ -396,19 +396,15 @@ def test_wql_objective_scores_every_method_by_the_returned_models_validation_wql
 
     settings = dataclasses.replace(FAST, trials=1)
     methods = ["qr", "binomial"]
-    own = T.tune(
-        data,
-        tmp_path / "own",
-        methods=methods,
-        settings=dataclasses.replace(settings, objective="checkpoint"),
-        progress=False,
-    )
-    by_wql = T.tune(
-        data,
-        tmp_path / "wql",
-        methods=methods,
-        settings=dataclasses.replace(settings, objective="wql"),
-        progress=False,
+    own, by_wql = (
+        T.tune(
+            data,
+            tmp_path / objective,
+            methods=methods,
+            settings=dataclasses.replace(settings, objective=objective),
+            progress=False,
+        )
+        for objective in ("checkpoint", "wql")
     )
     assert by_wql["settings"]["objective"] == "wql" == T.DEFAULT_OBJECTIVE
     assert own["settings"]["objective"] == "checkpoint"
