@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+if len(sys.argv) != 3 or not all((Path(a) / "eval").is_dir() for a in sys.argv[1:]):
+    sys.exit(f"usage: {sys.argv[0]} OUT_A OUT_B (two dprm reproduce output folders with eval/)")
 A, B = Path(sys.argv[1]), Path(sys.argv[2])
 rows = []
 for world in sorted(p.name for p in (B / "eval").iterdir()):

@@ -77,7 +77,9 @@ DEFAULT_SELECT = "wql"
 #: trainer's own checkpoint score at its best eligible checkpoint (each method's
 #: ``select_metric``); ``wql``: the validation WQL at the 11 levels (``M.LEVELS_11``) of the
 #: model the trainer returns, one score for every method (the calibration area cannot tell a
-#: calibrated but near-marginal map from a sharp one; WQL can).
+#: calibrated but near-marginal map from a sharp one; WQL can). ``wql`` is the default: on the
+#: development worlds the ``checkpoint`` search made ``ot`` worse than its defaults
+#: (docs/calibrators.md, "Tuning").
 OBJECTIVES = ("checkpoint", "wql")
 DEFAULT_OBJECTIVE = "wql"
 #: measured seconds per default fit at D = 3584 (30k records, 1 thread): the heaviest searches
@@ -212,8 +214,8 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
         "trial_only": TRIAL_ONLY.get(method, {}),
         "prune_startup": settings.prune_startup,
         "space": space,
+        "objective": settings.objective,
     }
-    fingerprint["objective"] = settings.objective
     return strict_jsonable(fingerprint)
 
 
