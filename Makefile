@@ -11,7 +11,7 @@ TRANSFORMERS_FLOOR ?= 4.48.2
 FLOOR_VENV ?= .venv-floor
 LLM_VENV   ?= .venv-llm
 
-.PHONY: demo test test-floor check-llm-extra lint format bench clean
+.PHONY: demo test test-fast test-floor check-llm-extra lint check-cycles format bench results clean
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,10 @@ demo: $(BIN)/dprm
 
 test: $(BIN)/dprm
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+# The edit-test loop: everything but the items marked slow (over ~30 s) and the GPU suite.
+test-fast: $(BIN)/dprm
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not gpu"
 
 # A fresh venv per case holding `pip install -e '.[llm]'` alone (no test tools) must load every
 # supported PRM's tokenizer from its real files; then the llm and live tests run on the floor.
@@ -49,17 +53,31 @@ test-floor: $(FLOOR_VENV)/.ready check-llm-extra
 	$(FLOOR_VENV)/bin/python tests/fixtures/check_llm_extra.py
 	$(FLOOR_VENV)/bin/python -m pytest -p no:xdist tests/llm tests/live
 
-lint: $(BIN)/dprm
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+LINTED = src tests benchmarks tools
+
+lint: $(BIN)/dprm check-cycles
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/lint-imports
 
-format: $(BIN)/dprm
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+# No import cycle between any two of dprm's modules (tools/check_cycles.py, built on grimp).
+check-cycles: $(BIN)/dprm
+	$(BIN)/python tools/check_cycles.py
 
+format: $(BIN)/dprm
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
+
+# Timings (benchmarks/perf): each prints its measured ratios; none is a pass/fail test.
 bench: $(BIN)/dprm
-	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+	for f in benchmarks/perf/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+# Re-render every docs/results page from the CSVs stored beside it (seconds; byte for byte).
+# The recomputations behind them are documented at the top of each page.
+results: $(BIN)/dprm
+	$(BIN)/python benchmarks/experiments/paper_rows.py --render
+	$(BIN)/python benchmarks/experiments/regime_map.py --render
+	$(BIN)/python benchmarks/experiments/ias_pays_grid.py --render
 
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) runs .pytest_cache

@@ -6,7 +6,7 @@ its calibration sets back, scores the raw ``prm_score`` (Base) against ``success
 dprm.metrics and prints, per cell, ours / paper / residual and pass or fail against the
 tolerances (Brier, PosBrier +-0.02, ECE +-0.04). The 36 cells are (generator, PRM) x {MATH500
 = our ``id`` split, AIME24-25 = our ``ood`` split}; the ``train`` split must match the MATH500
-row as well and is printed beside ``id``. The fit (benchmarks/fit_twin.py) targets paper size
+row as well and is printed beside ``id``. The fit (tools/fit_twin.py) targets paper size
 at the default seeds; other sizes and seeds show how far sampling noise moves the numbers.
 
 With ``--qr`` it also trains, per world, a converged linear QR with dprm's own trainer
@@ -37,7 +37,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit_twin import (
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from fit_twin import (  # noqa: E402
     CONVERGED_QR,
     PAPER_DATASET,
     QR_TOLERANCE,

@@ -60,7 +60,7 @@ vocabularies stay) so the whole script runs on CPU in about a minute, to
 catch bugs before spending device time (there bf16 runs on the CPU).
 
 Usage:
-    PYTHONPATH=src:tests python3 benchmarks/gpu_check.py [--scale full|tiny] [--device cuda]
+    PYTHONPATH=src:tests python3 tests/gpu/gpu_check.py [--scale full|tiny] [--device cuda]
         [--out gpu_check.json] [--sections env,qwen_prm_7b,...] [--workdir /tmp] [--keep]
         [--deadline-s 420] [--solve-max-new-tokens N]
 """
@@ -89,7 +89,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # dprm is not pip-installed on the GPU machine: the source tree and the test fixtures are used
 # in place (PYTHONPATH=src:tests does the same; this keeps a bare `python3` call working too).
 for _path in (ROOT / "src", ROOT / "tests"):
@@ -489,7 +489,7 @@ def park_adapter(ctx: Ctx, rec: dict[str, Any]) -> Path:
 
 
 def _steps(rng: random.Random, n_steps: int) -> list[str]:
-    """Synthetic steps as benchmarks/bench_embed_onepass.py writes them (~30-40 tokens each)."""
+    """Synthetic steps as benchmarks/perf/bench_embed_onepass.py writes them (~30-40 tokens each)."""
     words = ["we", "add", "the", "terms", "then", "divide", "both", "sides", "by", "two", "so",
              "x", "equals", "the", "value"]  # fmt: skip
     out = []
@@ -1660,7 +1660,7 @@ def main(argv: list[str] | None = None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="dprm-gpu-check-", dir=args.workdir))
     report: dict[str, Any] = {
-        "script": "benchmarks/gpu_check.py",
+        "script": "tests/gpu/gpu_check.py",
         "argv": sys.argv[1:] if argv is None else argv,
         "scale": args.scale,
         "device": device,

@@ -19,14 +19,14 @@ paper's QR Brier / PosBrier / ECE: the ``id`` cell on the ``id`` split, then, wi
 the ``ood`` cell on the ``ood`` split. The assumption behind it: the paper's QR was trained to
 convergence. The QR here is fitted on the embedding's units (h is an affine, full-rank image of
 them, so a linear model of h is the same model class) with full-batch Adam run to convergence;
-``benchmarks/twin_residuals.py --qr`` checks the result with dprm's own QR trainer on h.
+``benchmarks/experiments/twin_residuals.py --qr`` checks the result with dprm's own QR trainer on h.
 
 Usage:
-    python benchmarks/fit_twin.py            # fit the Base readouts and print the residuals
-    python benchmarks/fit_twin.py --write    # ... and write them into src/dprm/data/synth.py
-    python benchmarks/fit_twin.py --qr --size paper --write   # linear_share per cell (Base kept)
-    python benchmarks/fit_twin.py --ood-dprm --write   # ood shares again, with dprm's own QR
-    python benchmarks/fit_twin.py --park-budget        # the other assumption: Park et al.'s
+    python tools/fit_twin.py            # fit the Base readouts and print the residuals
+    python tools/fit_twin.py --write    # ... and write them into src/dprm/data/synth.py
+    python tools/fit_twin.py --qr --size paper --write   # linear_share per cell (Base kept)
+    python tools/fit_twin.py --ood-dprm --write   # ood shares again, with dprm's own QR
+    python tools/fit_twin.py --park-budget        # the other assumption: Park et al.'s
                                                        # start, a limited budget (prints only)
 """
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA_STAGES = ("generate", "generate-merge", "labels", "labels-merge", "embed", "embed-merge")
 
 
