@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import results_page as rp
 
 METHODS = ("binomial", "ot", "qr")
 RULES = ("highest-last", "majority", "weighted-last", "weighted-calibrated")
@@ -94,7 +95,9 @@ def run(
             print(f"{preset} {split} seed {seed}: {time.time() - t0:.0f} s", flush=True)
 
 
-def summarise(root: Path) -> None:
+def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every ``pays.csv`` and ``ias_full.csv`` under a grid root, one frame each (also written
+    to ``root / "pays_all.csv"``)."""
     pays, full = [], []
     for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
         split, seed = Path(path).parent.name.split("-s")
@@ -111,10 +114,28 @@ def summarise(root: Path) -> None:
         full.append(f.assign(world=world, split=split, seed=int(seed)))
     pays, full = pd.concat(pays), pd.concat(full)
     pays.to_csv(root / "pays_all.csv", index=False)
-    print(f"{pays.world.nunique()} worlds, seeds {sorted(pays.seed.unique())}")
+    return pays, full
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
+    """The grid's answer to "does adaptive compute pay?" as Markdown, from its pays rows (and,
+    when given, its ``ias_full.csv`` rows: ``auto-seq`` minus ``auto`` and the beta sweeps)."""
     keys = ["world", "split", "rule", "cost"]
     oracles = pays[pays.kind == "oracle"].groupby(keys)["headroom"].mean()
     pop = pays[pays.kind == "oracle-pop"].groupby(keys)["gain"].mean()  # oracle-pop - uniform
+    seeds = ", ".join(str(s) for s in sorted(pays.seed.unique()))
+    out = [
+        f"{pays.world.nunique()} worlds, seeds {seeds}; a cell is a (world, split, selection "
+        "rule, target cost), values are seed means. Gain: accuracy minus uniform best-of-N at "
+        "the same mean cost. Headroom: the oracle's gain (`oracle`: knows each question's "
+        "realised pool of 64; `oracle-pop`: knows each question's population accuracy-vs-n "
+        "curve). Share: sum of gains / sum of headroom.\n",
+    ]
+    rows = []
     for kind in ("auto", "auto-seq"):
         for method in (RECOMMENDED, "ot", "qr", "base", "truth"):
             sel = pays[(pays.kind == kind) & (pays.method == method)]
@@ -123,53 +144,93 @@ def summarise(root: Path) -> None:
                 continue
             cells = cells.join(oracles.rename("headroom")).join(pop.rename("headroom_pop"))
             below = cells["gain"] < -0.005
-            print(
-                f"{kind}[{method}]: cells {len(cells)}, not below uniform by >0.005 in "
-                f"{1 - below.mean():.1%} ({int((~below).sum())}/{len(cells)}; worst "
-                f"{cells['gain'].min():+.4f}); mean gain {cells['gain'].mean():+.4f}"
-            )
-            for col, name in (("headroom", "oracle (pool)"), ("headroom_pop", "oracle-pop")):
-                h = cells[col]
-                if h.isna().all():
-                    continue
-                big = h >= 0.04
-                share = cells["gain"].sum() / h.sum()
-                per_cell = np.nanmean(cells["gain"] / h.where(h > 0))
-                print(
-                    f"    vs {name:>13}: mean headroom {h.mean():+.4f}; headroom >= 0.04 in "
-                    f"{int(big.sum())} cells, gain >= 0.02 in "
-                    f"{int((cells['gain'][big] >= 0.02).sum())} (mean gain there "
-                    f"{cells['gain'][big].mean():+.4f}); share captured (sum gain / sum headroom) "
-                    f"{share:.1%}, mean per-cell share {per_cell:.1%}"
-                )
-    print("\nshare of the population headroom by split and rule (recommended calibrator):")
+            big = cells["headroom_pop"] >= 0.04
+            rows.append([
+                f"`{kind}` ({method})", str(len(cells)),
+                f"{int((~below).sum())} / {len(cells)}", f"{cells['gain'].min():+.4f}",
+                f"{cells['gain'].mean():+.4f}",
+                _pct(cells["gain"].sum() / cells["headroom"].sum()),
+                _pct(cells["gain"].sum() / cells["headroom_pop"].sum()),
+                f"{int((cells['gain'][big] >= 0.02).sum())} / {int(big.sum())}",
+            ])  # fmt: skip
+    out.append(rp.table(
+        ["allocation (estimate)", "cells", "not below uniform by > 0.005", "worst gain",
+         "mean gain", "share of `oracle` headroom", "share of `oracle-pop` headroom",
+         "gain ≥ 0.02 where `oracle-pop` headroom ≥ 0.04"],
+        rows, "lrrrrrrr",
+    ))  # fmt: skip
+    out.append(f"\n## By split and rule ({RECOMMENDED})\n")
     by = []
     for kind in ("auto", "auto-seq"):
         sel = pays[(pays.kind == kind) & (pays.method == RECOMMENDED)]
         cells = sel.groupby(keys)[["gain"]].mean().join(pop.rename("headroom_pop"))
         for (split, rule), grp in cells.groupby(level=["split", "rule"]):
-            by.append(
-                (kind, split, rule, len(grp), grp["gain"].mean(), grp["headroom_pop"].mean(),
-                 grp["gain"].sum() / grp["headroom_pop"].sum(), grp["gain"].min())
-            )  # fmt: skip
-    print(
-        pd.DataFrame(
-            by, columns=["kind", "split", "rule", "cells", "mean gain", "mean headroom_pop",
-                         "share_pop", "worst gain"],
-        ).round(4).to_string(index=False)
-    )  # fmt: skip
-    seq = pays[pays.kind == "auto-seq"]
-    if not seq.empty:
-        full_seq = full[full.sweep == "auto-seq"]
-        print("\nauto-seq minus auto (paired, common draw orders), mean over seeds and worlds:")
-        print(full_seq.groupby(["method", "split", "rule", "level"])[["minus_auto", "minus_auto_se"]]
-              .mean().round(4).to_string())  # fmt: skip
-    print("\nper rule (recommended calibrator), mean over seeds and worlds:")
-    rec = pays[(pays.kind == "auto") & (pays.method == RECOMMENDED)]
-    print(rec.groupby(["rule", "split", "cost"])[["accuracy", "gain", "headroom"]].mean().round(4))
-    print("\nC rule vs uniform (highest-last), where the C sweep reaches the cost:")
+            by.append([
+                f"`{kind}`", split, rule, str(len(grp)), f"{grp['gain'].mean():+.4f}",
+                f"{grp['headroom_pop'].mean():+.4f}",
+                _pct(grp["gain"].sum() / grp["headroom_pop"].sum()), f"{grp['gain'].min():+.4f}",
+            ])  # fmt: skip
+    out.append(rp.table(
+        ["allocation", "split", "rule", "cells", "mean gain", "mean `oracle-pop` headroom",
+         "share", "worst gain"],
+        by, "lllrrrrr",
+    ))  # fmt: skip
+    out.append(f"\n## Accuracy at each target cost ({RECOMMENDED})\n")
+    rec = pays[(pays.kind.isin(["auto", "auto-seq"])) & (pays.method == RECOMMENDED)]
+    per = rec.groupby(["kind", "rule", "split", "cost"])[["accuracy", "gain", "headroom"]].mean()
+    out.append(rp.table(
+        ["allocation", "rule", "split", "cost", "accuracy", "gain", "`oracle` headroom"],
+        [[f"`{k}`", r, sp, f"{c:g}", f"{v.accuracy:.4f}", f"{v.gain:+.4f}",
+          f"{v.headroom:+.4f}"] for (k, r, sp, c), v in per.iterrows()],
+        "llllrrr",
+    ))  # fmt: skip
+    out.append("## The C rule against uniform (highest-last), where its sweep reaches the cost\n")
     c = pays[(pays.kind == "C")].dropna(subset=["accuracy"])
-    print(c.groupby(["method", "split", "cost"])[["gain", "headroom"]].mean().round(4))
+    per_c = c.groupby(["method", "split", "cost"])[["gain", "headroom"]].mean()
+    out.append(rp.table(
+        ["estimate", "split", "cost", "gain", "`oracle` headroom"],
+        [[m, sp, f"{cost:g}", f"{v.gain:+.4f}", f"{v.headroom:+.4f}"]
+         for (m, sp, cost), v in per_c.iterrows()],
+        "lllrr",
+    ))  # fmt: skip
+    if full is not None and not full.empty:
+        seq = full[full.sweep == "auto-seq"]
+        if not seq.empty:
+            out.append("## `auto-seq` minus `auto` (paired on common draw orders)\n")
+            d = seq.groupby(["method", "split", "rule", "level"])[["minus_auto", "minus_auto_se"]]
+            out.append("```text\n" + d.mean().round(4).to_string() + "\n```\n")
+    return "\n".join(out)
+
+
+def beta_summary(frame: pd.DataFrame, title: str) -> str:
+    """Per (world, split): is the ``beta-cal`` sweep's accuracy non-decreasing in beta?"""
+    from statistics import NormalDist
+
+    bound = NormalDist().inv_cdf(0.05 / len(frame))  # one-sided, Bonferroni over every step
+    cells = frame.groupby(["world", "split"]).agg(
+        questions=("questions", "first"), worst_step=("step", "min"), worst_z=("z", "min")
+    )
+    out = [f"\n## {title}\n", f"{len(cells)} cells, {len(frame)} steps of 0.1 in beta; a step "
+           f"down is significant (family-wise 5 %) when z < {bound:.2f}.\n"]  # fmt: skip
+    rows = []
+    for split, grp in cells.groupby(level="split"):
+        rows.append([
+            split, str(int(grp["questions"].iloc[0])),
+            f"{int((grp['worst_step'] >= -1e-9).sum())} / {len(grp)}",
+            str(int((grp["worst_z"] < -2).sum())), str(int((grp["worst_z"] < bound).sum())),
+            f"{grp['worst_step'].min():+.4f}",
+        ])  # fmt: skip
+    out.append(rp.table(
+        ["split", "questions", "non-decreasing in beta", "worst z < -2", "significant drop",
+         "worst step"],
+        rows, "lrrrrr",
+    ))  # fmt: skip
+    return "\n".join(out)
+
+
+def summarise(root: Path) -> None:
+    pays, full = collect(root)
+    print(summary(pays, full))
     print("\nbeta sweeps at C = 0.9 (cost range, accuracy monotone?):")
     beta = full[full.sweep.isin(["beta", "beta-cal"])]
     for (world, split, method, sweep), grp in beta.groupby(["world", "split", "method", "sweep"]):
@@ -179,6 +240,40 @@ def summarise(root: Path) -> None:
         print(f"  {world:>24} {split:>3} {method:>8} {sweep:>8}: cost {lo:.3f}-{hi:.3f} "
               f"({hi / lo:5.1f}x), accuracy {g['accuracy'].min():.3f}-{g['accuracy'].max():.3f}, "
               f"non-decreasing {mono}")  # fmt: skip
+
+
+PAGE = "adaptive-compute"
+
+
+def render() -> Path:
+    """Write ``docs/results/adaptive-compute.md`` from the CSVs in its folder."""
+    data = rp.folder(PAGE)
+    pays = pd.concat(
+        [
+            pd.read_csv(data / "pays_uniform_oracle_auto_c.csv"),
+            pd.read_csv(data / "pays_auto_seq.csv"),
+        ]
+    )
+    body = (
+        "Does adaptive compute pay? On the paper-size twin v2 grid (18 worlds, held-out ID and "
+        f"OOD best-of-N sets, pools of 64, `{RECOMMENDED}` fitted at 3 seeds on each world's "
+        "training split): uniform best-of-N, the C rule, the up-front `auto` allocation, the "
+        "sequential `auto-seq` and the two oracles at target costs 0.05 / 0.1 / 0.25 (cost = "
+        "mean draws / 64), for highest-last and majority vote. docs/adaptive-bon.md explains "
+        "the allocations; docs/glossary.md the words.\n\n"
+        "## Headroom captured\n\n"
+        + summary(pays)
+        + beta_summary(pd.read_csv(data / "beta_steps.csv"),
+                       "The paper's beta early stopping (`beta-cal`, C = 0.9): accuracy against beta")
+        + "\n"
+        + beta_summary(pd.read_csv(data / "beta_steps_ood1000.csv"),
+                       "The same with 1,000 fresh questions of the AIME-like population per "
+                       "`ood` split")
+    )  # fmt: skip
+    return rp.write_page(
+        PAGE, "Adaptive compute: does it pay?",
+        "python benchmarks/experiments/ias_pays_grid.py --render", body,
+    )  # fmt: skip
 
 
 def _grown_ood(world: Path, questions: int, scratch: Path):
@@ -232,8 +327,6 @@ def beta_steps(
     Returns:
         one row per (world, split, step), also written to ``root / "beta_steps.csv"``.
     """
-    from statistics import NormalDist
-
     import torch
 
     torch.set_num_threads(1)
@@ -284,26 +377,22 @@ def beta_steps(
     frame["z"] = frame["step"] / frame["step_se"].where(frame["step_se"] > 0)
     suffix = f"_ood{ood_questions}" if ood_questions else ""
     frame.to_csv(root / f"beta_steps{suffix}.csv", index=False)
-    bound = NormalDist().inv_cdf(0.05 / len(frame))  # one-sided, Bonferroni over every step printed
-    cells = frame.groupby(["world", "split"]).agg(
-        questions=("questions", "first"), worst_step=("step", "min"), worst_z=("z", "min")
-    )
-    cells["strict"] = cells["worst_step"] >= -1e-9
-    cells["significant_drop"] = cells["worst_z"] < bound
-    print(f"beta-cal ({method}, C = {BETA_C}): {len(cells)} cells, {len(frame)} steps; "
-          f"Bonferroni bound z < {bound:.2f}")  # fmt: skip
-    print(cells.round(4).to_string())
-    for split, grp in cells.groupby(level="split"):
-        print(f"  {split}: strictly non-decreasing {int(grp['strict'].sum())}/{len(grp)}; "
-              f"worst z < -2 in {int((grp['worst_z'] < -2).sum())}; significant drop "
-              f"(family-wise 5 %) in {int(grp['significant_drop'].sum())}")  # fmt: skip
+    print(beta_summary(frame, f"beta-cal ({method}, C = {BETA_C})"))
     return frame
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*")
-    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--root", type=Path, default=None)
+    parser.add_argument(
+        "--render", action="store_true", help=f"write docs/results/{PAGE}.md from its stored CSVs"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest run: one tiny world, seed 0, binomial, highest-last",
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--vote-trials", type=int, default=96)
     parser.add_argument("--summarise", action="store_true")
@@ -325,6 +414,15 @@ def main() -> None:
         "estimates, base and truth included); e.g. binomial, as auto-seq is slow",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.render:
+        print(render())
+        return
+    if args.root is None:
+        parser.error("--root is required (or --render)")
+    if args.smoke:
+        args.presets = args.presets or ["llama-3.2-1b__qwen-prm"]
+        args.size, args.seeds, args.methods, args.rules = "tiny", "0", "binomial", "highest-last"
+        args.vote_trials, args.summarise = 8, True
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for preset in args.presets:
         seeds = [int(s) for s in args.seeds.split(",")]

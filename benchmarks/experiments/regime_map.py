@@ -1,4 +1,4 @@
-"""Regime map: when does the paper's OT beat QR (and mono, binomial)? (issue 19, item 5)
+"""Regime map: when does the paper's OT beat QR (and mono, binomial)?
 
 Two axes, each world held out (no calibrator trains or early-stops on ``id`` / ``ood``):
 
@@ -7,7 +7,7 @@ Two axes, each world held out (no calibrator trains or early-stops on ``id`` / `
   (labels, PRM score, truth, the keyed non-linear channel) is the preset's. Each world's
   *measured* linear R^2 is recorded: a ridge regression of the true logit's location
   ``true_mu`` on h, fitted on ``train`` and scored on ``id`` (and ``ood``), as in
-  ``benchmarks/twin_residuals.py``.
+  ``benchmarks/experiments/twin_residuals.py``.
 * **training size**: the number of training questions (``--train-questions``), a seeded subset
   of the ``train`` split's questions (all of a question's records; the paper size has 500,
   the demo 200). The world is written at paper size (500 questions per split) at
@@ -31,9 +31,12 @@ one_map``) stay apart in one CSV and are summarised side by side (``ot LABEL`` a
 
 Usage::
 
-    python benchmarks/regime_map.py --out /tmp/regime/regime.csv --seeds 0,1,2 \
+    python benchmarks/experiments/regime_map.py --out /tmp/regime/regime.csv --seeds 0,1,2 \
         --lambdas 1,0.6,0.3,0.1,0 --train-questions 100,200,500
-    python benchmarks/regime_map.py --out /tmp/regime/regime.csv --summary --figure map.png
+    python benchmarks/experiments/regime_map.py --out /tmp/regime/regime.csv --summary \
+        --figure map.png
+    python benchmarks/experiments/regime_map.py --render   # docs/results/regime-map.md
+    python benchmarks/experiments/regime_map.py --out /tmp/r.csv --smoke   # one tiny cell
 """
 
 from __future__ import annotations
@@ -260,7 +263,10 @@ def cells(rows: list[dict]) -> dict:
     return out
 
 
-def summarise(args) -> None:
+def summarise(args) -> str:
+    """The summary tables of ``--out`` (and ``--more``) as Markdown text."""
+    lines: list[str] = []
+    print = lines.append  # noqa: A001  (the tables are collected, then printed or rendered)
     rows = read_rows([args.out, *args.more])
     table = cells(rows)
     collapsed = [r for r in rows if r["collapsed"] == "True"]
@@ -271,6 +277,7 @@ def summarise(args) -> None:
     methods += sorted(labels - set(methods), key=lambda m: (METHODS.index(m.split()[0]), m))
     metrics = [f"{s}_{k}" for s in SPLITS for k in ("brier", "wql", "wql_interior")]
     print(f"{len(rows)} fits, {len(collapsed)} collapsed; mean ± std over seeds (n seeds)")
+    print("")
     print("| λ | R² (id) | train q | method | " + " | ".join(metrics) + " |")
     print("|" + "---|" * (4 + len(metrics)))
     for lam in lams:
@@ -284,7 +291,9 @@ def summarise(args) -> None:
                     for k in metrics
                 )
                 print(f"| {lam:g} | {e['r2_id']:.3f} | {n} | {m} ({len(e['seed'])}) | {vals} |")
-    print("\nOT − QR and OT − mono (tuned: and − binomial; paired by seed; negative = OT better)")
+    print("")
+    print("OT − QR and OT − mono (tuned: and − binomial; paired by seed; negative = OT better)")
+    print("")
     print("| λ | R² (id) | train q | pair | " + " | ".join(metrics) + " | OT ahead in |")
     print("|" + "---|" * (5 + len(metrics)))
     settings = sorted({m.partition(" ")[2] for m in labels} - {""})
@@ -310,6 +319,7 @@ def summarise(args) -> None:
             )  # fmt: skip
     if args.figure:
         draw(table, lams, sizes, methods, args.figure)
+    return "\n".join(lines) + "\n"
 
 
 def draw(table, lams, sizes, methods, path: Path) -> None:
@@ -347,14 +357,13 @@ def draw(table, lams, sizes, methods, path: Path) -> None:
                 ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    print(f"figure: {path}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, required=True, help="CSV (appended, resumable)")
+    parser.add_argument("--out", type=Path, default=None, help="CSV (appended, resumable)")
     parser.add_argument("--preset", default="llama-3.1-8b__qwen-prm")
     parser.add_argument(
         "--world-seed", type=int, default=101, help="101: a development seed, not the grid's"
@@ -375,12 +384,89 @@ def main() -> int:
     parser.add_argument("--tmp", default=None, help="where worlds are written (temporary)")
     parser.add_argument("--summary", action="store_true", help="only summarise --out")
     parser.add_argument("--figure", type=Path, default=None)
+    parser.add_argument(
+        "--render", action="store_true", help=f"write docs/results/{PAGE}.md from its stored CSVs"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest grid (one tiny cell) into --out"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.render:
+        print(render())
+        return 0
+    if args.out is None:
+        parser.error("--out is required (or --render)")
+    if args.smoke:
+        args.lambdas, args.train_questions, args.seeds = "0.3", "20", "0"
+        args.methods, args.hidden_dim = "qr", 16
     if not args.summary:
         run(args)
-    summarise(args)
+    print(summarise(args), end="")
     return 0
+
+
+PAGE = "regime-map"
+RECOMPUTE = (
+    "python benchmarks/experiments/regime_map.py --out docs/results/regime-map/"
+    "fits_default_and_one_map.csv --seeds 0,1,2 --lambdas 1,0.6,0.3,0.1,0 --train-questions "
+    '100,200,500 (and --overrides "ot:ensemble_size=1" --label one_map; the tuned rows: '
+    "--tuned docs/results/regime-map/tuned_wql50_best.json --label tuned_wql50 --out "
+    "docs/results/regime-map/fits_tuned.csv)"
+)
+
+
+def render() -> Path:
+    """Write ``docs/results/regime-map.md`` from the CSVs in ``docs/results/regime-map/``."""
+    import results_page as rp
+
+    data = rp.folder(PAGE)
+    args = argparse.Namespace(
+        out=data / "fits_default_and_one_map.csv", more=[data / "fits_tuned.csv"], figure=None
+    )
+    objective = list(csv.DictReader((data / "tuning_objective_dev_worlds.csv").open()))
+    rows = [
+        [r["world"], r["method"], r["setting"], r["trials"]]
+        + [f"{float(r[k]):.4f}" for k in ("id_brier", "id_wql", "ood_brier", "ood_wql")]
+        for r in objective
+    ]
+    body = (
+        "When does the paper's OT beat its linear QR baseline, and is the gain the OT "
+        "objective's or the network's? One twin v2 world (`llama-3.1-8b__qwen-prm`, world seed "
+        "101, hidden size 128) with its linear share λ set per row (the held-out linear R² of "
+        "the true logit on h is measured), 100 / 200 / 500 training questions, every method "
+        "fitted at 3 seeds and evaluated on held-out ID and OOD questions. Settings: `default` "
+        "(every method at its defaults; `ot` is its 4-map ensemble), `one_map` (`ot` with "
+        "`ensemble_size=1`), `tuned_wql50` (the best settings of a 50-trial validation-WQL "
+        "search per method on a development world, `tuned_wql50_best.json`) and "
+        "`tuned_checkpoint8` (an 8-trial search scored by the checkpoint objective).\n\n"
+        "![regime map](regime-map/regime_map.png)\n\n"
+        "## Every cell (mean ± std over seeds)\n\n"
+        + summarise(args)
+        + "\n## Tuning objective on two development worlds\n\n"
+        "20 trials per method and objective on the training split, refitted at seed 0, "
+        "evaluated held out (`tuning_objective_dev_worlds.csv`; computed at commit 7db71d0 by "
+        "a script since removed: `git show 7db71d0:benchmarks/tune_objective.py`). "
+        "docs/decisions/tuning-objective-wql.md reads it.\n\n"
+        + rp.table(
+            [
+                "world",
+                "method",
+                "objective",
+                "trials",
+                "ID Brier",
+                "ID WQL",
+                "OOD Brier",
+                "OOD WQL",
+            ],
+            rows,
+            "lllrrrrr",
+        )  # fmt: skip
+    )
+    return rp.write_page(
+        PAGE, "Regime map: OT against QR, mono and binomial",
+        "python benchmarks/experiments/regime_map.py --render", body,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from dprm import metrics as M
+from dprm.data import read_calibration_set
+from dprm.data.synth import GENERATORS, PRMS, SIZES, write_world
+from dprm.metrics import linear_r2
 from fit_twin import (  # noqa: E402
     CONVERGED_QR,
     PAPER_DATASET,
@@ -47,11 +51,6 @@ from fit_twin import (  # noqa: E402
     paper_base,
     paper_cell,
 )
-
-from dprm import metrics as M
-from dprm.data import read_calibration_set
-from dprm.data.synth import GENERATORS, PRMS, SIZES, write_world
-from dprm.metrics import linear_r2
 
 
 def qr_rows(paths, splits, kinds, gen: str, prm: str):
