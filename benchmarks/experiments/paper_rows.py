@@ -17,7 +17,15 @@ PosBrier / ECE, the paper's "Avg. % improv." over Base of OT and of QR and dprm'
 and counts the rows where OT is ahead (larger improvement). WQL rows are printed as dprm's raw
 seed-mean WQL and ``wql_interior`` (paper: its "relative to QR" percentage).
 
-Usage: python benchmarks/paper_rows.py OUT [--markdown]
+The rows, the cells and the WQL per world are stored as CSVs in ``docs/results/paper-vs-dprm/``
+(``rows_LABEL.csv``, ``cells_LABEL.csv``, ``wql_LABEL.csv``; LABEL ``default``: every method at
+its defaults, ``tuned``: ``--tune-trials 20``), and ``docs/results/paper-vs-dprm.md`` is rendered
+from them, with the tuned run set against the default one world by world.
+
+Usage:
+    python benchmarks/experiments/paper_rows.py OUT              # print the rows of one run
+    python benchmarks/experiments/paper_rows.py OUT --store LABEL  # store its CSVs, re-render
+    python benchmarks/experiments/paper_rows.py --render         # re-render from stored CSVs
 """
 
 from __future__ import annotations
@@ -114,53 +122,26 @@ def rows(out: Path) -> tuple[pd.DataFrame, dict]:
     return frame, wql
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    args = parser.parse_args()
-    frame, wql = rows(args.out)
-    data = load(args.out)
-    if frame.empty:
-        print("no world with base, ot and qr evaluated yet")
-        return 1
-    print(f"worlds: {', '.join(sorted(wql))}")
-    print(
-        "| PRM | dataset | metric | paper OT (6 gen) | paper QR (6 gen) | paper OT (same gen) | "
-        "paper QR (same gen) | dprm OT | dprm QR | ahead: paper / dprm |"
-    )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
-    counts: dict = defaultdict(lambda: [0, 0, 0])
-    seeds_ahead: dict = defaultdict(lambda: [0, 0])
+PAGE = "paper-vs-dprm"
+LABELS = {
+    "default": "every method at its defaults (`ot`: its 4-map ensemble), one training seed",
+    "tuned": "`ot` and `qr` each with 20 Optuna trials of validation WQL on the world's training "
+    "split (`--tune-trials 20`), refitted at seed 0",
+}
+RECOMPUTE = {
+    "default": "dprm reproduce --grid paper --methods ot,qr --seeds 1 --out OUT",
+    "tuned": "dprm reproduce --grid paper --methods ot,qr --seeds 1 --tune-trials 20 --out OUT",
+}
 
-    def spread(mean: float, sd: float) -> str:
-        return f"{mean:+.1f}" if np.isnan(sd) else f"{mean:+.1f} ± {sd:.1f}"
 
-    for r in frame.itertuples():
-        paper_ahead = "OT" if r.paper_ot > r.paper_qr else "QR"
-        ours_ahead = "OT" if r.dprm_ot > r.dprm_qr else "QR"
-        c = counts[r.dataset]
-        c[0] += ours_ahead == "OT"
-        c[1] += 1
-        c[2] += paper_ahead == "OT"
-        n = min(len(r.dprm_ot_seeds), len(r.dprm_qr_seeds))
-        every = bool(np.all(r.dprm_ot_seeds[:n] > r.dprm_qr_seeds[:n]))
-        seeds_ahead[r.dataset][0] += every
-        seeds_ahead[r.dataset][1] += 1
-        print(
-            f"| {r.prm} | {r.dataset} | {r.metric} | {r.paper6_ot:+.1f} | {r.paper6_qr:+.1f} | "
-            f"{r.paper_ot:+.1f} | {r.paper_qr:+.1f} | {spread(r.dprm_ot, r.dprm_ot_sd)} | "
-            f"{spread(r.dprm_qr, r.dprm_qr_sd)} | {paper_ahead} / {ours_ahead} |"
-        )
-    for dataset, (ot, n, paper_ot) in counts.items():
-        every, rows_n = seeds_ahead[dataset]
-        print(
-            f"{dataset}: OT ahead in dprm in {ot} of {n} rows, in every seed in {every} of "
-            f"{rows_n} (paper, same generators: {paper_ot})"
-        )
-    print("\nEvery OT and QR cell (Brier / PosBrier / ECE) next to the paper's:")
-    print("| world | dataset (dprm split) | metric | paper OT | paper QR | dprm OT | dprm QR |")
-    print("|---|---|---|---:|---:|---:|---:|")
+def frames(out: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(rows, cells, wql) of a ``dprm reproduce`` output folder, in the stored CSVs' columns."""
+    frame, wql = rows(out)
+    data = load(out)
+    row_cols = ["prm", "dataset", "metric", "paper6_ot", "paper6_qr", "paper_ot", "paper_qr",
+                "dprm_ot", "dprm_qr"]  # fmt: skip
     paper = paper_tables()
+    cells = []
     for world in sorted(wql):
         gen, _, prm = world.partition("__")
         for label, dataset, split in VIEWS:
@@ -169,18 +150,182 @@ def main() -> int:
                     (paper.prm == prm) & (paper.dataset == dataset) & (paper.generator == gen)
                     & (paper.metric == metric)
                 ].set_index("method")["value"]  # fmt: skip
-                ours = {m: np.mean(data[world, m][split][key]) for m in ("ot", "qr")}
-                print(
-                    f"| {world} | {label} ({split}) | {metric} | {cell.get('ot', np.nan):.4f} | "
-                    f"{cell.get('qr', np.nan):.4f} | {ours['ot']:.4f} | {ours['qr']:.4f} |"
-                )
-    print("\nWQL / wql_interior per world (seed mean), OT vs QR:")
-    print("| world | split | OT WQL | QR WQL | OT wql_interior | QR wql_interior |")
-    print("|---|---|---:|---:|---:|---:|")
-    for world, methods in sorted(wql.items()):
-        for split in ("id", "ood"):
-            (ow, oi), (qw, qi) = methods["ot"][split], methods["qr"][split]
-            print(f"| {world} | {split} | {ow:.4f} | {qw:.4f} | {oi:.4f} | {qi:.4f} |")
+                cells.append({
+                    "world": world, "dataset": label, "split": split, "metric": metric,
+                    "paper_ot": cell.get("ot", np.nan), "paper_qr": cell.get("qr", np.nan),
+                    "dprm_ot": np.mean(data[world, "ot"][split][key]),
+                    "dprm_qr": np.mean(data[world, "qr"][split][key]),
+                })  # fmt: skip
+    wql_rows = [
+        {"world": world, "split": split, "ot_wql": m["ot"][split][0], "qr_wql": m["qr"][split][0],
+         "ot_wql_interior": m["ot"][split][1], "qr_wql_interior": m["qr"][split][1]}
+        for world, m in sorted(wql.items()) for split in ("id", "ood")
+    ]  # fmt: skip
+    return frame[row_cols], pd.DataFrame(cells), pd.DataFrame(wql_rows)
+
+
+def stored(label: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The stored (rows, cells, wql) CSVs of one run."""
+    import results_page as rp
+
+    data = rp.folder(PAGE)
+    return tuple(pd.read_csv(data / f"{kind}_{label}.csv") for kind in ("rows", "cells", "wql"))
+
+
+def run_markdown(table: pd.DataFrame, cells: pd.DataFrame, wql: pd.DataFrame) -> str:
+    """One run's counts, rows, cells and WQL as Markdown."""
+    import results_page as rp
+
+    out = [f"Worlds: {', '.join(sorted(wql.world.unique()))}.\n"]
+    counts: dict = defaultdict(lambda: [0, 0, 0])
+    body = []
+    for r in table.itertuples():
+        paper_ahead = "OT" if r.paper_ot > r.paper_qr else "QR"
+        ours_ahead = "OT" if r.dprm_ot > r.dprm_qr else "QR"
+        c = counts[r.dataset]
+        c[0] += ours_ahead == "OT"
+        c[1] += 1
+        c[2] += paper_ahead == "OT"
+        body.append([
+            r.prm, r.dataset, r.metric, f"{r.paper6_ot:+.1f}", f"{r.paper6_qr:+.1f}",
+            f"{r.paper_ot:+.1f}", f"{r.paper_qr:+.1f}", f"{r.dprm_ot:+.1f}", f"{r.dprm_qr:+.1f}",
+            f"{paper_ahead} / {ours_ahead}",
+        ])  # fmt: skip
+    # the paper's own rows: MATH500 under its protocol and AIME24-25 (held out is dprm's extra)
+    own = [c for d, c in counts.items() if d != "MATH500, held out"]
+    total = sum(c[0] for c in own), sum(c[1] for c in own)
+    paper_total = sum(c[2] for c in own)
+    out.append(
+        f"**OT ahead of QR in {total[0]} of the paper's {total[1]} (PRM, dataset, metric) rows "
+        f"covered** (the paper, same generators: {paper_total} of {total[1]}); per view:\n"
+    )
+    out += [f"- {d}: OT ahead in {ot} of {n} rows (paper: {p})" for d, (ot, n, p) in counts.items()]
+    out.append(
+        "\nAverage % improvement over Base (the raw PRM score), mean over the generators run; "
+        '"paper (6 gen)" is the paper\'s published row, "paper (same gen)" its mean over '
+        "the generators this run covers.\n"
+    )
+    out.append(rp.table(
+        ["PRM", "dataset", "metric", "paper OT (6 gen)", "paper QR (6 gen)",
+         "paper OT (same gen)", "paper QR (same gen)", "dprm OT", "dprm QR",
+         "ahead: paper / dprm"],
+        body, "lllrrrrrrl",
+    ))  # fmt: skip
+    out.append("<details><summary>Every OT and QR cell next to the paper's</summary>\n")
+    out.append(rp.table(
+        ["world", "dataset (dprm split)", "metric", "paper OT", "paper QR", "dprm OT", "dprm QR"],
+        [[r.world, f"{r.dataset} ({r.split})", r.metric, f"{r.paper_ot:.4f}",
+          f"{r.paper_qr:.4f}", f"{r.dprm_ot:.4f}", f"{r.dprm_qr:.4f}"]
+         for r in cells.itertuples()],
+        "lllrrrr",
+    ))  # fmt: skip
+    out.append("WQL and `wql_interior` (τ 0.1..0.9) per world, OT against QR:\n")
+    out.append(rp.table(
+        ["world", "split", "OT WQL", "QR WQL", "OT wql_interior", "QR wql_interior"],
+        [[r.world, r.split, f"{r.ot_wql:.4f}", f"{r.qr_wql:.4f}", f"{r.ot_wql_interior:.4f}",
+          f"{r.qr_wql_interior:.4f}"] for r in wql.itertuples()],
+        "llrrrr",
+    ))  # fmt: skip
+    out.append("</details>\n")
+    return "\n".join(out)
+
+
+def tuned_against_default() -> str:
+    """World by world, tuned against default: held-out Brier (cells) and WQL, OT and QR."""
+    import results_page as rp
+
+    _, cells_d, wql_d = stored("default")
+    _, cells_t, wql_t = stored("tuned")
+    views = []
+    for split, name in (("id", "MATH500 (`id`)"), ("ood", "AIME24-25 (`ood`)")):
+        pick = {
+            "Brier": lambda c, split=split: c[(c.split == split) & (c.metric == "brier")]
+            .set_index("world")[["dprm_ot", "dprm_qr"]].set_axis(["ot", "qr"], axis=1),
+            "WQL": lambda w, split=split: w[w.split == split]
+            .set_index("world")[["ot_wql", "qr_wql"]].set_axis(["ot", "qr"], axis=1),
+        }  # fmt: skip
+        views.append((f"{name} Brier", pick["Brier"](cells_d), pick["Brier"](cells_t)))
+        views.append((f"{name} WQL", pick["WQL"](wql_d), pick["WQL"](wql_t)))
+    body = []
+    for name, default, tuned in views:
+        common = sorted(set(default.index) & set(tuned.index))
+        d, t = default.loc[common], tuned.loc[common]
+        n = len(common)
+        change = t - d
+        body.append([
+            name, f"{int((t.ot < d.ot).sum())} / {n}", f"{change.ot.mean():+.4f}",
+            f"{int((t.qr < d.qr).sum())} / {n}", f"{change.qr.mean():+.4f}",
+            f"{int((t.ot < t.qr).sum())} / {n}",
+        ])  # fmt: skip
+    return (
+        "Per world, on the worlds both runs cover (seed 0; from the 4-decimal cells above):\n\n"
+        + rp.table(
+            [
+                "held out",
+                "OT tuned lower than OT default",
+                "mean change",
+                "QR tuned lower than QR default",
+                "mean change",
+                "OT ahead of QR, tuned",
+            ],
+            body,
+            "lrrrrr",
+        )  # fmt: skip
+    )
+
+
+def render() -> Path:
+    """Write ``docs/results/paper-vs-dprm.md`` from the stored CSVs."""
+    import results_page as rp
+
+    parts = [
+        "The paper's calibration tables (Base, QR and OT per generator, PRM and dataset) next "
+        "to dprm's twin: `dprm reproduce --grid paper` trains OT and QR on each twin world's "
+        "training split and evaluates them on MATH500-like questions under the paper's protocol "
+        "(the training questions included, as the paper did) and held out, and on AIME-like "
+        "questions (OOD). The twin's worlds are fitted to the paper's Base cells only; OT and "
+        "QR come out of training. docs/synth.md describes the twin.\n",
+    ]
+    for label in ("default", "tuned"):
+        parts.append(f"## {label.capitalize()}: {LABELS[label]}\n")
+        parts.append(f"`{RECOMPUTE[label]}`, then `python benchmarks/experiments/paper_rows.py "
+                     f"OUT --store {label}`.\n")  # fmt: skip
+        parts.append(run_markdown(*stored(label)))
+    parts.append("## Tuned against default\n")
+    parts.append(tuned_against_default())
+    return rp.write_page(
+        PAGE, "The paper's tables next to dprm's twin",
+        "python benchmarks/experiments/paper_rows.py --render", "\n".join(parts),
+    )  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, nargs="?", help="a dprm reproduce output folder")
+    parser.add_argument("--store", choices=sorted(LABELS), help="store OUT's CSVs as this run")
+    parser.add_argument("--render", action="store_true", help=f"re-render docs/results/{PAGE}.md")
+    args = parser.parse_args()
+    if args.render:
+        print(render())
+        return 0
+    if args.out is None:
+        parser.error("OUT is required (or --render)")
+    if load(args.out) and not rows(args.out)[0].empty:
+        table, cells, wql = frames(args.out)
+    else:
+        print("no world with base, ot and qr evaluated yet")
+        return 1
+    if args.store:
+        import results_page as rp
+
+        data = rp.folder(PAGE)
+        data.mkdir(parents=True, exist_ok=True)
+        for kind, frame in (("rows", table), ("cells", cells), ("wql", wql)):
+            frame.to_csv(data / f"{kind}_{args.store}.csv", index=False)
+        rp.record_source(PAGE, RECOMPUTE[args.store], note=f"Run stored: {args.store}.")
+        print(render())
+        return 0
+    print(run_markdown(table, cells, wql))
     return 0
 
 
