@@ -47,9 +47,9 @@ from scipy.optimize import least_squares
 from dprm import metrics as M
 from dprm.data import synth as S
 
-#: tolerances of the match (Brier, PosBrier, ECE), as in issue 13
+#: tolerances of the match (Brier, PosBrier, ECE)
 TOLERANCE = np.array([0.02, 0.02, 0.04])
-#: tolerances of the QR match (Brier, PosBrier, ECE), issue 19
+#: tolerances of the QR match (Brier, PosBrier, ECE)
 QR_TOLERANCE = np.array([0.03, 0.03, 0.05])
 #: linear_share search: a coarse grid, then a finer one around the best coarse point
 COARSE_SHARES = np.linspace(0.0, 1.0, 6)

@@ -7,7 +7,7 @@ questions with calibration records and BoN pools), fit ``binomial``, ``ot`` and 
 highest-last / majority / weighted-last / weighted-calibrated, the truth as an extra estimate, and
 the greedy sweep. Each (world, split, seed) directory gets the usual IAS files incl. pays.csv.
 
-``--summarise`` reads them all back and prints the done-when checks of issue 20 (auto with the
+``--summarise`` reads them all back and prints the headroom checks (auto with the
 recommended calibrator vs uniform, same rule, at costs 0.05 / 0.1 / 0.25; headroom captured;
 the beta sweeps' cost ranges at C = 0.9), against both oracles: ``oracle`` (knows the realised
 pools) and ``oracle-pop`` (knows every question's population accuracy curve, twin test sets).

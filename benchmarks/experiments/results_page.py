@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "docs" / "results"
+#: where pages are read and written; DPRM_RESULTS_DIR points a test at a copy
+RESULTS = Path(os.environ.get("DPRM_RESULTS_DIR", ROOT / "docs" / "results"))
 
 
 def folder(name: str) -> Path:

@@ -1,6 +1,6 @@
 """Start-up time of the ``dprm`` command line, as a ratio to a bare ``python -c "import argparse"``.
 
-Target (issue 12): ``dprm --help`` and ``dprm questions --help`` in <= 0.5 s on a quiet 2-core
+Target: ``dprm --help`` and ``dprm questions --help`` in <= 0.5 s on a quiet 2-core
 machine. Each command runs ``--repeats`` times, interleaved with the reference, and the medians
 are printed. Usage::
 

@@ -1,6 +1,6 @@
 """``dprm run`` executors on CPU with tiny models: Ray vs local overhead, 1 vs 2 Ray workers.
 
-Issue 14, "Done when": the Ray executor's overhead over the local executor on the same recipe,
+The Ray executor's overhead over the local executor on the same recipe,
 and the throughput of the GPU-type stages (generate, rollout, embed: engine actors) with 1 vs 2
 Ray workers. Everything runs on this machine's CPU: a tiny random bigram generator and a tiny
 random Qwen-style PRM (built here, as in the tests), real MATH-500 questions, the tiny variant of

@@ -80,13 +80,19 @@ def mc_loop(score: np.ndarray, correct: np.ndarray, budgets: np.ndarray, seed: i
 
 
 def main() -> None:
-    argparse.ArgumentParser(
+    global Q, TRIALS
+    parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    ).parse_args()
+    )
+    parser.add_argument("--questions", type=int, default=Q, help=f"questions (default {Q})")
+    parser.add_argument("--trials", type=int, default=TRIALS, help="Monte Carlo trials")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run: 20 q, 5 trials")
+    args = parser.parse_args()
+    Q, TRIALS = (20, 5) if args.smoke else (args.questions, args.trials)
     score, correct, estimates = world()
     pools = ias.Pools.from_arrays(list(score), list(correct))
     exact_sweep(pools, estimates)  # warm-up (caches the pick-weight tensor)
-    reps = 20
+    reps = 2 if args.smoke else 20
     t0 = time.perf_counter()
     for _ in range(reps):
         budgets, exact = exact_sweep(pools, estimates)

@@ -48,7 +48,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--trials", type=int, default=128)
     parser.add_argument("--hidden-dim", type=int, default=32)
+    parser.add_argument("--size", default="paper", help="twin world size (default paper)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run: tiny world")
     args = parser.parse_args()
+    if args.smoke:
+        args.size, args.repeat, args.trials = "tiny", 1, 8
     import torch
 
     torch.set_num_threads(1)
@@ -71,7 +75,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         paths = write_world(
-            tmp, "llama-3.1-8b__qwen-prm", size="paper", hidden_dim=args.hidden_dim, progress=False
+            tmp,
+            "llama-3.1-8b__qwen-prm",
+            size=args.size,
+            hidden_dim=args.hidden_dim,
+            progress=False,
         )
         print(f"world written in {time.perf_counter() - t0:.1f} s")
         bon = read_bon_set(paths["id/bon"], check_hidden=False)

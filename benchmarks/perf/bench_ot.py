@@ -1,4 +1,4 @@
-"""Benchmark of the ``ot`` calibrator: the three measurements of the issue, side by side.
+"""Benchmark of the ``ot`` calibrator: three measurements side by side.
 
 1. ms per OT training step (g update every batch, f every ``f_every``-th; batch 256, the
    default paper-size network, D = 3584): dprm's step (T = dg/dtau carried forward by

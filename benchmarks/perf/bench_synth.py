@@ -23,7 +23,7 @@ t0 = time.perf_counter()
 import numpy as np
 from dprm.data.synth import write_world
 base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-paths = write_world(sys.argv[1], sys.argv[2], size="paper", progress=False)
+paths = write_world(sys.argv[1], sys.argv[2], size=sys.argv[3], progress=False)
 elapsed = time.perf_counter() - t0
 rows = {k: int(np.load(str(p) + "/hidden_states.npy", mmap_mode="r").shape[0]) for k, p in paths.items()}
 print(json.dumps({"seconds": elapsed, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
@@ -39,13 +39,17 @@ def main() -> int:
     )
     parser.add_argument("--presets", default="all")
     parser.add_argument("--keep", default=None, help="keep the worlds under this directory")
+    parser.add_argument("--size", default="paper", help="world size (default paper)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run: one tiny world")
     args = parser.parse_args()
+    if args.smoke:
+        args.presets, args.size = "llama-3.2-1b__qwen-prm", "tiny"
     presets = (
         [f"{g}__{p}" for p in PRMS for g in GENERATORS]
         if args.presets == "all"
         else args.presets.split(",")
     )
-    dim = SIZES["paper"].hidden_dim
+    dim = SIZES[args.size].hidden_dim
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="dprm-bench-synth-"))
     print(f"dprm synth benchmark: {len(presets)} presets at hidden_dim={dim}, one subprocess each")
     print(
@@ -55,7 +59,7 @@ def main() -> int:
     for preset in presets:
         out = root / preset
         res = subprocess.run(
-            [sys.executable, "-c", CHILD, str(out), preset],
+            [sys.executable, "-c", CHILD, str(out), preset, args.size],
             capture_output=True,
             text=True,
             check=True,

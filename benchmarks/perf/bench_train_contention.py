@@ -1,6 +1,6 @@
 """``dprm train`` under CPU contention: two fits side by side vs one on a quiet machine.
 
-Issue 15, "Done when" 3: with default settings, ``dprm train`` on a loaded machine (two
+With default settings, ``dprm train`` on a loaded machine (two
 ``dprm train`` in parallel on 2 cores) is within 1.5x of its time on a quiet machine. Prints
 the wall time of one fit alone and the mean of two fits run together, for the default
 ``--threads`` and for torch's own default (one thread per core, ``--threads <cores>``), and

@@ -1,6 +1,6 @@
 """Wall time of ``dprm tune`` (ot, qr, mono, binomial) on one paper-size world (D = 3584).
 
-Issue 19's target: 50 trials of each of the four gradient-trained calibrators within 30 minutes
+The target: 50 trials of each of the four gradient-trained calibrators within 30 minutes
 on 2 cores. Runs :func:`dprm.models.tune.tune` on the world's *training* split with ``--jobs``
 worker processes (1 torch thread each), then prints per method the finished trials (complete /
 pruned), the mean seconds of a complete and of a pruned trial, and the search's wall time. With
@@ -42,7 +42,14 @@ def main() -> None:
         action="store_true",
         help="run nothing: summarise the finished trials of an interrupted OUT/search/study.db",
     )
+    parser.add_argument("--size", default="paper", help="size of the synthesised world")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest run: tiny world, qr, 1 trial, 1 job"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.size, args.methods, args.trials, args.target_trials = "tiny", "qr", 1, 1
+        args.jobs, args.max_steps = 1, 20
     if args.partial:
         partial(Path(args.out) / "search", args)
         return
@@ -54,7 +61,7 @@ def main() -> None:
     if not args.world and not (world / "train" / "calib" / "meta.json").exists():
         from dprm.data.synth import write_world
 
-        write_world(world, args.preset, size="paper", progress=False)
+        write_world(world, args.preset, size=args.size, progress=False)
     search = out / "search"
     if search.exists():
         clear(search)
