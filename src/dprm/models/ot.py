@@ -31,7 +31,7 @@ objectives above with its own optimisers, initialisation and (by default) its ow
 levels, i.e. K seeds inside one fit; Q(tau | h) = mean_k T_k(tau | h), monotone as a mean of
 monotone maps. Validation, checkpoint selection and early stopping see the mean. This is
 bagging: it leaves the paper's objective unchanged and narrows the seed-to-seed spread that the
-checkpoint selection leaves (docs/calibrators.md, issue 19).
+checkpoint selection leaves (docs/decisions/ot-four-map-ensemble.md).
 
 Why this does not collapse: both networks start at the unconditional optimum. g starts with
 dg/dtau = Q0, the marginal quantile function of the training targets, and f with df/dy = Q0^-1
@@ -111,7 +111,7 @@ class OTConfig(MapNetConfig):
     # K members (g_k, f_k), each its own min-max, Q(tau | h) = mean_k T_k(tau | h); validation,
     # selection and early stopping see the mean (bagging of the paper's objective, which is
     # unchanged per member). A saved config without this key is one map (``from_config``).
-    # 4: met issue 19's seed-to-seed spread target on the 3 development worlds (K = 1 and 2
+    # 4: met the seed-to-seed spread target on the 3 development worlds (K = 1 and 2
     # missed the OOD spread; K = 3 met it too, with worse Brier means); ~3.4x one map's CPU
     # time (docs/calibrators.md).
     ensemble_size: int = in_range(4, ge=1)

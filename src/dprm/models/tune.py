@@ -8,11 +8,11 @@ is that search, made reproducible and fair:
   tuned calibrators is not a comparison of tuning effort.
 * **Objective on the training split's own validation questions.** The calibration set is split
   80/20 by question with the seed of :func:`dprm.models.fit.fit` (42); a trial trains on the
-  80 % and is scored on the 20 % (:data:`OBJECTIVES`): by default (``"checkpoint"``) by the
-  trainer's checkpoint-selection score (``select_metric``: the calibration area for ``ot`` /
-  ``qr`` / ``mono``, the count NLL for ``binomial``) at its best eligible checkpoint; with
-  ``"wql"`` by the validation WQL at the 11 levels of the model the trainer returns (the same
-  score for every method). Test splits (id / ood) are never read.
+  80 % and is scored on the 20 % (:data:`OBJECTIVES`): by default (``"wql"``, the same score for
+  every method) by the validation WQL at the 11 levels of the model the trainer returns; with
+  ``"checkpoint"`` by the trainer's checkpoint-selection score (``select_metric``: the
+  calibration area for ``ot`` / ``qr`` / ``mono``, the count NLL for ``binomial``) at its best
+  eligible checkpoint. Test splits (id / ood) are never read.
 * **Seeded and resumable.** A TPE sampler seeded from (seed, method); the studies live in
   ``OUT/study.db`` (SQLite), so a killed search continues where it stopped: finished trials are
   kept, a trial that was running is marked failed and not counted, and only the missing trials
@@ -79,7 +79,7 @@ DEFAULT_SELECT = "wql"
 #: model the trainer returns, one score for every method (the calibration area cannot tell a
 #: calibrated but near-marginal map from a sharp one; WQL can). ``wql`` is the default: on the
 #: development worlds the ``checkpoint`` search made ``ot`` worse than its defaults
-#: (docs/calibrators.md, "Tuning").
+#: (docs/decisions/tuning-objective-wql.md).
 OBJECTIVES = ("checkpoint", "wql")
 DEFAULT_OBJECTIVE = "wql"
 #: measured seconds per default fit at D = 3584 (30k records, 1 thread): the heaviest searches
@@ -219,7 +219,7 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
     return strict_jsonable(fingerprint)
 
 
-#: what a study stored without an "objective" was scored by (the default before session 10)
+#: what a study stored without an "objective" was scored by (the default before ``wql``)
 LEGACY_OBJECTIVE = "checkpoint"
 
 
