@@ -1,6 +1,6 @@
-"""Fault matrix of issue 18 (CLI side): outputs that cannot eat inputs, records checked on read.
+"""Fault matrix (CLI side): outputs that cannot eat inputs, records checked on read.
 
-Every case here failed on the code before issue 18 (3597380): an input, the working directory or
+Every case here failed on the code before commit 3597380: an input, the working directory or
 the home folder deleted by ``--overwrite`` with exit code 0, a user's folder replaced or written
 into, two writers racing for one ``--out``, duplicate or empty sets accepted, tracebacks instead
 of one-line errors, a ``.NAME.old-PID`` left behind, missing ``--quiet`` / ``--no-progress``.

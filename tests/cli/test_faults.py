@@ -1,4 +1,4 @@
-"""Fault-injection matrix of the commands that write (issue 15): ordinary mistakes and faults.
+"""Fault-injection matrix of the commands that write: ordinary mistakes and faults.
 
 Each case asserts the exit code, a one-line message naming the file or flag (no traceback), and
 that nothing that existed before was lost or altered. Cases marked ``needs models branch``
@@ -94,7 +94,7 @@ def test_existing_output_is_refused_without_overwrite(
 
 @pytest.mark.parametrize("command", WRITERS)
 def test_overwrite_replaces_an_output_of_the_same_kind(world, model_dir, tmp_path, command):
-    """--overwrite replaces an earlier output of dprm's (issue 18: and nothing else)."""
+    """--overwrite replaces an earlier output of dprm's (and nothing else)."""
     out = tmp_path / "precious"
     argv = commands_that_write(world, model_dir, out)[command]
     assert main(argv) == 0

@@ -1,6 +1,6 @@
 """The PRM wrappers on the real vocabularies (tests/fixtures/tokenizers), tiny random weights.
 
-Faults of issue 11 each have a test here: (1) model loading on the declared transformers floor
+Each of these faults has a test here: (1) model loading on the declared transformers floor
 (every test loads through ``load_prm`` on a directory, as a hub id would), (2) Math-Shepherd's
 tokenizer from ``tokenizer.model`` alone with the ``llm`` extra's packages, (3) question-only
 and whitespace-ending steps under transformers 5.x, (4) an empty last step.

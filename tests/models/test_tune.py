@@ -453,7 +453,7 @@ def test_a_search_resumes_only_with_its_own_objective(data, tmp_path):
 
 
 def test_a_study_stored_before_the_objective_was_kept_is_a_checkpoint_search(data, tmp_path):
-    """Studies stored before session 10 have no "objective" in their settings and were scored by
+    """Studies stored before the objective was kept have no "objective" in their settings and were scored by
     the checkpoint score (then the default). Now that the default is "wql", such a study must
     not resume as a wql search: it resumes only as a checkpoint search."""
     from dprm.io import OutputError

@@ -75,7 +75,7 @@ def test_labels_changed_in_place_rerun_what_reads_them(tmp_path, tiny_dirs, ques
 
 
 def test_recipe_pointed_at_other_labels_retrains(tmp_path, tiny_dirs, question_files):
-    """Issue 18: the train fingerprint depends on the data (the world's data fingerprint is no
+    """The train fingerprint depends on the data (the world's data fingerprint is no
     longer overwritten by the split name), so new labels are not scored with old models."""
     recipe = park_recipe(tmp_path, tiny_dirs, question_files)
     out = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""The report of a real-data ``dprm run`` (issue 18 item 6): the user's names, not the grid's.
+"""The report of a real-data ``dprm run``: the user's names, not the grid's.
 
 One tiny recipe on a fake copy of Park et al.'s released labels (the layout of
 ``tests/recipe/test_park_source.py``), two training seeds, run once through the CLI; every test
@@ -100,7 +100,7 @@ def test_real_run_report_speaks_of_the_users_data(park_run):
     assert not re.search(r"\bOT\b", text)
     assert "IAS: not run" in text  # the recipe's [bon] n = 0
     assert _empty_headings(text) == []
-    # a checks section holds its table (issue 18: a heading and a sentence, no table)
+    # a checks section holds its table (not just a heading and a sentence)
     if "## Checks" in text:
         section = text.split("## Checks", 1)[1].split("\n## ", 1)[0]
         assert "|---" in section
@@ -132,7 +132,7 @@ def test_report_wall_time_is_the_clis(park_run):
     assert abs(report - cli) <= 1.0, (report, cli)
     assert abs(run["wall_time_s"] - cli) <= 1.0, (run["wall_time_s"], cli)
     assert run["wall_time_s"] >= report - 0.05, (run["wall_time_s"], report)
-    # the report's figure covers the tables and figures stages (the gap issue 18 found)
+    # the report's figure covers the tables and figures stages
     stages = sum(t["seconds"] for t in run["stage_timing"].values())
     assert report >= stages - 0.1, (report, stages)
 

@@ -223,7 +223,7 @@ def _crowding(fig) -> list[str]:
 
 
 def test_no_legend_over_data_no_crowded_ticks(tmp_path, ias_frame, monkeypatch):
-    """issue 18: the flexibility figure's legend covered its data; the β figure's tick labels
+    """The flexibility figure's legend covered its data; the β figure's tick labels
     overlapped. Every figure is checked just before it is saved."""
     from dprm.report.figures import calibration, style
 
@@ -240,7 +240,7 @@ def test_no_legend_over_data_no_crowded_ticks(tmp_path, ias_frame, monkeypatch):
     qr = np.linspace(0.1, 0.99, 11)
     qr[8] = 0.97  # a crossing near the top, where the legend used to sit
     F.flexibility_figure(tmp_path / "flex", levels, 1 - (1 - levels) ** 3, qr_levels, qr, levels)
-    narrow = ias_frame.assign(cost=0.0172 + ias_frame["cost"] * 0.0026)  # ranges like issue 18's
+    narrow = ias_frame.assign(cost=0.0172 + ias_frame["cost"] * 0.0026)  # narrow cost ranges
     F.beta_figure(narrow, tmp_path / "beta", methods=["ot"])
     F.frontier_figure(ias_frame, tmp_path / "frontier")
     assert set(problems) == {"flex", "beta", "frontier"}

@@ -92,7 +92,7 @@ def test_resume_redoes_nothing_then_only_what_was_lost(tiny_copy, tiny_config):
 
 @pytest.mark.slow
 def test_changed_override_on_resume_reruns_that_methods_units(tiny_copy, tiny_config):
-    """issue 15 item 2: a new --set re-trains the model AND re-runs its evaluation and IAS."""
+    """A new --set re-trains the model AND re-runs its evaluation and IAS."""
     out = tiny_copy
     before = State(out).data["done"]
     reproduce(out, tiny_config(ot={"max_steps": 30}), progress=False, log=lambda s: None)
@@ -121,7 +121,7 @@ def _tiny_demo(monkeypatch):
 
 @pytest.mark.slow
 def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatch, capsys):
-    """issue 15 item 3: a failed unit -> exit 1, report written and listing the failure."""
+    """A failed unit -> exit 1, report written and listing the failure."""
     from dprm.cli import main
     from dprm.report import stages
 
@@ -157,7 +157,7 @@ def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatc
     ],
 )
 def test_bad_override_or_method_is_an_error_before_any_work(tmp_path, capsys, extra, message):
-    """issue 15 item 3: unknown methods and keys fail at once, nothing is written."""
+    """Unknown methods and keys fail at once, nothing is written."""
     from dprm.cli import main
 
     out = tmp_path / "run"
@@ -213,7 +213,7 @@ def test_parallel_units_and_failures(tmp_path):
 
 
 def test_image_links_are_relative_to_the_report(tmp_path, monkeypatch):
-    """issue 15 item 5: with a relative OUT, links still point from report.md to its figures."""
+    """With a relative OUT, links still point from report.md to its figures."""
     from dprm.report.document_md import _rel
 
     monkeypatch.chdir(tmp_path)
@@ -254,7 +254,7 @@ def test_resolve_and_cli_flags():
 
 @pytest.mark.slow
 def test_calibrators_never_train_on_held_out_questions(tiny_run):
-    """issue 13: held-out ID / OOD questions are disjoint from those a calibrator trained or
+    """Held-out ID / OOD questions are disjoint from those a calibrator trained or
     early-stopped on; the paper protocol's ID set is exactly those training questions."""
     out = tiny_run[0]
     trained = {
