@@ -25,7 +25,7 @@ Reported (``--out`` JSON):
 Every finished run is stored as ``WORK/runs/PRESET/METHOD/seedS.json`` (atomic), so an interrupted
 grid resumes where it stopped. Example::
 
-    python benchmarks/grid_beyond.py --size demo --seeds 0 1 2 --out grid.json
+    python benchmarks/experiments/grid_beyond.py --size demo --seeds 0 1 2 --out grid.json
 """
 
 from __future__ import annotations

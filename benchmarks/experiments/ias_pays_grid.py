@@ -14,7 +14,7 @@ pools) and ``oracle-pop`` (knows every question's population accuracy curve, twi
 ``--size paper --methods binomial`` runs the paper-size grid with the recommended calibrator
 (``--seq-methods binomial``: its ``auto-seq`` rows only, not base's and the truth's).
 
-Run: ``PYTHONPATH=src python benchmarks/ias_pays_grid.py --root /tmp/pays PRESET ...`` then
+Run: ``PYTHONPATH=src python benchmarks/experiments/ias_pays_grid.py --root /tmp/pays PRESET ...`` then
 ``... --root /tmp/pays --summarise``; ``--beta-steps`` adds the beta-cal sweep's per-step
 question-sampling errors (:func:`beta_steps`).
 """

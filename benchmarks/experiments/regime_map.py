@@ -446,7 +446,7 @@ def render() -> Path:
         + "\n## Tuning objective on two development worlds\n\n"
         "20 trials per method and objective on the training split, refitted at seed 0, "
         "evaluated held out (`tuning_objective_dev_worlds.csv`; computed at commit 7db71d0 by "
-        "a script since removed: `git show 7db71d0:benchmarks/tune_objective.py`). "
+        "a script since removed: `git show c671919:benchmarks/tune_objective.py`). "
         "docs/decisions/tuning-objective-wql.md reads it.\n\n"
         + rp.table(
             [

@@ -24,7 +24,7 @@ that ceiling cannot be reached by a converged QR of any features, whatever h car
 memory: at paper size use ``--hidden-dim 256`` (h is an affine image of the embedding's 128
 units at any D >= 128, so a linear model of h is the same model class).
 
-Usage: python benchmarks/twin_residuals.py [--size paper] [--seed N] [--hidden-dim D] [--qr]
+Usage: python benchmarks/experiments/twin_residuals.py [--size paper] [--seed N] [--hidden-dim D] [--qr]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Target: ``dprm --help`` and ``dprm questions --help`` in <= 0.5 s on a quiet 2-c
 machine. Each command runs ``--repeats`` times, interleaved with the reference, and the medians
 are printed. Usage::
 
-    python benchmarks/bench_cli_startup.py [--repeats 7]
+    python benchmarks/perf/bench_cli_startup.py [--repeats 7]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ baseline, the reference's one-sequence-at-a-time loop). The printed target is a 
 least 0.7 x the mean number of prefixes per trajectory. The script also checks that both paths
 give the same numbers (to 1e-4).
 
-Usage: python benchmarks/bench_embed_onepass.py [--trajectories 48] [--repeats 3] [--threads 1]
+Usage: python benchmarks/perf/bench_embed_onepass.py [--trajectories 48] [--repeats 3] [--threads 1]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ random Qwen-style PRM (built here, as in the tests), real MATH-500 questions, th
 ``examples/park.toml``. Each configuration runs into a fresh directory; the Ray instance is
 started once (its start-up time is printed apart). Usage::
 
-    python benchmarks/bench_executors.py [--train 16] [--test 4] [--shards 4]
+    python benchmarks/perf/bench_executors.py [--train 16] [--test 4] [--shards 4]
 
 Prints wall times and the ratios ``ray(1 worker) / local`` (overhead) and ``ray(1 worker) /
 ray(2 workers)`` on the data stages (throughput gain; 2.0 would be perfect scaling).

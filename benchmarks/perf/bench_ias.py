@@ -10,7 +10,7 @@ Q(0.1), OT mixture rule over 100 levels) x 500 questions x a pool of 64 candidat
 
 Prints both timings, the speed ratio (target >= 100x) and, per (method, C), |exact - MC|
 against the MC standard error (the standard deviation of the 100 per-trial accuracies / 10).
-Run: ``.venv/bin/python benchmarks/bench_ias.py``.
+Run: ``.venv/bin/python benchmarks/perf/bench_ias.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Timed, each the best of ``--repeat`` runs, one CPU thread:
   calibrated estimates (the work does not depend on the values).
 
 Prints each timing and the ratio to the C sweep in one run.
-Run: ``PYTHONPATH=src python benchmarks/bench_ias_auto.py``.
+Run: ``PYTHONPATH=src python benchmarks/perf/bench_ias_auto.py``.
 """
 
 from __future__ import annotations

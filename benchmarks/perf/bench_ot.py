@@ -15,7 +15,7 @@
 3. Wall time of ``model.quantiles(hidden, 100 levels)`` for the 50,000 records from the memory
    map (embed each h once, then all levels). Target <= 2 s.
 
-Usage: ``python benchmarks/bench_ot.py [--threads 2] [--records 50000] [--skip-fit]``
+Usage: ``python benchmarks/perf/bench_ot.py [--threads 2] [--records 50000] [--skip-fit]``
 """
 
 from __future__ import annotations

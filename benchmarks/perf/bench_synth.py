@@ -4,7 +4,7 @@ Each preset is synthesised in a fresh subprocess so its peak resident memory (ru
 own. The target: peak memory stays near one float16 copy of the preset's hidden states (the
 memory-mapped output file), not a float32 or double copy.
 
-Usage: python benchmarks/bench_synth.py [--presets all|GEN__PRM,...] [--keep DIR]
+Usage: python benchmarks/perf/bench_synth.py [--presets all|GEN__PRM,...] [--keep DIR]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the wall time of one fit alone and the mean of two fits run together, for the de
 ``--threads`` and for torch's own default (one thread per core, ``--threads <cores>``), and
 the ratios. Usage::
 
-    python benchmarks/bench_train_contention.py [--steps 300] [--repeats 3] [--size demo]
+    python benchmarks/perf/bench_train_contention.py [--steps 300] [--repeats 3] [--size demo]
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ pruned), the mean seconds of a complete and of a pruned trial, and the search's 
 fewer than ``--target-trials`` trials it also prints an extrapolation to the target, labelled
 as such: (wall time of the trials) x target / trials, per worker, plus the refits.
 
-    python benchmarks/bench_tune.py --world W --trials 50 --jobs 2 --out /tmp/tune-bench
-    python benchmarks/bench_tune.py --preset llama-3.1-8b__qwen-prm --trials 8 --out /tmp/tb
+    python benchmarks/perf/bench_tune.py --world W --trials 50 --jobs 2 --out /tmp/tune-bench
+    python benchmarks/perf/bench_tune.py --preset llama-3.1-8b__qwen-prm --trials 8 --out /tmp/tb
 
 ``--world`` is a directory written by ``dprm synth --size paper`` (its ``train/calib`` is
 tuned); without it the preset is synthesised into ``OUT/world`` first (not timed).

@@ -502,7 +502,7 @@ def pays_lines(pays, cfg) -> list[str]:
             if vote
             else ""
         )
-        + ". See docs/ias-pays.md for the definitions.",
+        + ". See docs/adaptive-bon.md for the definitions.",
         "",
     ]
     if "auto" not in kinds:
