@@ -42,6 +42,7 @@ PERF = [
 EXPERIMENTS = [
     pytest.param("regime_map.py", ["--smoke", "--out", "{tmp}/fits.csv"], marks=slow),
     pytest.param("ias_pays_grid.py", ["--smoke", "--root", "{tmp}/grid"], marks=slow),
+    pytest.param("performance.py", ["--smoke", "--out", "{tmp}/perf"], marks=slow),
     pytest.param(
         "twin_residuals.py",
         ["--size", "tiny", "--generators", "llama-3.2-1b", "--prms", "qwen-prm"],
@@ -75,6 +76,7 @@ PAGES = {
     "paper-vs-dprm": "paper_rows.py",
     "regime-map": "regime_map.py",
     "adaptive-compute": "ias_pays_grid.py",
+    "performance": "performance.py",
 }
 
 
@@ -104,9 +106,31 @@ def test_experiment_script_runs_at_its_smallest_size(script, args, tmp_path):
 
 def test_every_script_is_smoke_tested():
     listed = {p.values[0] if hasattr(p, "values") else p[0] for p in PERF + EXPERIMENTS}
-    listed |= set(PAGES.values())
+    listed.add("paper_rows.py")  # test_paper_rows_reads_a_reproduce_output
     scripts = {p.name for p in (ROOT / "benchmarks").glob("*/*.py")} - {"results_page.py"}
     assert scripts == listed
+
+
+def test_paper_rows_reads_a_reproduce_output(tmp_path):
+    """The smallest ``dprm reproduce`` output paper_rows.py reads: one world's eval files."""
+    import json
+
+    out = tmp_path / "out"
+    world = "llama-3.1-8b__qwen-prm"
+    values = {"base": 0.30, "ot": 0.10, "qr": 0.20}
+    for method, value in values.items():
+        metrics = {"brier": value, "pos_brier": value / 2, "ece": value / 3,
+                   "wql": None if method == "base" else value / 4,
+                   "wql_interior": None if method == "base" else value / 5}  # fmt: skip
+        record = {"world": world, "method": method,
+                  "splits": {s: {"metrics": metrics} for s in ("train", "id", "ood")}}  # fmt: skip
+        path = out / "eval" / world / method / "seed0.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record))
+    text = _run(ROOT / "benchmarks" / "experiments" / "paper_rows.py", [str(out)], tmp_path)
+    # OT's improvement over Base: 100 (0.30 - 0.10) / 0.30 = +66.7 %; QR's +33.3 %
+    assert "| qwen-prm | MATH500, held out | brier |" in text
+    assert "+66.7 | +33.3 | OT / OT |" in text
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
@@ -121,7 +145,7 @@ def test_results_page_rerenders_byte_for_byte(page, tmp_path):
 
 def test_every_results_page_has_its_renderer_and_its_command():
     pages = {p.stem for p in RESULTS.glob("*.md")} - {"README"}
-    assert pages <= set(PAGES) | {"performance"}
+    assert pages <= set(PAGES)
     for name in pages:
         head = (RESULTS / f"{name}.md").read_text().splitlines()[:8]
         assert any(line.startswith("- Regenerate this page") for line in head), name
