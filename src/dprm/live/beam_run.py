@@ -17,8 +17,8 @@ import numpy as np
 from dprm.live.beam import Scorer, Search, absorb, generate_steps, plan_step
 from dprm.live.calibrated_prm import CalibratedPRM
 from dprm.live.run import SolveConfig
-from dprm.live.runlog import ResultLog, read_results
 from dprm.live.run_frame import grade_texts, open_run, solving
+from dprm.live.runlog import ResultLog, read_results
 from dprm.live.summary import add_baseline, grading_totals, side_totals, write_summary
 
 

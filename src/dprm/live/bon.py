@@ -27,8 +27,8 @@ import numpy as np
 from dprm.ias.rules import CONTRACT_RULE, select_candidate
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig, question_states, write_bon_export
-from dprm.live.runlog import ResultLog, read_results
 from dprm.live.run_frame import grade_texts, open_run, solving
+from dprm.live.runlog import ResultLog, read_results
 from dprm.live.summary import (
     add_baseline,
     grading_totals,

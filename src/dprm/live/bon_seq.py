@@ -51,8 +51,8 @@ from dprm.io import DataError
 from dprm.live.bon import fit_auto, question_record
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
-from dprm.live.runlog import ResultLog
 from dprm.live.run_frame import grade_texts, solving
+from dprm.live.runlog import ResultLog
 
 
 class DrawLog(ResultLog):
