@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from dprm.cli import main
 from dprm.io import read_json
@@ -49,6 +50,7 @@ def park_recipe(root, tiny_dirs, question_files) -> dict:
     return recipe
 
 
+@pytest.mark.slow
 def test_park_labels_run_only_the_embedding_pass(tmp_path, tiny_dirs, question_files):
     path = write_recipe(tmp_path / "table1.toml", park_recipe(tmp_path, tiny_dirs, question_files))
     out = tmp_path / "out"
@@ -78,6 +80,7 @@ def test_park_labels_run_only_the_embedding_pass(tmp_path, tiny_dirs, question_f
     assert (out / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_local_executor_spreads_gpu_shards_over_pinned_workers(tmp_path, tiny_dirs, question_files):
     """The local executor's per-GPU workers (two pretend GPUs, CPU models): each worker process
     is pinned to one device id, and the sets equal those of the single-process run."""

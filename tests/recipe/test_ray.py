@@ -36,7 +36,10 @@ def ray_instance():
 
 @pytest.mark.parametrize(
     "sig",
-    [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    [
+        pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+    ],  # fmt: skip
     ids=["int", "term"],
 )
 def test_ctrl_c_leaves_no_ray_process(tmp_path, tiny_dirs, question_files, sig):
@@ -103,6 +106,7 @@ def _killing_executor(recipe, out: Path, markers: Path):
     return Killing(recipe, out)
 
 
+@pytest.mark.slow
 def test_ray_matches_local_row_for_row_despite_killed_workers(
     ray_instance, local_run, tiny_dirs, question_files, tmp_path
 ):

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from dprm.io import read_json
 
@@ -52,6 +53,7 @@ def _rerun_units(out: Path) -> set[str]:
     }
 
 
+@pytest.mark.slow
 def test_labels_changed_in_place_rerun_what_reads_them(tmp_path, tiny_dirs, question_files):
     recipe = park_recipe(tmp_path, tiny_dirs, question_files)
     out = tmp_path / "out"
@@ -74,6 +76,7 @@ def test_labels_changed_in_place_rerun_what_reads_them(tmp_path, tiny_dirs, ques
                for k, v in done["labels/tiny-lm/train"]["reads"].items())  # fmt: skip
 
 
+@pytest.mark.slow
 def test_recipe_pointed_at_other_labels_retrains(tmp_path, tiny_dirs, question_files):
     """The train fingerprint depends on the data (the world's data fingerprint is no
     longer overwritten by the split name), so new labels are not scored with old models."""

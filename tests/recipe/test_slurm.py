@@ -16,6 +16,7 @@ from .test_park_source import park_recipe
 pytest.importorskip("submitit")
 
 
+@pytest.mark.slow
 def test_slurm_executor_through_submitit_local(tmp_path, tiny_dirs, question_files):
     import numpy as np
     import pandas as pd
@@ -68,7 +69,10 @@ def test_slurm_without_a_scheduler_says_so_before_any_work(
 
 @pytest.mark.parametrize(
     "sig",
-    [signal.SIGINT, pytest.param(signal.SIGKILL, marks=pytest.mark.slow)],
+    [
+        pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+        pytest.param(signal.SIGKILL, marks=pytest.mark.slow),
+    ],  # fmt: skip
     ids=["int", "kill"],
 )
 def test_ctrl_c_or_death_of_the_driver_ends_every_job(tmp_path, tiny_dirs, question_files, sig):

@@ -210,6 +210,7 @@ def _rows(pipe, split: str, method: str) -> pd.DataFrame:
     return pd.read_csv(Layout(pipe.out).ias_dir(WORLD, split, method, 0) / "ias_full.csv")
 
 
+@pytest.mark.slow
 def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     """``ias_sequential``: a calibrator's unit has its auto-seq rows (reading the draws' final
     answers on a twin world), the report's table and text show them; off: none."""
