@@ -191,6 +191,7 @@ def _dprm(*args: str, **kwargs) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_sigint_mid_train_then_rerun(world, tmp_path):
     """Fails at 62a0d12: the message claimed 'finished work is kept, rerun to resume'."""
     out = tmp_path / "precious"  # an earlier result of dprm's (--overwrite replaces no other)
