@@ -40,6 +40,8 @@ def setup(root: Path, n_train: int, n_test: int, shards: int) -> dict:
     """Tiny models, question files and the tiny recipe (as a dict) under ``root``."""
     from dprm.llm.questions import packaged_path, read_records
 
+    if str(ROOT / "tests") not in sys.path:  # the conftest imports the tests' tiny-model builders
+        sys.path.insert(0, str(ROOT / "tests"))
     helpers = _load("dprm_tests_recipe_conftest", ROOT / "tests" / "recipe" / "conftest.py")
     tiny = helpers.tiny_models
     tokenizers = tiny.build_tokenizers(root / "tok")
