@@ -78,7 +78,7 @@ results: $(BIN)/dprm
 	$(BIN)/python benchmarks/experiments/paper_rows.py --render
 	$(BIN)/python benchmarks/experiments/regime_map.py --render
 	$(BIN)/python benchmarks/experiments/ias_pays_grid.py --render
-	$(BIN)/python benchmarks/experiments/performance.py --render
+	test ! -f docs/results/performance/source.json || $(BIN)/python benchmarks/experiments/performance.py --render
 
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) runs .pytest_cache
