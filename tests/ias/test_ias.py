@@ -142,6 +142,7 @@ def test_budget_mixture_matches_brute_force():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_mixture_equals_point_rule_for_equal_quantiles():
     rng = np.random.default_rng(4)
     p = np.concatenate([rng.random(300), [0.0, 1.0, 1e-5]])

@@ -159,6 +159,7 @@ def test_twin_questions_replays_the_written_set_and_refuses_others(tiny_world):
     )
 
 
+@pytest.mark.slow
 def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
     import dprm
     from dprm.data import read_bon_set, read_calibration_set
@@ -260,6 +261,7 @@ def test_sequential_rows_under_shift_are_uniform_best_of_n(tiny_world, one_threa
         assert row["floor_share"] == 1.0
 
 
+@pytest.mark.slow
 def test_majority_auto_seq_indexes_the_vote_race(tiny_world, one_thread, monkeypatch):
     """With answers, the majority rule's policy (on the training pools and the test set) runs
     the race index; highest-last keeps the curve index. ``sequential`` naming methods limits
