@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 C, N_MAX = 0.7, 64  # C on dprm ias's C grid; N_MAX 64: `dprm ias --n-max 8` fails in uniform_curve
 
@@ -14,6 +15,7 @@ def _records(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_live_budgets_equal_dprm_ias_budgets(
     tmp_path, questions_file, model_dirs, calibrator_dirs, load_cprm, generator, grading_pool, prm
 ):

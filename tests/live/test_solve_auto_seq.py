@@ -494,6 +494,7 @@ def majority_run(
     return (*run[:5], calls)
 
 
+@pytest.mark.slow
 def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
     """--rule majority: the live policy indexes the vote race (as dprm ias --sequential does
     for majority), its budgets equal the offline race replayed on the same draws, and every
