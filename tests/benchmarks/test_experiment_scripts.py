@@ -20,7 +20,7 @@ slow = pytest.mark.slow
 EXPERIMENTS = [
     pytest.param("regime_map.py", ["--smoke", "--out", "{tmp}/fits.csv"], marks=slow),
     pytest.param("ias_pays_grid.py", ["--smoke", "--root", "{tmp}/grid"], marks=slow),
-    pytest.param("performance.py", ["--smoke", "--out", "{tmp}/perf"], marks=slow),
+    ("performance.py", ["--smoke", "--out", "{tmp}/perf"]),
     pytest.param(
         "twin_residuals.py",
         ["--size", "tiny", "--generators", "llama-3.2-1b", "--prms", "qwen-prm"],
