@@ -170,6 +170,7 @@ def test_skywork_checkpoint_layout(prms):
     assert {"v_head.summary.weight", "v_head.summary.bias", "lm_head.weight"} <= keys
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["skywork-prm", "rlhflow-prm"])
 def test_dprm_embed_runs_with_the_new_kind(prms, tmp_path, kind):
     """``dprm embed --prm DIR --kind KIND``: the registry key is all a user names."""
