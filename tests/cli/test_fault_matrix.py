@@ -342,6 +342,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_second_writer_to_one_out_is_refused_naming_the_first(mine, tmp_path, capsys):
     """Two writers to one new --out: the last to finish silently replaced the other's model."""
     out = tmp_path / "model-out"

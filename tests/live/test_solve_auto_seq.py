@@ -525,6 +525,7 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
     assert summary["rule"] == "majority" and summary["allocation"] == "auto-seq"
 
 
+@pytest.mark.slow
 def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
     """The floor share is the one the race does best with on the training pools under majority
     vote (sequential_floor_shares with vote and majority), not highest-last's."""

@@ -69,6 +69,7 @@ def test_beta25_unconditional(init_marginal):
     assert error < (0.01 if init_marginal else 0.04)
 
 
+@pytest.mark.slow
 def test_gaussian_logit_world_matches_closed_form(logit_fit):
     data, model = logit_fit
     truth = gaussian_logit_quantile(HIDDEN, MIDPOINTS)

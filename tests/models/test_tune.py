@@ -188,6 +188,7 @@ def test_ot_trials_train_one_map_and_the_refit_bags_the_default_ensemble(
     assert saved["config"]["ensemble_size"] == OTConfig().ensemble_size > 1  # the refit: bagged
 
 
+@pytest.mark.slow
 def test_tuned_overrides_reuses_the_study(data, tmp_path):
     first = T.tuned_overrides("qr", data, tmp_path, trials=2)
     again = T.tuned_overrides("qr", data, tmp_path, trials=2)  # resumed: nothing to run
