@@ -23,13 +23,15 @@ from typing import Any
 
 import numpy as np
 
+from dprm.filesystem import check_output_name, shown, within
+
 
 class DataError(ValueError):
     """Bad input: the message names the file, the column or row, and what was expected."""
 
     def __init__(self, path: str | os.PathLike | None, what: str):
         self.path = None if path is None else Path(path)
-        prefix = f"{self.path}: " if self.path is not None else ""
+        prefix = f"{shown(self.path)}: " if self.path is not None else ""
         super().__init__(prefix + what)
 
 
@@ -96,16 +98,46 @@ def output_command(command: str) -> Iterator[None]:
         _OUTPUT_COMMAND.reset(token)
 
 
-def _marker_record(command: str | None) -> dict[str, Any]:
+#: the root folder of the run being written (set by a resumable command once it claimed it)
+_OUTPUT_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "dprm_output_root", default=None
+)
+
+
+def _marker_record(command: str | None, root: str | None = None) -> dict[str, Any]:
     from dprm.version import __version__
 
-    return {
+    record = {
         "written_by": "dprm",
         "command": command,
         "dprm_version": __version__,
         "pid": os.getpid(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    return record if root is None else record | {"root": root}
+
+
+def _root_of(directory: Path) -> str:
+    """The marker's ``root`` of ``directory``: ``"."`` for an output of its own, else the
+    relative path up to the run folder it was written inside (see :func:`output_root`)."""
+    root = _OUTPUT_ROOT.get()
+    if root is None:
+        return "."
+    final, root = directory.resolve(), root.resolve()
+    if final == root or not final.is_relative_to(root):
+        return "."
+    return os.path.relpath(root, final)
+
+
+@contextlib.contextmanager
+def output_root(root: str | os.PathLike) -> Iterator[None]:
+    """While active, directories published inside ``root`` name it in their markers' ``root``
+    (a relative path such as ``../..``): a folder inside a run is not a run of its own."""
+    token = _OUTPUT_ROOT.set(Path(root))
+    try:
+        yield
+    finally:
+        _OUTPUT_ROOT.reset(token)
 
 
 def write_marker(directory: str | os.PathLike, command: str) -> Path:
@@ -113,7 +145,7 @@ def write_marker(directory: str | os.PathLike, command: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / MARKER_FILE
-    write_json(marker, _marker_record(command))
+    write_json(marker, _marker_record(command, _root_of(directory)))
     return marker
 
 
@@ -201,10 +233,6 @@ def _resolved(path: str | os.PathLike) -> Path:
     return Path(path).resolve()
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or path.is_relative_to(folder)
-
-
 def guard_output(
     path: str | os.PathLike, inputs: Iterable[tuple[str, str | os.PathLike]] = ()
 ) -> Path:
@@ -212,7 +240,8 @@ def guard_output(
 
     An output is refused (with or without ``--overwrite``) when it is, contains or lies inside
     one of ``inputs``, or when it is or contains the working directory, the home folder or a
-    filesystem root (a mount point). Paths are compared with symlinks and ``..`` resolved.
+    filesystem root (a mount point). Paths are compared as files (device and inode, see
+    :func:`dprm.filesystem.within`), so symlinks, ``..`` and bind mounts are seen through.
 
     Args:
         path: the output file or directory (``--out``).
@@ -223,26 +252,30 @@ def guard_output(
         ``path`` resolved.
 
     Raises:
-        OutputError: one line naming the output and the path it would destroy.
+        OutputError: one line naming the output and the path it would destroy, or why its
+            name cannot be written (:func:`dprm.filesystem.check_output_name`).
     """
     given = Path(path)
+    reason = check_output_name(given)  # too long, or control characters: refused up front
+    if reason is not None:
+        raise OutputError(given, reason)
     out = _resolved(given)
     if out == Path(out.anchor) or os.path.ismount(out):
         raise OutputError(given, f"is the filesystem root {out}; choose another --out")
     for label, folder in (("the home folder", Path.home()), ("the working directory", Path.cwd())):
         folder = _resolved(folder)
-        if _inside(folder, out):
-            relation = "is" if out == folder else "contains"
+        if within(folder, out):
+            relation = "is" if within(out, folder) else "contains"
             raise OutputError(given, f"{relation} {label} {folder}; choose another --out")
     for flag, raw in inputs:
         if raw is None:
             continue
-        source = _resolved(raw)
-        if out == source:
+        inside, contains = within(out, raw), within(raw, out)
+        if inside and contains:
             relation = "is"
-        elif _inside(source, out):
+        elif contains:
             relation = "contains"
-        elif _inside(out, source):
+        elif inside:
             relation = "lies inside"
         else:
             continue
@@ -422,7 +455,8 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
         yield tmp
         command = _OUTPUT_COMMAND.get()
         if command is not None:
-            (tmp / MARKER_FILE).write_text(json.dumps(_marker_record(command), indent=2) + "\n")
+            record = _marker_record(command, _root_of(final))
+            (tmp / MARKER_FILE).write_text(json.dumps(record, indent=2) + "\n")
         _publish_mode(tmp, directory=True)
         old = None
         if final.exists():
