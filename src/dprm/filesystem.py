@@ -9,6 +9,8 @@
   holding control characters; :func:`shown` prints a path with ``repr`` where it holds them.
 * **Space.** :func:`reserved_memmap` allocates a ``.npy`` file's blocks before it is memory-mapped:
   a full disk is then an ``OSError`` (ENOSPC), never a SIGBUS on the first page touched.
+* **Permissions.** :func:`publish_mode` gives a finished temporary file or folder the mode a
+  plain create would have had under the user's umask.
 * **A full disk** is recognised however a library reports it (:func:`disk_full`): ENOSPC / EFBIG
   / EDQUOT, safetensors' ``StorageFull``, SQLite's "database or disk is full".
 
@@ -122,6 +124,35 @@ def check_output_name(path: str | os.PathLike) -> str | None:
                 f"temporary files add {TEMPORARY_NAME_BYTES})"
             )
     return None
+
+
+# ----------------------------------------------------------------------------- permissions
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux: /proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_mode(path: Path, directory: bool) -> None:
+    """Give a temporary file (0600) or directory (0700) the mode a plain create would have.
+
+    A directory's contents get the same treatment: some writers (safetensors) create 0600 files.
+    """
+    mask = current_umask()
+    if not directory:
+        os.chmod(path, 0o666 & ~mask)
+        return
+    for root, _dirs, files in os.walk(path):
+        os.chmod(root, 0o777 & ~mask)
+        for name in files:
+            os.chmod(Path(root) / name, 0o666 & ~mask)
 
 
 # ----------------------------------------------------------------------------- space

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dprm.filesystem import check_output_name, shown, within
+from dprm.filesystem import check_output_name, publish_mode, shown, within
 
 
 class DataError(ValueError):
@@ -38,34 +38,6 @@ class DataError(ValueError):
 class OutputError(DataError):
     """An output path that cannot be written: it exists (and no overwrite was asked for), it is
     the wrong kind (a file where a directory is expected, or back), or it is not writable."""
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where the OS allows (Linux: /proc)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _publish_mode(path: Path, directory: bool) -> None:
-    """Give a temporary file (0600) or directory (0700) the mode a plain create would have.
-
-    A directory's contents get the same treatment: some writers (safetensors) create 0600 files.
-    """
-    mask = current_umask()
-    if not directory:
-        os.chmod(path, 0o666 & ~mask)
-        return
-    for root, _dirs, files in os.walk(path):
-        os.chmod(root, 0o777 & ~mask)
-        for name in files:
-            os.chmod(Path(root) / name, 0o666 & ~mask)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -428,7 +400,7 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        _publish_mode(tmp_path, directory=False)
+        publish_mode(tmp_path, directory=False)
         os.replace(tmp_path, final)
     finally:
         if tmp_path.exists():
@@ -457,7 +429,7 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
         if command is not None:
             record = _marker_record(command, _root_of(final))
             (tmp / MARKER_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        _publish_mode(tmp, directory=True)
+        publish_mode(tmp, directory=True)
         old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")

@@ -274,7 +274,10 @@ def end_on_termination() -> None:
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous = signal.signal(sig, interrupt)
+        try:
+            previous = signal.signal(sig, interrupt)
+        except ValueError:  # not the main thread (main() called from a library's thread)
+            return
         if _SESSION is not None:  # the command's end restores the handler it found
             _SESSION.stack.callback(signal.signal, sig, previous)
 

@@ -43,7 +43,7 @@ def plain_column(col: pd.Series, name: str, path: Path, kinds: str) -> pd.Series
                 f"column '{name}' row {row}: expected an integer in [{INT_RANGE[0]}, "
                 f"{INT_RANGE[1]}], found {values[row].item()}",
             )
-        if col.dtype != np.int64:
+        if col.dtype.kind == "u":  # in range: signed, so differences cannot wrap around
             col = col.astype(np.int64)
     return col
 
