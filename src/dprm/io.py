@@ -253,7 +253,7 @@ def guard_output(
             continue
         raise OutputError(
             given,
-            f"{relation} the input {flag} {raw}; writing there would destroy what the command "
+            f"{relation} the input {flag} {shown(raw)}; writing there would destroy what the command "
             "reads: choose another --out",
         )
     return out
