@@ -260,8 +260,8 @@ def _refuse_inside_an_output(out: Path) -> None:
         raise OutputError(
             out,
             f"is a folder inside the output of dprm {marker.get('command')} at "
-            f"{shown(resolved / marker['root'])} (its {MARKER_FILE} names that root); choose "
-            "another --out",
+            f"{shown(os.path.normpath(resolved / marker['root']))} (its {MARKER_FILE} names that "
+            "root); choose another --out",
         )
 
 
