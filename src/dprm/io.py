@@ -23,47 +23,21 @@ from typing import Any
 
 import numpy as np
 
+from dprm.filesystem import check_output_name, publish_mode, shown, within
+
 
 class DataError(ValueError):
     """Bad input: the message names the file, the column or row, and what was expected."""
 
     def __init__(self, path: str | os.PathLike | None, what: str):
         self.path = None if path is None else Path(path)
-        prefix = f"{self.path}: " if self.path is not None else ""
+        prefix = f"{shown(self.path)}: " if self.path is not None else ""
         super().__init__(prefix + what)
 
 
 class OutputError(DataError):
     """An output path that cannot be written: it exists (and no overwrite was asked for), it is
     the wrong kind (a file where a directory is expected, or back), or it is not writable."""
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where the OS allows (Linux: /proc)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _publish_mode(path: Path, directory: bool) -> None:
-    """Give a temporary file (0600) or directory (0700) the mode a plain create would have.
-
-    A directory's contents get the same treatment: some writers (safetensors) create 0600 files.
-    """
-    mask = current_umask()
-    if not directory:
-        os.chmod(path, 0o666 & ~mask)
-        return
-    for root, _dirs, files in os.walk(path):
-        os.chmod(root, 0o777 & ~mask)
-        for name in files:
-            os.chmod(Path(root) / name, 0o666 & ~mask)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -96,16 +70,46 @@ def output_command(command: str) -> Iterator[None]:
         _OUTPUT_COMMAND.reset(token)
 
 
-def _marker_record(command: str | None) -> dict[str, Any]:
+#: the root folder of the run being written (set by a resumable command once it claimed it)
+_OUTPUT_ROOT: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "dprm_output_root", default=None
+)
+
+
+def _marker_record(command: str | None, root: str | None = None) -> dict[str, Any]:
     from dprm.version import __version__
 
-    return {
+    record = {
         "written_by": "dprm",
         "command": command,
         "dprm_version": __version__,
         "pid": os.getpid(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    return record if root is None else record | {"root": root}
+
+
+def _root_of(directory: Path) -> str:
+    """The marker's ``root`` of ``directory``: ``"."`` for an output of its own, else the
+    relative path up to the run folder it was written inside (see :func:`output_root`)."""
+    root = _OUTPUT_ROOT.get()
+    if root is None:
+        return "."
+    final, root = directory.resolve(), root.resolve()
+    if final == root or not final.is_relative_to(root):
+        return "."
+    return os.path.relpath(root, final)
+
+
+@contextlib.contextmanager
+def output_root(root: str | os.PathLike) -> Iterator[None]:
+    """While active, directories published inside ``root`` name it in their markers' ``root``
+    (a relative path such as ``../..``): a folder inside a run is not a run of its own."""
+    token = _OUTPUT_ROOT.set(Path(root))
+    try:
+        yield
+    finally:
+        _OUTPUT_ROOT.reset(token)
 
 
 def write_marker(directory: str | os.PathLike, command: str) -> Path:
@@ -113,7 +117,7 @@ def write_marker(directory: str | os.PathLike, command: str) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     marker = directory / MARKER_FILE
-    write_json(marker, _marker_record(command))
+    write_json(marker, _marker_record(command, _root_of(directory)))
     return marker
 
 
@@ -201,10 +205,6 @@ def _resolved(path: str | os.PathLike) -> Path:
     return Path(path).resolve()
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or path.is_relative_to(folder)
-
-
 def guard_output(
     path: str | os.PathLike, inputs: Iterable[tuple[str, str | os.PathLike]] = ()
 ) -> Path:
@@ -212,7 +212,8 @@ def guard_output(
 
     An output is refused (with or without ``--overwrite``) when it is, contains or lies inside
     one of ``inputs``, or when it is or contains the working directory, the home folder or a
-    filesystem root (a mount point). Paths are compared with symlinks and ``..`` resolved.
+    filesystem root (a mount point). Paths are compared as files (device and inode, see
+    :func:`dprm.filesystem.within`), so symlinks, ``..`` and bind mounts are seen through.
 
     Args:
         path: the output file or directory (``--out``).
@@ -223,32 +224,36 @@ def guard_output(
         ``path`` resolved.
 
     Raises:
-        OutputError: one line naming the output and the path it would destroy.
+        OutputError: one line naming the output and the path it would destroy, or why its
+            name cannot be written (:func:`dprm.filesystem.check_output_name`).
     """
     given = Path(path)
+    reason = check_output_name(given)  # too long, or control characters: refused up front
+    if reason is not None:
+        raise OutputError(given, reason)
     out = _resolved(given)
     if out == Path(out.anchor) or os.path.ismount(out):
         raise OutputError(given, f"is the filesystem root {out}; choose another --out")
     for label, folder in (("the home folder", Path.home()), ("the working directory", Path.cwd())):
         folder = _resolved(folder)
-        if _inside(folder, out):
-            relation = "is" if out == folder else "contains"
+        if within(folder, out):
+            relation = "is" if within(out, folder) else "contains"
             raise OutputError(given, f"{relation} {label} {folder}; choose another --out")
     for flag, raw in inputs:
         if raw is None:
             continue
-        source = _resolved(raw)
-        if out == source:
+        inside, contains = within(out, raw), within(raw, out)
+        if inside and contains:
             relation = "is"
-        elif _inside(source, out):
+        elif contains:
             relation = "contains"
-        elif _inside(out, source):
+        elif inside:
             relation = "lies inside"
         else:
             continue
         raise OutputError(
             given,
-            f"{relation} the input {flag} {raw}; writing there would destroy what the command "
+            f"{relation} the input {flag} {shown(raw)}; writing there would destroy what the command "
             "reads: choose another --out",
         )
     return out
@@ -395,7 +400,7 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        _publish_mode(tmp_path, directory=False)
+        publish_mode(tmp_path, directory=False)
         os.replace(tmp_path, final)
     finally:
         if tmp_path.exists():
@@ -422,8 +427,9 @@ def atomic_dir(final: str | os.PathLike, overwrite: bool = True) -> Iterator[Pat
         yield tmp
         command = _OUTPUT_COMMAND.get()
         if command is not None:
-            (tmp / MARKER_FILE).write_text(json.dumps(_marker_record(command), indent=2) + "\n")
-        _publish_mode(tmp, directory=True)
+            record = _marker_record(command, _root_of(final))
+            (tmp / MARKER_FILE).write_text(json.dumps(record, indent=2) + "\n")
+        publish_mode(tmp, directory=True)
         old = None
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")

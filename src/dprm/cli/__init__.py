@@ -185,14 +185,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as err:
         from dprm.config import ConfigError
+        from dprm.filesystem import disk_full, shown
         from dprm.io import DataError
 
-        if args.debug or not isinstance(err, DataError | ConfigError | OSError):
+        out = getattr(args, "out", None)
+        full = disk_full(err)
+        if args.debug or not (full or isinstance(err, DataError | ConfigError | OSError)):
             raise  # an internal bug: the traceback is the report
         message = " ".join(str(err).split()) or type(err).__name__
-        out = getattr(args, "out", None)
-        if isinstance(err, OSError) and err.filename is None and out is not None:
-            message = f"{out}: {message}"  # e.g. a full disk: say where it was writing
+        if full:  # however the library words it (OSError, safetensors, SQLite): one line
+            where = shown(out) if out is not None else "the output"
+            message = (
+                f"{where}: could not be written: no space left on device ({message[:200]}); "
+                "nothing was published: free some space and rerun"
+            )
+        elif isinstance(err, OSError) and err.filename is None and out is not None:
+            message = f"{shown(out)}: {message}"  # say where it was writing
         print(f"dprm {args.command}: error: {message}", file=sys.stderr)
         return 2
     return int(result or 0)

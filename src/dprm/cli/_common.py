@@ -139,7 +139,11 @@ class OutputSession:
             if directory and path.is_dir() and read_marker(path) is None:
                 write_marker(path, self.command)
             elif not directory and path.is_file():
-                register_file_output(path, self.command)
+                try:
+                    register_file_output(path, self.command)
+                except BaseException:  # a full disk: an unregistered file is not published
+                    path.unlink(missing_ok=True)
+                    raise
 
 
 _SESSION: OutputSession | None = None
@@ -222,14 +226,60 @@ def claim_run_folder(out: str | os.PathLike, command: str, inputs: Inputs = ()) 
     can be resumed (and only by ``command``). An existing folder without that marker (a user's
     folder, another command's output) is refused; the lock keeps a second driver out.
     """
-    from dprm.io import read_marker, write_marker
+    from dprm.io import output_root, read_marker, write_marker
 
+    _refuse_inside_an_output(Path(out))
     path = claim_output(
         out, overwrite=False, directory=True, resumable=True, inputs=inputs, command=command
     )
     if read_marker(path) is None:
         write_marker(path, command)
+    if _SESSION is not None:  # what the run publishes inside names it as its root
+        _SESSION.stack.enter_context(output_root(path))
     return path
+
+
+def _refuse_inside_an_output(out: Path) -> None:
+    """A run folder is never a folder inside another dprm output (resuming that one would
+    delete or rewrite it): neither below a folder with dprm's marker nor a folder whose own
+    marker names another root."""
+    from dprm.filesystem import shown
+    from dprm.io import MARKER_FILE, OutputError, read_marker
+
+    resolved = out.resolve()
+    for folder in resolved.parents:
+        marker = read_marker(folder)
+        if marker is not None:
+            raise OutputError(
+                out,
+                f"lies inside {shown(folder)}, the output of dprm {marker.get('command')} "
+                f"({MARKER_FILE}); choose an --out outside it",
+            )
+    marker = read_marker(resolved) or {}
+    if marker.get("root", ".") != ".":
+        raise OutputError(
+            out,
+            f"is a folder inside the output of dprm {marker.get('command')} at "
+            f"{shown(os.path.normpath(resolved / marker['root']))} (its {MARKER_FILE} names that "
+            "root); choose another --out",
+        )
+
+
+def end_on_termination() -> None:
+    """SIGTERM / SIGHUP end the command like Ctrl-C: its executor or worker pool cancels its
+    work and ends its worker processes (``KeyboardInterrupt`` is raised in the main thread)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous = signal.signal(sig, interrupt)
+        except ValueError:  # not the main thread (main() called from a library's thread)
+            return
+        if _SESSION is not None:  # the command's end restores the handler it found
+            _SESSION.stack.callback(signal.signal, sig, previous)
 
 
 def check_out(
@@ -247,6 +297,21 @@ def check_out(
         resumable=resumable,
         inputs=inputs,
     )
+
+
+def check_hidden_dim(models: Iterable[Any], hidden_dim: int, data: str | os.PathLike) -> None:
+    """Refuse, before any work, a calibrator that reads hidden states of another dimension than
+    the set ``data`` holds (one line naming the set and the calibrator's directory)."""
+    from dprm.io import DataError
+
+    for model in models:
+        if model.uses_hidden and model.hidden_dim != hidden_dim:
+            source = getattr(model, "source", None) or model.method
+            raise DataError(
+                data,
+                f"hidden_dim {hidden_dim} does not match the calibrator {source}'s "
+                f"{model.hidden_dim}",
+            )
 
 
 def require_vllm() -> None:

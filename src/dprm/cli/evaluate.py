@@ -10,6 +10,7 @@ from dprm.cli._common import (
     add_progress_flags,
     add_threads_flag,
     apply_threads,
+    check_hidden_dim,
     check_out,
     input_paths,
 )
@@ -28,6 +29,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     data = read_calibration_set(args.data)
     loaded = [(Path(m).name, load(m)) for m in args.model]
     models = dict(zip(model_names(loaded), (m for _, m in loaded), strict=True))
+    check_hidden_dim(models.values(), data.hidden_dim, args.data)
     results = evaluate(data, models)
     write_json(out, results)
     if not args.quiet:

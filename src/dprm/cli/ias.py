@@ -10,6 +10,7 @@ from dprm.cli._common import (
     add_progress_flags,
     add_threads_flag,
     apply_threads,
+    check_hidden_dim,
     check_out,
     input_paths,
     integer_at_least,
@@ -41,6 +42,9 @@ def _ias(args: argparse.Namespace) -> int:
     loaded = [(Path(m).name, load(m)) for m in args.model]
     names = model_names(loaded)
     models = {name: m for name, (_, m) in zip(names, loaded, strict=True) if name != "base"}
+    check_hidden_dim(models.values(), bon.hidden_dim, args.bon)
+    if train_bon is not None:
+        check_hidden_dim(models.values(), train_bon.hidden_dim, args.train_bon)
     summary, budgets = run_ias(
         bon,
         models,

@@ -9,6 +9,7 @@ from dprm.cli._common import (
     add_progress_flags,
     add_threads_flag,
     apply_threads,
+    check_hidden_dim,
     check_out,
     input_paths,
     integer_at_least,
@@ -22,15 +23,13 @@ def _predict(args: argparse.Namespace) -> int:
     import numpy as np
 
     from dprm.data.contract import read_features
+    from dprm.filesystem import reserved_memmap
     from dprm.io import DataError, atomic_path
     from dprm.models import load
 
     model = load(args.model)
     data = read_features(args.data)
-    if data.hidden_dim != model.hidden_dim:
-        raise DataError(
-            args.data, f"hidden_dim {data.hidden_dim} does not match the model's {model.hidden_dim}"
-        )
+    check_hidden_dim([model], data.hidden_dim, args.data)
     levels = np.asarray(args.levels, dtype=np.float64)
     fixed = model.fixed_levels
     if fixed is not None:
@@ -46,7 +45,8 @@ def _predict(args: argparse.Namespace) -> int:
     n, chunk = len(score), args.batch_size
     with atomic_path(out) as tmp:
         # Stream into a memory-mapped .npy: the [N, L] output never has to fit in RAM twice.
-        values = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, len(levels)))
+        # Its blocks are reserved first: a full disk is an OSError here, not a SIGBUS later.
+        values = reserved_memmap(tmp, np.float32, (n, len(levels)))
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
             part = None if hidden is None else hidden[start:stop]

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dprm.cli._common import claim_run_folder, report_failures
+    from dprm.cli._common import claim_run_folder, end_on_termination, report_failures
     from dprm.recipe import load_recipe, run_recipe
     from dprm.runner.executors import check_executor
 
@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
         args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
     )
-    _interrupt_on_termination()
+    end_on_termination()
     outcome = run_recipe(
         recipe,
         out,
@@ -72,14 +72,3 @@ def _run(args: argparse.Namespace) -> int:
         executor_options=options,
     )
     return report_failures("run", outcome.failures, outcome.report)
-
-
-def _interrupt_on_termination() -> None:
-    """SIGTERM / SIGHUP end the driver like Ctrl-C: its executor cancels its jobs and workers."""
-    import signal
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, interrupt)

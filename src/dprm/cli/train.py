@@ -27,7 +27,7 @@ def _train(args: argparse.Namespace) -> int:
     apply_threads(args)
     from dprm.config import parse_overrides
     from dprm.data import read_calibration_set
-    from dprm.io import OutputError, strict_jsonable
+    from dprm.io import strict_jsonable
     from dprm.models.fit import CollapseError, fit
 
     data = read_calibration_set(args.data)
@@ -65,12 +65,8 @@ def _train(args: argparse.Namespace) -> int:
         "argv": sys.argv,
     }
     extra = {"history.json": model.history, "run.json": run}
-    try:
-        model.save(out, extra_files={name: strict_jsonable(obj) for name, obj in extra.items()})
-    except Exception as err:  # a full disk: OSError (ENOSPC) or safetensors' SafetensorError
-        if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
-            raise
-        raise OutputError(out, f"could not be written ({' '.join(str(err).split())})") from err
+    # a full disk (OSError, safetensors' StorageFull) is one line from dprm.cli.main
+    model.save(out, extra_files={name: strict_jsonable(obj) for name, obj in extra.items()})
     if not args.quiet:
         training = model.info.get("training", {})
         best = f", best step {training['best_step']}" if "best_step" in training else ""

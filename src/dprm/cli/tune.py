@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+from pathlib import Path
 
 from dprm.cli._common import (
     add_output_flags,
@@ -12,6 +14,7 @@ from dprm.cli._common import (
     apply_threads,
     check_out,
     claim_run_folder,
+    end_on_termination,
     input_paths,
     integer_at_least,
     show_progress,
@@ -28,24 +31,23 @@ OBJECTIVES, DEFAULT_OBJECTIVE = ("wql", "checkpoint"), "wql"
 
 def _tune(args: argparse.Namespace) -> int:
     inputs = input_paths(args, "--data")
-    if args.overwrite:  # only a folder dprm wrote is replaced; it is this command's at once
+    if args.overwrite:  # only a folder dprm wrote is replaced (once every input is checked)
         out = check_out(args, directory=True, resumable=True, inputs=inputs)
-        from dprm.io import write_marker
-
-        if out.exists():
-            shutil.rmtree(out)
-        write_marker(out, COMMAND)
     else:  # a new or empty folder, or one `dprm tune` made (resumed); locked till the end
         out = claim_run_folder(args.out, COMMAND, inputs=inputs)
+    end_on_termination()  # SIGTERM / SIGHUP: the --jobs workers end with the command
     apply_threads(args)
     from dprm.data import read_calibration_set
-    from dprm.models.tune import TuneSettings, tune
+    from dprm.models.tune import TuneSettings, check_request, tune
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     settings = TuneSettings(
         trials=args.trials, seed=args.seed, max_steps=args.max_steps, objective=args.objective
     )
+    check_request(methods, args.select, settings)
     data = read_calibration_set(args.data)
+    if args.overwrite:  # everything checked: now the earlier search may go
+        _discard(out)
     best = tune(
         data,
         out,
@@ -69,6 +71,18 @@ def _tune(args: argparse.Namespace) -> int:
             )
         print(f"dprm tune: best on validation {args.select}: {best['best_method']} -> {out}")
     return 0
+
+
+def _discard(out: Path) -> None:
+    """Remove an earlier search in ``out`` and mark the emptied folder as this command's; a
+    symlinked ``out`` keeps its link, the folder it names is the one replaced."""
+    from dprm.io import write_marker
+
+    target = Path(os.path.realpath(out))
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    write_marker(out, COMMAND)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

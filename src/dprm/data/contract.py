@@ -9,6 +9,7 @@ swap the finished directory in atomically. Every validation failure raises
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dprm.data.columns import check_correct_counts, plain_column
+from dprm.filesystem import reserved_memmap
 from dprm.io import DataError, atomic_dir, atomic_path, read_json, write_json
 
 # column -> (pandas kind letters accepted, arrow type written)
@@ -100,6 +103,9 @@ def _check_columns(
                 path,
                 f"column '{name}': expected {_KIND_NAMES[kinds]} values, found dtype {col.dtype}",
             )
+        plain = plain_column(col, name, path, kinds)
+        if plain is not col:
+            col = df[name] = plain
         if kinds == "f":
             values = col.to_numpy(dtype=np.float64)
             bad = ~np.isfinite(values)
@@ -225,6 +231,14 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     if not path.exists():
         raise DataError(path, "file not found")
     try:
+        names = pq.read_schema(path).names
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise DataError(
+                path,
+                f"column {repeated[0]!r} appears {names.count(repeated[0])} times (columns "
+                f"{names}); expected each column once",
+            )
         return pq.read_table(path).to_pandas()
     except (pa.ArrowInvalid, OSError) as err:
         raise DataError(path, f"not a readable parquet file ({err})") from err
@@ -521,6 +535,7 @@ def read_labels(path: str | os.PathLike) -> pd.DataFrame:
     df = _read_parquet(path)
     _check_columns(df, path, LABEL_COLUMNS)
     _check_counts(df, path)
+    check_correct_counts(df, path)
     return df
 
 
@@ -566,23 +581,21 @@ class SetWriter:
         """A memory-mapped [R, D] array for the complete responses' hidden states (BoN v2)."""
         if self.kind != "bon":
             raise ValueError("response hidden states belong to BoN sets only")
-        self.response_hidden = np.lib.format.open_memmap(
-            self._tmp / RESPONSE_HIDDEN_FILE,
-            mode="w+",
-            dtype=self.dtype,
-            shape=(int(n_responses), self.hidden_dim),
+        self.response_hidden = reserved_memmap(  # a full disk: OSError now, not SIGBUS
+            self._tmp / RESPONSE_HIDDEN_FILE, self.dtype, (int(n_responses), self.hidden_dim)
         )
         return self.response_hidden
 
     def __enter__(self) -> SetWriter:
         self._ctx = atomic_dir(self.path, overwrite=self.overwrite)
         self._tmp = self._ctx.__enter__()
-        self.hidden = np.lib.format.open_memmap(
-            self._tmp / HIDDEN_FILE,
-            mode="w+",
-            dtype=self.dtype,
-            shape=(self.n_rows, self.hidden_dim),
-        )
+        try:  # blocks reserved first: a full disk is an OSError now, never a SIGBUS
+            self.hidden = reserved_memmap(
+                self._tmp / HIDDEN_FILE, self.dtype, (self.n_rows, self.hidden_dim)
+            )
+        except BaseException:
+            self._ctx.__exit__(*sys.exc_info())
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -590,7 +603,7 @@ class SetWriter:
             if exc_type is None:
                 self._finish()
         except BaseException:
-            self._ctx.__exit__(*__import__("sys").exc_info())
+            self._ctx.__exit__(*sys.exc_info())
             raise
         return bool(self._ctx.__exit__(exc_type, exc, tb))
 

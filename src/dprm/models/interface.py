@@ -574,10 +574,14 @@ def load(directory: str | Path) -> Calibrator:
         raise DataError(
             cfg_path, f"key 'method': unknown calibrator {method!r}; known: {sorted(REGISTRY)}"
         )
-    try:
-        hidden_dim = int(cfg["hidden_dim"])
+    hidden_dim = cfg.get("hidden_dim")
+    if not isinstance(hidden_dim, int) or isinstance(hidden_dim, bool) or hidden_dim < 1:
+        raise DataError(
+            cfg_path, f"key 'hidden_dim': expected a positive integer, found {hidden_dim!r}"
+        )
+    try:  # a negative or zero width inside the config: torch's RuntimeError, said in one line
         model = REGISTRY[method].from_config(hidden_dim, cfg.get("config", {}))
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise DataError(
             cfg_path, f"config does not describe a {method!r} calibrator: {err}"
         ) from None

@@ -67,6 +67,7 @@ from dprm.models.fit import (
 from dprm.models.interface import REGISTRY, Standardizer, predict
 from dprm.models.training import evaluation_hook, reuse_standardized_rows
 from dprm.version import __version__
+from dprm.workers import ended_on_exit
 
 #: the gradient-trained calibrators a search covers by default (each gets the same trials)
 TUNED_METHODS = ("ot", "qr", "mono", "binomial")
@@ -631,6 +632,31 @@ def choose(methods: dict[str, dict], select: str = DEFAULT_SELECT) -> str | None
     return min(scored, key=lambda m: (scored[m], m)) if scored else None
 
 
+def check_request(methods: list[str], select: str, settings: TuneSettings) -> None:
+    """Check a search's methods and settings before any work (and before ``--overwrite``
+    discards an earlier search).
+
+    Raises:
+        ConfigError: an unknown or untunable method, an unknown ``select`` or objective, a
+            trial count below 1, a fixed override a method's config refuses.
+    """
+    unknown = [m for m in methods if m not in SEARCH_SPACES]
+    if unknown or not methods:
+        known = sorted(REGISTRY)
+        raise ConfigError(
+            f"cannot tune {unknown or 'no methods'}: tunable methods are {sorted(SEARCH_SPACES)}"
+            + (f" (known calibrators: {known})" if any(m not in REGISTRY for m in unknown) else "")
+        )
+    if select not in SELECT_METRICS:
+        raise ConfigError(f"select {select!r} is not one of {SELECT_METRICS}")
+    if settings.objective not in OBJECTIVES:
+        raise ConfigError(f"objective {settings.objective!r} is not one of {OBJECTIVES}")
+    if settings.trials < 1:
+        raise ConfigError(f"trials must be >= 1, got {settings.trials}")
+    for method in methods:  # fixed overrides valid for every method, before any work
+        resolve_config(method, None, settings.fixed())
+
+
 def tune(
     data: CalibrationSet | str | Path,
     out: str | Path,
@@ -667,21 +693,7 @@ def tune(
     """
     settings = settings or TuneSettings()
     methods = list(dict.fromkeys(methods))
-    unknown = [m for m in methods if m not in SEARCH_SPACES]
-    if unknown or not methods:
-        known = sorted(REGISTRY)
-        raise ConfigError(
-            f"cannot tune {unknown or 'no methods'}: tunable methods are {sorted(SEARCH_SPACES)}"
-            + (f" (known calibrators: {known})" if any(m not in REGISTRY for m in unknown) else "")
-        )
-    if select not in SELECT_METRICS:
-        raise ConfigError(f"select {select!r} is not one of {SELECT_METRICS}")
-    if settings.objective not in OBJECTIVES:
-        raise ConfigError(f"objective {settings.objective!r} is not one of {OBJECTIVES}")
-    if settings.trials < 1:
-        raise ConfigError(f"trials must be >= 1, got {settings.trials}")
-    for method in methods:  # fixed overrides valid for every method, before any work
-        resolve_config(method, None, settings.fixed())
+    check_request(methods, select, settings)
     if not isinstance(data, CalibrationSet):
         from dprm.data import read_calibration_set
 
@@ -711,7 +723,10 @@ def tune(
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(jobs, len(methods)), mp_context=context) as pool:
+        with (
+            ProcessPoolExecutor(min(jobs, len(methods)), mp_context=context) as pool,
+            ended_on_exit(pool),
+        ):
             futures = {
                 m: pool.submit(
                     tune_method,

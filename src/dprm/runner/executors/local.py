@@ -11,6 +11,7 @@ from typing import Any
 
 from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report, visible_gpus
 from dprm.runner.units import Fail, Record, Unit
+from dprm.workers import terminate_pool as terminate
 
 
 @dataclass
@@ -69,22 +70,6 @@ class LocalExecutor:
             terminate(pool)
             raise
         pool.shutdown()
-
-
-def terminate(pool) -> None:
-    """Stop a process pool now: pending work cancelled, running workers terminated.
-
-    ``shutdown()`` alone waits for the running units to finish (minutes for a training); the
-    pool's worker processes are only reachable through its ``_processes`` attribute.
-    """
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
 
 
 def _pin(queue) -> None:
