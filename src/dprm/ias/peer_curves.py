@@ -411,3 +411,21 @@ def shuffle_priors(estimates: dict[str, Estimate], labels, seed: int) -> dict[st
                 setattr(est, attr, np.asarray(value)[perm])
         out[label] = est
     return out
+
+
+def peer_tables(
+    bon, train_bon, model, rules, *, trials: int = 4, seed: int = 0, n_max: int = N_MAX
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``dprm ias --peers``: (:func:`summarise` rows of every rule, the mean curves: ``rule,
+    method, level, draws, accuracy``) on one BoN set, with ``model`` as the calibrated prior."""
+    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train_bon)
+    rows, curves = [], []
+    for rule in rules:
+        cs = set_curves(bon, train_bon, test_est, train_est, rule, trials=trials, seed=seed,
+                        n_max=n_max)  # fmt: skip
+        rows.append(summarise(cs, seed=seed).assign(fallback=cs.fallback))
+        for name, c in cs.curves.items():
+            curves.append(pd.DataFrame({"rule": rule, "method": name, "level": c.levels,
+                                        "draws": c.draws.mean(axis=1),
+                                        "accuracy": c.accuracy.mean(axis=1)}))  # fmt: skip
+    return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
