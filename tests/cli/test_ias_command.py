@@ -198,3 +198,27 @@ def test_sequential_rows_and_its_missing_training_set(setup, tmp_path, capsys):
     seq = summary[summary["sweep"] == "auto-seq"]
     assert set(seq["method"]) >= {"ot"} and seq["accuracy"].between(0, 1).all()
     assert json.loads((out / "ias_meta.json").read_text())["sequential"] is True
+
+
+def test_peers_beside_auto_seq(setup, tmp_path, capsys):
+    root, world, dirs = setup
+    out = tmp_path / "nope"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--peers", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--peers needs --train-bon" in err and "\n" not in err
+    assert not out.exists()
+    out = tmp_path / "peers"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--train-bon", str(world["train/bon"]),
+            "--peers", "--model", str(dirs["ot"]), "--out", str(out), "--mc-trials", "0",
+            "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    peers = pd.read_csv(out / "peers.csv")
+    expected = {"uniform", "adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw",
+                "score-calibrated", "auto-seq[calibrated]", "auto-seq[base]", "auto-seq[none]",
+                "auto-seq[truth]"}  # fmt: skip
+    assert set(peers["method"]) == expected and set(peers["rule"]) == {"highest-last"}
+    assert peers["acc_at_0.25"].between(0, 1).all()
+    curves = pd.read_csv(out / "peer_curves.csv")
+    uni = curves[curves["method"] == "uniform"]
+    assert np.allclose(uni["draws"], np.minimum(uni["level"], 64))  # exactly matched budgets

@@ -23,6 +23,10 @@ def _ias(args: argparse.Namespace) -> int:
         from dprm.config import ConfigError
 
         raise ConfigError("--sequential needs --train-bon (auto-seq learns on a training BoN set)")
+    if args.peers and (not args.train_bon or not args.model):
+        from dprm.config import ConfigError
+
+        raise ConfigError("--peers needs --train-bon and a --model (auto-seq's calibrated prior)")
     out = check_out(
         args, directory=True, inputs=input_paths(args, "--bon", "--train-bon", "--model")
     )
@@ -57,7 +61,18 @@ def _ias(args: argparse.Namespace) -> int:
         train_bon=train_bon,
         sequential=args.sequential,
     )
+    peer_frames = None
+    if args.peers:  # the peers beside auto-seq on the same orders (dprm.ias.peer_curves)
+        from dprm.ias.peer_curves import peer_tables
+
+        peer_frames = peer_tables(
+            bon, train_bon, loaded[0][1], [r for r in args.rule if not r.endswith("-calibrated")]
+            or ["highest-last"], seed=args.seed, n_max=args.n_max,
+        )  # fmt: skip
     with atomic_dir(out) as tmp:  # all files or none
+        if peer_frames is not None:
+            peer_frames[0].to_csv(tmp / "peers.csv", index=False)
+            peer_frames[1].to_csv(tmp / "peer_curves.csv", index=False)
         write_ias_outputs(
             tmp,
             summary,
@@ -171,6 +186,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "drawn candidate's calibrated estimate and, on v2 sets, its final answer; every rule; "
         "its floor share chosen on the training pools; uniform under a detected shift; Monte "
         "Carlo over draw orders)",
+    )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="with --train-bon and --model (the first is auto-seq's calibrated prior): the "
+        "calibrator-free peers (Adaptive-Consistency, ESC, vote-lead, score thresholds) beside "
+        "auto-seq with the calibrated / raw-PRM / flat / true prior, on the same draw orders, "
+        "for each --rule (v2 sets); writes peers.csv (draws to reach uniform-64 and -16, "
+        "accuracy at cost 0.05 / 0.1 / 0.25, bootstrap standard errors) and peer_curves.csv",
     )
     add_threads_flag(parser)
     add_progress_flags(parser)

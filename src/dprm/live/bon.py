@@ -205,6 +205,14 @@ def run_bon(
         )
         write_bon_export(out, suffix, records, {"source": "dprm solve --mode bon", **provenance})
         return write_summary(out, summarize_bon(read_results(out, "bon"), config))
+    if config.peer is not None:  # a calibrator-free peer reads candidates as they arrive
+        from dprm.live.bon_peers import solve_peer
+
+        records = solve_peer(
+            config, cprm, generator, out, suffix, questions, states, progress=progress, pool=pool
+        )
+        write_bon_export(out, suffix, records, {"source": "dprm solve --mode bon", **provenance})
+        return write_summary(out, summarize_bon(read_results(out, "bon"), config))
     if config.auto_cost is not None:  # dprm ias's auto rule over this shard's questions
         budgets = auto_budgets(cprm, states, config.train_bon, float(config.auto_cost), config.rule)
     log = ResultLog(out / f"bon{suffix}.jsonl")
@@ -345,7 +353,13 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
     )
     summary: dict[str, Any] = {
         "mode": "bon",
-        "allocation": "auto-seq" if config.auto_seq else "auto" if config.auto_cost else "C",
+        "allocation": f"peer:{config.peer}"
+        if config.peer
+        else "auto-seq"
+        if config.auto_seq
+        else "auto"
+        if config.auto_cost
+        else "C",
         "rule": config.rule,
         "C": config.C,
         "n_max": config.n_max,

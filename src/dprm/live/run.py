@@ -76,7 +76,10 @@ class SolveConfig:
             allocation over the shard's questions (None: the C rule).
         train_bon: the training BoN set those allocations learn on.
         auto_seq: bon: the sequential ``auto-seq`` allocation (:mod:`dprm.live.bon_seq`).
-        round_size: auto-seq: draws chosen together before their estimates are read.
+        round_size: auto-seq: draws chosen together before their estimates are read (the
+            vote-lead peer: draws per round).
+        peer: bon: allocate by a calibrator-free adaptive peer (:mod:`dprm.live.bon_peers`).
+        peer_level: the peer's knob (threshold or most draws; None: its default).
         rule: bon: how a question's answer is picked from its draws (:data:`LIVE_RULES`); the
             ``auto`` / ``auto-seq`` allocations are learnt for this rule.
         batch_questions: questions generated together (one part of the log).
@@ -139,6 +142,20 @@ class SolveConfig:
         16,
         help="bon with --auto-seq: draws chosen and generated together before their estimates "
         "are read (1: fully sequential; larger keeps a GPU busy)",
+    )
+    peer: str | None = _setting(
+        None,
+        help="bon: allocate by a calibrator-free adaptive peer instead: adaptive-consistency "
+        "(stop when P(leading answer beats the runner-up) >= --peer-level, default 0.95), "
+        "esc-4 / esc-8 (stop after a window whose answers agree; --peer-level: most draws), "
+        "score-raw / score-calibrated (stop when the best drawn score clears --peer-level), "
+        "vote-lead (one draw each, then each draw to the closest vote until --peer-level "
+        "draws per question on average are spent)",
+        choices=["adaptive-consistency", "esc-4", "esc-8", "score-raw", "score-calibrated",
+                 "vote-lead"],
+    )  # fmt: skip
+    peer_level: float | None = _setting(
+        None, help="bon with --peer: the peer's threshold or most draws (default: the peer's)"
     )
     rule: str = _setting(
         "highest-last",
@@ -233,6 +250,15 @@ class SolveConfig:
             fail("--auto-seq needs --auto-cost and --train-bon (its budget and training set)")
         if self.round_size < 1:
             fail(f"--round-size {self.round_size}: expected >= 1")
+        if self.peer is not None:
+            if self.mode != "bon" or self.auto_seq:
+                fail(f"--peer {self.peer}: applies to --mode bon, without --auto-seq")
+            if self.peer in ("vote-lead", "score-raw", "score-calibrated") and (
+                self.peer_level is None
+            ):
+                fail(f"--peer {self.peer} needs --peer-level (its threshold or mean draws)")
+            if self.peer == "vote-lead" and not 1 <= self.peer_level <= self.n_max:
+                fail(f"--peer-level {self.peer_level}: vote-lead's mean draws, in [1, --n-max]")
         if self.rule not in LIVE_RULES:
             fail(f"--rule {self.rule!r}: expected one of {', '.join(LIVE_RULES)}")
         if self.mode == "beam" and self.rule != "highest-last":

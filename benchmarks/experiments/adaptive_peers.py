@@ -1,0 +1,458 @@
+"""Adaptive best-of-N against its peers: samples to match uniform, accuracy at equal cost.
+
+For each twin preset and world draw (the preset's world written at another world seed), fit the
+recommended calibrator on the training records and, on the ID and OOD test pools (and a subtle
+shift: the ID pools with their question priors shuffled across questions, so the calibrator is
+wrong while the question states look alike), trace every method's cost-accuracy curve on the same
+draw orders (:mod:`dprm.ias.peer_curves`): the peers (uniform, Adaptive-Consistency, ESC w = 4 /
+8, the vote-lead rule, the best-score threshold rules) and ``auto-seq`` with the calibrated
+prior, the raw PRM (base), no prior and the truth. Writes docs/results/adaptive-peers.md and its
+CSVs.
+
+Any BoN set works: ``--bon TEST --train-bon TRAIN --calibrator DIR`` runs one set instead of
+the twin grid (e.g. a recipe's BoN sets), with a table of its own.
+
+Run: ``PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py --root /tmp/peers``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[2]
+PRESETS = ("llama-3.1-8b__qwen-prm",)
+WORLD_SEEDS = (11, 12, 13)  # world draws: the preset's world at these world seeds
+RULES = ("highest-last", "majority")
+CALIBRATOR = "binomial"  # README "Which calibrator?": the one meant for IAS
+SPLITS = ("id", "ood", "subtle")
+COSTS = ("0.05", "0.1", "0.25")
+#: the peers that read no calibrator (the samples-to-match comparison's "best calibrator-free")
+FREE_PEERS = ("adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw")
+#: calibrator-free methods for calibration's share of the gain (item: what calibration adds)
+FREE_METHODS = (*FREE_PEERS, "auto-seq[base]", "auto-seq[none]")
+
+
+def _fingerprint(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _atomic_csv(frame: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def _atomic_text(text: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def evaluate_set(bon, train, model, rules, trials, train_trials, bootstrap, seed, subtle=False):
+    """Summary rows of every method on one BoN set (all rules), and the mean curves."""
+    from dprm.ias.peer_curves import prior_estimates, set_curves, shuffle_priors, summarise
+
+    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train)
+    if subtle:
+        test_est = shuffle_priors(test_est, ("calibrated", "base"), seed)
+    rows, curves = [], []
+    for rule in rules:
+        cs = set_curves(
+            bon, train, test_est, train_est, rule, trials=trials, seed=seed,
+            train_trials=train_trials, priors=("calibrated",) if subtle else None,
+        )  # fmt: skip
+        summary = summarise(cs, bootstrap=bootstrap, seed=seed)
+        rows.append(summary.assign(fallback=cs.fallback, shifted=cs.extra["shifted"]))
+        for name, c in cs.curves.items():
+            curves.append(pd.DataFrame({
+                "rule": rule, "method": name, "level": c.levels,
+                "draws": c.draws.mean(axis=1), "accuracy": c.accuracy.mean(axis=1),
+            }))  # fmt: skip
+    return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
+
+
+def run_world(root, preset, world_seed, calib_seed, args):
+    """Every split of one world draw: cached per cell under ``root`` (keyed by the settings)."""
+    import torch
+
+    torch.set_num_threads(1)
+    import dprm
+    from dprm.data import read_bon_set, read_calibration_set
+    from dprm.data.synth import write_world
+    from dprm.models import load
+
+    world = root / f"{preset}-{args.size}-w{world_seed}"
+    if not (world / "train" / "bon").exists():
+        write_world(world, preset, size=args.size, seed=world_seed, progress=False)
+    model_dir = world / "models" / f"{CALIBRATOR}-s{calib_seed}"
+    if not model_dir.exists():
+        t0 = time.time()
+        data = read_calibration_set(world / "train" / "calib")
+        dprm.fit(CALIBRATOR, data, seed=calib_seed, progress=False).save(model_dir)
+        print(f"{preset} w{world_seed}: fitted in {time.time() - t0:.0f} s", flush=True)
+    model = load(model_dir)
+    train = read_bon_set(world / "train" / "bon", check_hidden=False)
+    frames, curve_frames = [], []
+    for split in SPLITS:
+        settings = {"rules": list(args.rules), "trials": args.trials, "seed": calib_seed,
+                    "train_trials": args.train_trials, "bootstrap": args.bootstrap,
+                    "version": 1}  # fmt: skip
+        cell = world / "peers" / f"{split}-{_fingerprint(settings)}"
+        if not (cell / "summary.csv").exists():
+            t0 = time.time()
+            bon = read_bon_set(world / ("id" if split == "subtle" else split) / "bon",
+                               check_hidden=False)  # fmt: skip
+            summary, curves = evaluate_set(
+                bon, train, model, args.rules, args.trials, args.train_trials, args.bootstrap,
+                calib_seed, subtle=split == "subtle",
+            )  # fmt: skip
+            _atomic_csv(curves, cell / "curves.csv")
+            _atomic_csv(summary, cell / "summary.csv")
+            print(f"{preset} w{world_seed} {split}: {time.time() - t0:.0f} s", flush=True)
+        meta = {"world": preset, "world_seed": world_seed, "calibrator_seed": calib_seed,
+                "split": split}  # fmt: skip
+        frames.append(pd.read_csv(cell / "summary.csv").assign(**meta))
+        curve_frames.append(pd.read_csv(cell / "curves.csv").assign(**meta))
+    return pd.concat(frames, ignore_index=True), pd.concat(curve_frames, ignore_index=True)
+
+
+FIGURES = ("draws_to_u64", "draws_to_u16", *(f"acc_at_{c}" for c in COSTS))
+
+
+def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
+    """Mean over world draws of every figure, its standard error over the draws
+    (``<figure>_se_draws`` = sd / sqrt(draws), NaN with one draw), the mean bootstrap standard
+    error within a draw (``<figure>_se_boot``), how many draws reach each target, and the
+    peer a method fell back to (if it did in any draw)."""
+    keys = ["world", "rule", "split", "method"]
+    out = []
+    for key, grp in cells.groupby(keys, sort=False):
+        row = dict(zip(keys, key, strict=True))
+        row["draws"] = len(grp)
+        for fig in FIGURES:
+            values = grp[fig].to_numpy(float)
+            ok = np.isfinite(values)
+            row[fig] = float(values[ok].mean()) if ok.all() else np.nan
+            row[f"{fig}_se_draws"] = (
+                float(values.std(ddof=1) / np.sqrt(len(values))) if ok.all() and len(values) > 1
+                else np.nan
+            )  # fmt: skip
+            row[f"{fig}_se_boot"] = float(np.nanmean(grp[f"{fig}_se"].to_numpy(float)))
+            row[f"{fig}_reached"] = int(ok.sum())
+        backs = sorted({b for b in grp["falls_back_to"].fillna("") if b})
+        row["falls_back_to"] = ",".join(backs)
+        row["target_u64"] = float(grp["target_u64"].mean())
+        row["target_u16"] = float(grp["target_u16"].mean())
+        row["shift_auc"] = float(grp["shift_auc"].mean())
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _fmt(value: float, se: float, digits: int = 3) -> str:
+    if not np.isfinite(value):
+        return "—"
+    text = f"{value:.{digits}f}"
+    return text + (f" ± {se:.{digits}f}" if np.isfinite(se) else "")
+
+
+def _draws_cell(row) -> str:
+    fig = "draws_to_u64"
+    if not np.isfinite(row[fig]):
+        n = int(row[f"{fig}_reached"])
+        return f"not reached ({n}/{int(row['draws'])} draws)"
+    return f"{row[fig]:.1f} ± {row[f'{fig}_se_draws']:.1f} ({1 - row[fig] / 64:+.0%})"
+
+
+def _u16_cell(row) -> str:
+    fig = "draws_to_u16"
+    if not np.isfinite(row[fig]):
+        return f"not reached ({int(row[f'{fig}_reached'])}/{int(row['draws'])})"
+    return f"{row[fig]:.1f} ± {row[f'{fig}_se_draws']:.1f}"
+
+
+def world_table(agg: pd.DataFrame) -> list[str]:
+    lines = [
+        "| rule | split | method | draws to uniform-64 (saved) | draws to uniform-16 | "
+        "acc @ 0.05 | acc @ 0.1 | acc @ 0.25 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in agg.iterrows():
+        method = r["method"]
+        if r["falls_back_to"]:
+            method += f" — falls back to {r['falls_back_to']}"
+        accs = [_fmt(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_draws"]) for c in COSTS]
+        lines.append(
+            f"| {r['rule']} | {r['split']} | {method} | {_draws_cell(r)} | {_u16_cell(r)} | "
+            + " | ".join(accs)
+            + " |"
+        )
+    return lines
+
+
+def headline(agg: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
+    """The done-when check per world, rule and split: auto-seq[calibrated]'s draws to reach
+    uniform-64 (and -16) against the best calibrator-free peer's; ID needs <= 0.7x, OOD and the
+    subtle shift <= 1.1x."""
+    rows = []
+    for (world, rule, split), grp in agg.groupby(["world", "rule", "split"], sort=False):
+        by = grp.set_index("method")
+        if "auto-seq[calibrated]" not in by.index:
+            continue
+        cal = by.loc["auto-seq[calibrated]"]
+        for target in ("u64", "u16"):
+            fig = f"draws_to_{target}"
+            free = by.loc[[m for m in FREE_PEERS if m in by.index], fig]
+            best = free.idxmin() if free.notna().any() else None
+            best_draws = float(free.min()) if best else np.nan
+            ratio = float(cal[fig]) / best_draws if best else np.nan
+            limit = 0.7 if split == "id" else 1.1
+            rows.append({
+                "world": world, "rule": rule, "split": split, "target": target,
+                "calibrated_draws": float(cal[fig]), "best_free_peer": best or "none reaches",
+                "best_free_draws": best_draws, "ratio": ratio, "limit": limit,
+                "met": bool(np.isfinite(ratio) and ratio <= limit),
+                "falls_back_to": cal["falls_back_to"],
+            })  # fmt: skip
+    frame = pd.DataFrame(rows)
+    lines = [
+        "| world | rule | split | target | auto-seq[calibrated] draws | best calibrator-free "
+        "peer (draws) | ratio | limit | met |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in frame.iterrows():
+        cal = (
+            f"{r['calibrated_draws']:.1f}" if np.isfinite(r["calibrated_draws"]) else "not reached"
+        )
+        if r["falls_back_to"]:
+            cal += f" (falls back to {r['falls_back_to']})"
+        best = f"{r['best_free_peer']} ({r['best_free_draws']:.1f})"
+        ratio = f"{r['ratio']:.2f}" if np.isfinite(r["ratio"]) else "—"
+        lines.append(
+            f"| {r['world']} | {r['rule']} | {r['split']} | {r['target']} | {cal} | {best} | "
+            f"{ratio} | ≤ {r['limit']:.1f} | {'yes' if r['met'] else 'no'} |"
+        )
+    return lines, frame
+
+
+def calibration_share(agg: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
+    """(calibrated - best calibrator-free) / (truth - best calibrator-free) per world, rule,
+    split and cost; the ceiling is auto-seq with the truth as prior (a sequential policy, as
+    auto-seq); shown only where the ceiling is above the best calibrator-free method, and not
+    above 100 % (otherwise the cell says why)."""
+    rows = []
+    for (world, rule, split), grp in agg.groupby(["world", "rule", "split"], sort=False):
+        by = grp.set_index("method")
+        if not {"auto-seq[calibrated]", "auto-seq[truth]"} <= set(by.index):
+            continue
+        for c in COSTS:
+            fig = f"acc_at_{c}"
+            free = by.loc[[m for m in FREE_METHODS if m in by.index], fig].dropna()
+            best, best_acc = free.idxmax(), float(free.max())
+            cal, truth = (
+                float(by.loc["auto-seq[calibrated]", fig]),
+                float(by.loc["auto-seq[truth]", fig]),
+            )
+            head = truth - best_acc
+            share = (cal - best_acc) / head if head > 1e-9 else np.nan
+            rows.append(
+                {
+                    "world": world,
+                    "rule": rule,
+                    "split": split,
+                    "cost": c,
+                    "calibrated": cal,
+                    "truth": truth,
+                    "best_free": best,
+                    "best_free_acc": best_acc,
+                    "share": share,
+                    "falls_back_to": by.loc["auto-seq[calibrated]", "falls_back_to"],
+                }
+            )
+    frame = pd.DataFrame(rows)
+    lines = [
+        "| world | rule | split | cost | auto-seq[calibrated] | auto-seq[truth] | best "
+        "calibrator-free (acc) | calibration's share |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in frame.iterrows():
+        if r["falls_back_to"]:
+            share = f"— (falls back to {r['falls_back_to']})"
+        elif not np.isfinite(r["share"]):
+            share = "— (the truth is no better than the best calibrator-free method)"
+        elif r["share"] > 1:
+            share = "— (calibrated above the truth: no ceiling)"
+        else:
+            share = f"{r['share']:.0%}"
+        lines.append(
+            f"| {r['world']} | {r['rule']} | {r['split']} | {r['cost']} | {r['calibrated']:.4f} | "
+            f"{r['truth']:.4f} | {r['best_free']} ({r['best_free_acc']:.4f}) | {share} |"
+        )
+    return lines, frame
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                             capture_output=True, text=True)  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=REPO, capture_output=True, text=True).stdout.strip()  # fmt: skip
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _size_text(size: str) -> str:
+    from dprm.data.synth import SIZES
+
+    if size not in SIZES:
+        return "a BoN set given on the command line"
+    world = SIZES[size]
+    parts = [f"{s.name} {s.n_bon_questions or s.n_questions} questions" for s in world.splits]
+    return ", ".join(parts) + f", pools of {world.pool_size}"
+
+
+def write_page(cells, curves, agg, out_md: Path, out_dir: Path, command: str, elapsed: float,
+               args) -> None:  # fmt: skip
+    head_lines, head = headline(agg)
+    share_lines, share = calibration_share(agg)
+    _atomic_csv(cells, out_dir / "cells.csv")
+    _atomic_csv(curves, out_dir / "curves.csv")
+    _atomic_csv(agg, out_dir / "summary.csv")
+    _atomic_csv(head, out_dir / "headline.csv")
+    _atomic_csv(share, out_dir / "calibration_share.csv")
+    auc = cells.groupby(["world", "split", "world_seed"])["shift_auc"].first().reset_index()
+    fallbacks = cells.groupby(["world", "rule", "world_seed"])["fallback"].first().reset_index()
+    lines = [
+        "# Adaptive best-of-N against its peers",
+        "",
+        "Regenerate: `" + command + "`",
+        "",
+        f"Commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"{platform.machine()} {platform.system()} with {os.cpu_count()} cores (shared); "
+        f"the run took {elapsed / 60:.1f} min.",
+        "",
+        f"Worlds: {', '.join(sorted(cells['world'].unique()))}; size `{args.size}` "
+        f"({_size_text(args.size)}); world draws "
+        f"(world seeds) {', '.join(str(s) for s in sorted(cells['world_seed'].unique()))}, each "
+        f"with its own calibrator seed (`{CALIBRATOR}`, seeds 0, 1, 2) and draw-order seed; "
+        f"{args.trials} draw orders per test question, {args.train_trials} per training "
+        f"question for the choices made on the training pools (auto-seq's floor share, the "
+        f"fallback peer), {args.bootstrap} bootstrap resamples of the questions.",
+        "",
+        "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
+        "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
+        "`esc-4`, `esc-8` (stop after a unanimous window; knob: the most draws); `vote-lead` "
+        "(one draw each, then the smallest vote lead; exact matched budget); `score-raw`, "
+        "`score-calibrated` (stop when the best drawn PRM score, raw or calibrated, clears a "
+        "threshold set at 12 quantiles of the training candidates' scores; score-based rules "
+        "only); `auto-seq[calibrated | base | none | truth]` (the calibrated prior, the raw PRM, "
+        "a flat prior reading only the answers, the true distribution of p). Under a detected "
+        "shift (shift AUC > 0.75) every `auto-seq` falls back to the best calibrator-free peer "
+        "for the rule, chosen on the training pools; such a cell is that peer's, never a gain.",
+        "",
+        "Figures: **draws to uniform-n** = the mean draws per question at which a method's "
+        "cost–accuracy curve first reaches uniform best-of-n's accuracy (same rule, same "
+        "orders) less 0.001 (Adaptive-Consistency's \"< 0.1 % drop\"), linear between sweep "
+        "points; (saved) = 1 − draws / 64. **acc @ c** = accuracy at mean cost c (draws / 64), "
+        "linear along the curve (— : outside the method's range, e.g. ESC's least cost is one "
+        "window). ± = standard error over the world draws (sd / √draws; each draw has its own "
+        "questions, pools, calibrator seed and orders); the bootstrap standard errors within a "
+        "draw are in `summary.csv` (`*_se_boot`). The split `subtle` (auto-seq[calibrated] only) is the ID pools with the "
+        "calibrated and raw-PRM question priors permuted across questions: a calibrator that is "
+        "wrong about every question while the question states look as in training.",
+        "",
+        "## Done-when check: samples to reach uniform-64 (and -16)",
+        "",
+        "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
+        "target); ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD and subtle ≤ 1.1.",
+        "",
+        *head_lines,
+        "",
+        "## What calibration adds",
+        "",
+        "Share = (auto-seq[calibrated] − best calibrator-free) / (auto-seq[truth] − best "
+        "calibrator-free), accuracy at equal mean cost; calibrator-free = the peers and "
+        "auto-seq[base] / auto-seq[none]; the ceiling auto-seq[truth] is a sequential policy "
+        "like auto-seq.",
+        "",
+        *share_lines,
+        "",
+        "## The shift check",
+        "",
+        "| world | split | world seed | shift AUC |",
+        "|---|---|---|---|",
+        *[f"| {r.world} | {r.split} | {r.world_seed} | {r.shift_auc:.3f} |"
+          for r in auc.itertuples()],
+        "",
+        "Fallback peer chosen on the training pools (per rule and world draw): "
+        + "; ".join(f"{r.world} {r.rule} w{r.world_seed}: {r.fallback}"
+                    for r in fallbacks.itertuples()) + ".",
+        "",
+    ]  # fmt: skip
+    for world, grp in agg.groupby("world", sort=False):
+        lines += [f"## {world}", "", *world_table(grp), ""]
+    _atomic_text("\n".join(lines), out_md)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path("/tmp/adaptive-peers"))
+    parser.add_argument("--presets", default=",".join(PRESETS))
+    parser.add_argument("--world-seeds", default=",".join(str(s) for s in WORLD_SEEDS))
+    parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--size", default="demo")
+    parser.add_argument("--trials", type=int, default=4)
+    parser.add_argument("--train-trials", type=int, default=2)
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--bon", type=Path, help="one test BoN set instead of the twin grid")
+    parser.add_argument("--train-bon", type=Path, help="with --bon: its training BoN set")
+    parser.add_argument("--calibrator", type=Path, help="with --bon: a saved calibrator")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "adaptive-peers.md")
+    args = parser.parse_args()
+    args.rules = tuple(args.rules.split(","))
+    t0 = time.time()
+    if args.bon is not None:
+        if args.train_bon is None or args.calibrator is None:
+            parser.error("--bon needs --train-bon and --calibrator")
+        from dprm.data import read_bon_set
+        from dprm.models import load
+
+        bon = read_bon_set(args.bon, check_hidden=False)
+        train = read_bon_set(args.train_bon, check_hidden=False)
+        cells, curves = evaluate_set(bon, train, load(args.calibrator), args.rules, args.trials,
+                                     args.train_trials, args.bootstrap, 0)  # fmt: skip
+        meta = {"world": args.bon.name, "world_seed": 0, "calibrator_seed": 0, "split": "test"}
+        cells, curves = cells.assign(**meta), curves.assign(**meta)
+    else:
+        frames, curve_frames = [], []
+        seeds = [int(s) for s in args.world_seeds.split(",")]
+        for preset in args.presets.split(","):
+            for k, world_seed in enumerate(seeds):
+                c, cv = run_world(args.root, preset, world_seed, k, args)
+                frames.append(c)
+                curve_frames.append(cv)
+        cells, curves = pd.concat(frames, ignore_index=True), pd.concat(curve_frames)
+    agg = aggregate(cells)
+    command = "PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py " + " ".join(
+        a for a in sys.argv[1:]
+    )
+    out_dir = args.out.with_suffix("")
+    write_page(cells, curves, agg, args.out, out_dir, command.strip(), time.time() - t0, args)
+    print(f"wrote {args.out} in {(time.time() - t0) / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
