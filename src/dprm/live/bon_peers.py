@@ -86,8 +86,8 @@ def solve_peer(
     from dprm.ias.rules import answer_key
     from dprm.live.bon import question_record
     from dprm.live.bon_seq import DrawLog, _Drawer
+    from dprm.live.run_frame import solving
     from dprm.live.runlog import ResultLog
-    from dprm.live.session import solving
     from dprm.llm.shard import chunked
 
     rows = questions.to_dict("records")
