@@ -109,3 +109,35 @@ def test_vllm_backend_sampling_params_and_context_budget(lm_dir, monkeypatch):
     assert [c.text for c in out[0]] == ["x11", "x11"] and out[0][0].n_tokens == room
     assert [(c.text, c.n_tokens, c.finish_reason) for c in out[1]] == [("", 0, "length")] * 2
     assert out[2][0].text == "x13"
+
+
+def test_vllm_backend_keeps_prefills_whole_on_cpu(lm_dir, monkeypatch):
+    """vLLM's CPU sampler dies on a seeded request whose prefill is split: no chunked prefill."""
+    import sys
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from dprm.llm.generate import VLLMGenerator
+
+    made = {}
+
+    class FakeLLM(_FakeLLM):
+        def __init__(self, **kwargs):
+            made.update(kwargs)
+            super().__init__(AutoTokenizer.from_pretrained(kwargs["model"]))
+
+    for on_cpu in (True, False):
+        made.clear()
+        platform = SimpleNamespace(is_cpu=lambda on_cpu=on_cpu: on_cpu)
+        monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=FakeLLM))
+        monkeypatch.setitem(
+            sys.modules, "vllm.platforms", SimpleNamespace(current_platform=platform)
+        )
+        gen = VLLMGenerator(str(lm_dir), enforce_eager=True)
+        assert made["max_model_len"] == gen.max_model_len == 1024 and made["enforce_eager"]
+        if on_cpu:
+            assert made["enable_chunked_prefill"] is False
+            assert made["max_num_batched_tokens"] >= made["max_model_len"]
+        else:
+            assert "enable_chunked_prefill" not in made

