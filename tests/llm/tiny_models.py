@@ -91,9 +91,20 @@ def _tokenizer(path: Path):
 
 
 def build_bigram_lm(
-    tokenizer_dir: Path, out: Path, answers: tuple[int, ...] = (7, 7, 7, 6, 8)
+    tokenizer_dir: Path,
+    out: Path,
+    answers: tuple[int, ...] = (7, 7, 7, 6, 8),
+    *,
+    hidden_size: int | None = None,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
 ) -> Path:
-    """A Qwen2 causal LM that is exactly a bigram model of ``solution(3, 4, a)`` for ``a`` in answers."""
+    """A Qwen2 causal LM that is exactly a bigram model of ``solution(3, 4, a)`` for ``a`` in answers.
+
+    ``hidden_size`` (default: the smallest multiple of 4 that holds the corpus' tokens) and the
+    head counts shape the attention only, whose output is zeroed: vLLM's CPU attention needs a
+    head dimension of at least 32 (e.g. hidden 128 over 2 heads).
+    """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -107,6 +118,12 @@ def build_bigram_lm(
     slot = {t: i for i, t in enumerate(known)}
     other = len(known)
     hidden = ((other + 1 + 3) // 4) * 4
+    if hidden_size is not None:
+        if hidden_size < other + 1 or hidden_size % num_heads:
+            raise ValueError(
+                f"hidden_size {hidden_size}: needs >= {other + 1}, a multiple of {num_heads}"
+            )
+        hidden = hidden_size
     counts = torch.zeros(hidden, len(tok))
     for seq in seqs:
         for a, b in zip([start, *seq[:-1]], seq, strict=True):
@@ -114,8 +131,8 @@ def build_bigram_lm(
     counts[counts.sum(1) == 0, eos] = 1
     logits = torch.log((counts / counts.sum(1, keepdim=True)).clamp_min(1e-12))
     config = Qwen2Config(
-        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=16, max_position_embeddings=1024,
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=1, num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads, intermediate_size=16, max_position_embeddings=1024,
         tie_word_embeddings=False, rms_norm_eps=1e-6,
     )  # fmt: skip
     torch.manual_seed(0)

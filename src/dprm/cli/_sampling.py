@@ -64,7 +64,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: 
         "--max-model-len",
         type=int,
         default=None,
-        help="prompt+completion limit (vLLM default 4096)",
+        help="prompt+completion limit (default: the model's; vLLM: at most 4096)",
     )
     group.add_argument(
         "--tensor-parallel-size", type=int, default=1, help="vLLM: GPUs per model replica"
@@ -74,6 +74,11 @@ def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: 
     )
     group.add_argument(
         "--no-prefix-caching", action="store_true", help="vLLM: turn prefix caching off"
+    )
+    group.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="vLLM: no compilation or CUDA graphs (a faster start, slower steps)",
     )
     grading = parser.add_argument_group("grading (math-verify in worker processes)")
     grading.add_argument(
@@ -114,9 +119,10 @@ def load_generator_for(args: argparse.Namespace):
             tensor_parallel_size=args.tensor_parallel_size,
             enable_prefix_caching=not args.no_prefix_caching,
             seed=args.seed,
-            max_model_len=args.max_model_len or 4096,
+            max_model_len=args.max_model_len,
             dtype=args.dtype or "auto",
             gpu_memory_utilization=args.gpu_memory_utilization,
+            enforce_eager=args.enforce_eager,
         )
     else:
         opts = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len)

