@@ -15,13 +15,16 @@ Layout for ``--out OUT`` (a ``.parquet`` file or a set directory)::
 
 A finished output records a *fingerprint* (the settings that decide its content). A rerun with
 the same fingerprint skips it; a different fingerprint is an error unless ``overwrite`` is set,
-so two configurations never mix in one output.
+so two configurations never mix in one output. The fingerprint's ``reads`` hold the content
+digests of the input file and the models read (:mod:`dprm.digests`): an output whose inputs
+changed since, with the same settings, is stale and made again (said in one line).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +111,51 @@ def read_output_meta(path: str | Path) -> dict:
     return read_json(meta_path) if meta_path.exists() else {}
 
 
+#: the key of a stage's fingerprint holding what it read by content: name -> digest
+#: (:func:`dprm.digests.digest`, :func:`dprm.digests.model_digest`); ``input_bytes`` is what
+#: outputs made before held instead
+READS_KEYS = ("reads", "input_bytes")
+
+_REPORTED: set[str] = set()  # outputs whose changed inputs were said (one line per output)
+
+
+def changed_reads(found: Any, expected: dict) -> list[str] | None:
+    """What changed when a stage's stored fingerprint differs from ``expected`` only in content.
+
+    Returns:
+        the names of the inputs whose content changed (``["inputs"]`` when the stored one
+        recorded none), or None when a setting differs too (or nothing differs).
+    """
+    if not isinstance(found, dict):
+        return None
+    expected = _jsonable(expected)
+    settings = {k for k in {*found, *expected} if k not in READS_KEYS}
+    if any(found.get(k) != expected.get(k) for k in settings):
+        return None
+    before, now = found.get("reads"), expected.get("reads") or {}
+    if before == now:
+        return None
+    if not isinstance(before, dict):
+        return ["inputs"]
+    return sorted(k for k in {*before, *now} if before.get(k) != now.get(k)) or ["inputs"]
+
+
+def _say_changed(path: Path, names: list[str]) -> None:
+    """One line per output: its inputs changed, so it is made again."""
+    if str(path) in _REPORTED:
+        return
+    _REPORTED.add(str(path))
+    print(
+        f"{path}: input {', '.join(names)} changed since it was made (content digest); redoing it",
+        file=sys.stderr,
+    )
+
+
 def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool:
     """True if ``path`` is a finished output with this fingerprint (so the run can skip it).
+
+    An output made from inputs whose content changed since (same settings otherwise, see
+    :func:`changed_reads`) is stale: it is made again, said in one line on stderr.
 
     Raises:
         DataError: the output exists but was made with other settings and ``overwrite`` is off.
@@ -122,6 +168,10 @@ def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool
     found = read_output_meta(path).get("fingerprint")
     if found == _jsonable(fingerprint):
         return True
+    changed = changed_reads(found, fingerprint)
+    if changed is not None:
+        _say_changed(path, changed)
+        return False
     raise DataError(
         path,
         "exists but was made with different settings "
@@ -153,7 +203,10 @@ class PartStore:
         self.fingerprint = _jsonable(fingerprint)
         fp_path = self.dir / FINGERPRINT_FILE
         if self.dir.exists() and (not fp_path.exists() or read_json(fp_path) != self.fingerprint):
-            if not overwrite:
+            changed = changed_reads(read_json(fp_path), fingerprint) if fp_path.exists() else None
+            if changed is not None:  # made from inputs since changed: stale, not to be mixed in
+                _say_changed(self.final, changed)
+            elif not overwrite:
                 raise DataError(
                     self.dir,
                     "holds unfinished work of a run with different settings; rerun with those "

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import math
@@ -50,10 +51,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from dprm import metrics as M
 from dprm.config import ConfigError
 from dprm.data.contract import CalibrationSet
+from dprm.digests import digest
 from dprm.io import DataError, OutputError, atomic_path, folder_locked, strict_jsonable, write_json
 from dprm.models.fit import (
     SPLIT_SEED,
@@ -198,6 +201,21 @@ def sampler_seed(seed: int, method: str) -> int:
     return zlib.crc32(f"{method}:{seed}".encode()) & 0x7FFFFFFF
 
 
+def data_digest(data: CalibrationSet) -> str:
+    """The content digest of the data a study searches on.
+
+    A set read from disk: the digest of its folder (:func:`dprm.digests.digest`, so labels or
+    hidden states changed in place, same rows, are seen); one built in memory: the SHA-256 of
+    its records and hidden states.
+    """
+    if data.path is not None and Path(data.path).exists():
+        return digest(data.path) or ""
+    whole = hashlib.sha256()
+    whole.update(pd.util.hash_pandas_object(data.records, index=False).to_numpy().tobytes())
+    whole.update(np.ascontiguousarray(data.hidden).tobytes())
+    return "memory:" + whole.hexdigest()[:16]
+
+
 def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> dict[str, Any]:
     """What a study's trials depend on (the trial count is not: a rerun may ask for more)."""
     space = {
@@ -207,6 +225,7 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
     fingerprint = {
         "method": method,
         "data": str(Path(data.path).resolve()) if data.path is not None else None,
+        "data_digest": data_digest(data),
         "records": len(data),
         "hidden_dim": data.hidden_dim,
         "seed": settings.seed,
@@ -307,6 +326,17 @@ def create_storage(out: Path) -> None:
         _optuna().storages.RDBStorage(storage_url(out))
 
 
+def _data_reason(stored: dict, fingerprint: dict) -> str:
+    """Why a study's data differs, when it does by content only (else "")."""
+    if stored.get("data_digest") == fingerprint.get("data_digest"):
+        return ""
+    if "data_digest" not in stored:
+        return ": it recorded no content digest of its data (made by an older dprm)"
+    if stored.get("data") == fingerprint.get("data"):
+        return f": the content of {fingerprint.get('data')} changed since it ran"
+    return ""
+
+
 def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings, restart: bool):
     """Create or resume the study of ``method``; a study with other settings is refused.
 
@@ -331,7 +361,7 @@ def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings
                 raise OutputError(
                     out / STUDY_FILE,
                     f"the {method!r} search there was run with other settings ({', '.join(diff)}"
-                    "); pass --overwrite to start it over",
+                    f"){_data_reason(stored, fingerprint)}; pass --overwrite to start it over",
                 )
             optuna.delete_study(study_name=method, storage=storage)
     study = optuna.create_study(
