@@ -236,12 +236,11 @@ def test_tune_refuses_data_changed_in_place_and_overwrite_is_a_fresh_search(
 # ----------------------------------------------------------------------------- run
 @pytest.mark.slow
 def test_run_redoes_what_reads_a_prm_changed_in_place(models, tmp_path):
+    from dprm.io import read_json
+    from dprm.recipe import load_recipe, run_recipe
     from recipe.conftest import write_recipe
     from recipe.test_park_source import park_recipe
     from recipe.test_resume import _metrics, _rerun_units
-
-    from dprm.io import read_json
-    from dprm.recipe import load_recipe, run_recipe
 
     dirs = {"lm": models["lm"], "prm": private(models, "prm", tmp_path)}
     question_files = {}
