@@ -123,21 +123,30 @@ def changed_reads(found: Any, expected: dict) -> list[str] | None:
     """What changed when a stage's stored fingerprint differs from ``expected`` only in content.
 
     Returns:
-        the names of the inputs whose content changed (``["inputs"]`` when the stored one
-        recorded none), or None when a setting differs too (or nothing differs).
+        the names of the inputs whose content changed, or None when a setting differs too (or
+        nothing differs, or the stored one is an older dprm's: see :func:`_older_and_same`).
     """
-    if not isinstance(found, dict):
+    if not isinstance(found, dict) or not isinstance(found.get("reads"), dict):
         return None
     expected = _jsonable(expected)
     settings = {k for k in {*found, *expected} if k not in READS_KEYS}
     if any(found.get(k) != expected.get(k) for k in settings):
         return None
-    before, now = found.get("reads"), expected.get("reads") or {}
-    if before == now:
-        return None
-    if not isinstance(before, dict):
-        return ["inputs"]
-    return sorted(k for k in {*before, *now} if before.get(k) != now.get(k)) or ["inputs"]
+    before, now = found["reads"], expected.get("reads") or {}
+    return sorted(k for k in {*before, *now} if before.get(k) != now.get(k)) or None
+
+
+def _older_and_same(found: Any, expected: dict) -> bool:
+    """An output an older dprm made (input by path and size, no digests) with these settings
+    and an input of the size it recorded: trusted, as the run layer trusts its older records."""
+    if not isinstance(found, dict) or "reads" in found or "input_bytes" not in found:
+        return False
+    expected = _jsonable(expected)
+    settings = {k for k in {*found, *expected} if k not in READS_KEYS}
+    if any(found.get(k) != expected.get(k) for k in settings):
+        return False
+    source = Path(str(expected.get("input", "")))
+    return source.exists() and source.stat().st_size == found["input_bytes"]
 
 
 def _say_changed(path: Path, names: list[str]) -> None:
@@ -166,7 +175,7 @@ def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool
     if overwrite:
         return False
     found = read_output_meta(path).get("fingerprint")
-    if found == _jsonable(fingerprint):
+    if found == _jsonable(fingerprint) or _older_and_same(found, fingerprint):
         return True
     changed = changed_reads(found, fingerprint)
     if changed is not None:
@@ -202,8 +211,11 @@ class PartStore:
         self.dir = self.final.parent / f".{self.final.name}.parts"
         self.fingerprint = _jsonable(fingerprint)
         fp_path = self.dir / FINGERPRINT_FILE
-        if self.dir.exists() and (not fp_path.exists() or read_json(fp_path) != self.fingerprint):
-            changed = changed_reads(read_json(fp_path), fingerprint) if fp_path.exists() else None
+        found = read_json(fp_path) if fp_path.exists() else None
+        if self.dir.exists() and _older_and_same(found, fingerprint):
+            self.fingerprint = found  # an older dprm's parts with these settings: kept
+        elif self.dir.exists() and found != self.fingerprint:
+            changed = changed_reads(found, fingerprint)
             if changed is not None:  # made from inputs since changed: stale, not to be mixed in
                 _say_changed(self.final, changed)
             elif not overwrite:
