@@ -152,6 +152,27 @@ def digest(path: str | os.PathLike) -> str | None:
     return _PROCESS.current(Path(path))
 
 
+def frame_digest(records: Any, *arrays: Any) -> str:
+    """The content digest of data held in memory: a DataFrame's rows and numpy arrays.
+
+    Args:
+        records: a pandas DataFrame (its values, row order and dtypes; not its index).
+        arrays: numpy arrays (e.g. hidden states [N, D]), by their bytes.
+
+    Returns:
+        ``memory:`` and 16 hex digits.
+    """
+    import numpy as np
+    import pandas as pd
+
+    whole = hashlib.sha256()
+    whole.update(pd.util.hash_pandas_object(records, index=False).to_numpy().tobytes())
+    for array in arrays:
+        whole.update(str(array.dtype).encode() + str(array.shape).encode())
+        whole.update(np.ascontiguousarray(array).tobytes())
+    return "memory:" + whole.hexdigest()[:16]
+
+
 def model_digest(model: str | os.PathLike, revision: str | None = None) -> str:
     """The identity of a model a command reads: its content, or its hub revision.
 

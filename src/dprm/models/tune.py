@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -51,12 +50,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from dprm import metrics as M
 from dprm.config import ConfigError
 from dprm.data.contract import CalibrationSet
-from dprm.digests import digest
+from dprm.digests import digest, frame_digest
 from dprm.io import DataError, OutputError, atomic_path, folder_locked, strict_jsonable, write_json
 from dprm.models.fit import (
     SPLIT_SEED,
@@ -201,21 +199,6 @@ def sampler_seed(seed: int, method: str) -> int:
     return zlib.crc32(f"{method}:{seed}".encode()) & 0x7FFFFFFF
 
 
-def data_digest(data: CalibrationSet) -> str:
-    """The content digest of the data a study searches on.
-
-    A set read from disk: the digest of its folder (:func:`dprm.digests.digest`, so labels or
-    hidden states changed in place, same rows, are seen); one built in memory: the SHA-256 of
-    its records and hidden states.
-    """
-    if data.path is not None and Path(data.path).exists():
-        return digest(data.path) or ""
-    whole = hashlib.sha256()
-    whole.update(pd.util.hash_pandas_object(data.records, index=False).to_numpy().tobytes())
-    whole.update(np.ascontiguousarray(data.hidden).tobytes())
-    return "memory:" + whole.hexdigest()[:16]
-
-
 def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> dict[str, Any]:
     """What a study's trials depend on (the trial count is not: a rerun may ask for more)."""
     space = {
@@ -225,7 +208,10 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
     fingerprint = {
         "method": method,
         "data": str(Path(data.path).resolve()) if data.path is not None else None,
-        "data_digest": data_digest(data),
+        "data_digest": (  # by content: labels changed in place, same rows, are a new search
+            digest(data.path) if data.path is not None else None
+        )
+        or frame_digest(data.records, data.hidden),
         "records": len(data),
         "hidden_dim": data.hidden_dim,
         "seed": settings.seed,
