@@ -22,6 +22,7 @@ changed since, with the same settings, is stale and made again (said in one line
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -116,7 +117,8 @@ def read_output_meta(path: str | Path) -> dict:
 #: outputs made before held instead
 READS_KEYS = ("reads", "input_bytes")
 
-_REPORTED: set[str] = set()  # outputs whose changed inputs were said (one line per output)
+#: (output, its inputs' digests now) already said: one line per output and change
+_REPORTED: set[str] = set()
 
 
 def changed_reads(found: Any, expected: dict) -> list[str] | None:
@@ -149,11 +151,12 @@ def _older_and_same(found: Any, expected: dict) -> bool:
     return source.exists() and source.stat().st_size == found["input_bytes"]
 
 
-def _say_changed(path: Path, names: list[str]) -> None:
-    """One line per output: its inputs changed, so it is made again."""
-    if str(path) in _REPORTED:
+def _say_changed(path: Path, names: list[str], fingerprint: dict) -> None:
+    """One line per output and change: its inputs changed, so it is made again."""
+    key = f"{path}\0{json.dumps(_jsonable(fingerprint).get('reads'), sort_keys=True)}"
+    if key in _REPORTED:
         return
-    _REPORTED.add(str(path))
+    _REPORTED.add(key)
     print(
         f"{path}: input {', '.join(names)} changed since it was made (content digest); redoing it",
         file=sys.stderr,
@@ -179,7 +182,7 @@ def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool
         return True
     changed = changed_reads(found, fingerprint)
     if changed is not None:
-        _say_changed(path, changed)
+        _say_changed(path, changed, fingerprint)
         return False
     raise DataError(
         path,
@@ -217,7 +220,7 @@ class PartStore:
         elif self.dir.exists() and found != self.fingerprint:
             changed = changed_reads(found, fingerprint)
             if changed is not None:  # made from inputs since changed: stale, not to be mixed in
-                _say_changed(self.final, changed)
+                _say_changed(self.final, changed, fingerprint)
             elif not overwrite:
                 raise DataError(
                     self.dir,
