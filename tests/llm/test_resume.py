@@ -176,3 +176,31 @@ def test_unfinished_work_with_other_settings_is_not_mixed(
     run_rollout_stage(toy_trajectories, generator, grading_pool, out, CONFIG, other, per_part=1,
                       progress=False, overwrite=True, on_part_done=done.append)  # fmt: skip
     assert done == [0, 1, 2]  # the old parts were discarded, not reused
+
+
+def test_a_finished_stage_output_is_judged_by_the_content_of_what_it_read(tmp_path, capsys):
+    """Same settings, other input content: stale, redone (one line); an older dprm's output
+    (input by path and size) is trusted while the size matches; other settings: refused."""
+    from dprm.io import write_json
+    from dprm.llm.shard import check_finished, sidecar_path
+
+    source = (tmp_path / "labels.parquet").resolve()
+    source.write_bytes(b"x" * 10)
+    out = tmp_path / "cal.parquet"
+    out.write_bytes(b"")
+    settings = {"input": str(source), "stage": "embed-calibration", "prm": "p", "shard": "0/1"}
+    made = settings | {"reads": {str(source): "aaaa", "p": "bbbb"}}
+    write_json(sidecar_path(out), {"fingerprint": made})
+    assert check_finished(out, made, overwrite=False)
+    changed = settings | {"reads": {str(source): "cccc", "p": "bbbb"}}
+    assert not check_finished(out, changed, overwrite=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(source) in err[0] and "changed since it was made" in err[0]
+    with pytest.raises(DataError, match="different settings"):
+        check_finished(out, changed | {"prm": "q"}, overwrite=False)
+
+    write_json(sidecar_path(out), {"fingerprint": settings | {"input_bytes": 10}})
+    assert check_finished(out, changed, overwrite=False)
+    source.write_bytes(b"x" * 11)
+    with pytest.raises(DataError, match="different settings"):
+        check_finished(out, changed, overwrite=False)

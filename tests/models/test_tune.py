@@ -470,3 +470,30 @@ def test_a_study_stored_before_the_objective_was_kept_is_a_checkpoint_search(dat
                progress=False)  # fmt: skip
     again = T.tune(data, tmp_path, methods=["qr"], settings=checkpoint, progress=False)
     assert again["methods"]["qr"]["metric"] == "calibration_area"
+
+
+def test_a_study_is_keyed_by_the_content_of_its_data(tiny_world, tmp_path):
+    """In memory or on disk, data changed with the same rows gets another fingerprint; a study
+    that recorded no data digest (an older dprm) is refused with that reason."""
+    from dprm.data.contract import CalibrationSet
+    from dprm.io import OutputError
+
+    data = read_calibration_set(tiny_world()["train/calib"])
+    settings = T.TuneSettings(trials=1, max_steps=5)
+    on_disk = T._fingerprint(data, "qr", settings)
+    assert on_disk["data_digest"].startswith("dir:")
+    memory = CalibrationSet(data.records, data.hidden.copy(), data.meta, None)
+    before = T._fingerprint(memory, "qr", settings)["data_digest"]
+    memory.hidden[0, 0] += 1
+    assert T._fingerprint(memory, "qr", settings)["data_digest"] != before
+
+    T.create_storage(tmp_path)
+    study = T.open_study(tmp_path, "qr", on_disk, settings, restart=False)
+    legacy = {k: v for k, v in on_disk.items() if k != "data_digest"}
+    study.set_user_attr("settings", legacy)
+    with pytest.raises(OutputError, match="no content digest of its data"):
+        T.open_study(tmp_path, "qr", on_disk, settings, restart=False)
+    changed = on_disk | {"data_digest": "dir:0000"}
+    study.set_user_attr("settings", changed)
+    with pytest.raises(OutputError, match=r"data_digest.*content of .* changed"):
+        T.open_study(tmp_path, "qr", on_disk, settings, restart=False)

@@ -160,7 +160,8 @@ def run_stage(
     Args:
         args: the parsed flags.
         stage: the subcommand (in messages).
-        source: the input file (its identity goes into the fingerprint).
+        source: the input file (its identity and content, and the generator's, go into the
+            fingerprint).
         inputs: the input selection (``--limit`` / ``--responses``) for the fingerprint.
         meta: the provenance written with the output.
         full_fingerprint: input fingerprint -> the stage's full fingerprint (with its settings).
@@ -174,7 +175,7 @@ def run_stage(
 
     shard = args.shard or Shard()
     fingerprint = {
-        **input_id(source),
+        **input_id(source, args.model),
         **inputs,
         **{k: meta[k] for k in ("generator", "backend", "template")},
     }

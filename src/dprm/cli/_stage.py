@@ -94,13 +94,19 @@ def say(args: argparse.Namespace, *text: str) -> None:
         print(*text)
 
 
-def input_id(path: Path) -> dict:
-    """Identity of an input file in a fingerprint: its resolved path and size."""
+def input_id(path: Path, *models: str | Path | None) -> dict:
+    """Identity of a stage's input in its fingerprint: the input's path and what it read.
+
+    ``reads`` maps the input file and every model (``models``: local checkpoints or hub ids;
+    None left out) to its content digest (:func:`dprm.digests.model_digest`), so an input
+    changed in place makes the finished output stale (:func:`dprm.llm.shard.changed_reads`).
+    """
+    from dprm.digests import model_digest
+
     path = Path(path)
-    return {
-        "input": str(path.resolve()),
-        "input_bytes": path.stat().st_size if path.exists() else None,
-    }
+    named = [path, *(m for m in models if m is not None)]
+    reads = {str(Path(m).resolve()) if Path(m).exists() else str(m): model_digest(m) for m in named}
+    return {"input": str(path.resolve()), "reads": reads}
 
 
 def base_meta() -> dict:

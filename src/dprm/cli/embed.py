@@ -162,7 +162,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
             "--adapter writes Park et al.'s quantiles into calibration sets (--labels); "
             "BoN sets do not carry them yet",
         )
-    quick = {**input_id(source), "stage": f"embed-{kind}", "prm": args.prm, "hidden_dtype": args.hidden_dtype,
+    identity = input_id(source, args.prm, args.adapter)  # content of the input, PRM, adapter
+    quick = {**identity, "stage": f"embed-{kind}", "prm": args.prm, "hidden_dtype": args.hidden_dtype,
              "questions_per_part": args.questions_per_part, "shard": str(shard)}  # fmt: skip
     if args.prm_prompt != "park":  # the park default keeps fingerprints of earlier runs valid
         quick["prm_system_prompt"] = args.prm_prompt
@@ -209,7 +210,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         if key in source_meta:
             provenance[key] = source_meta[key]
     path, skipped = run_embed(
-        frame, prm, args.out, kind=kind, shard=shard, config=config, fingerprint=input_id(source),
+        frame, prm, args.out, kind=kind, shard=shard, config=config, fingerprint=identity,
         provenance=provenance, overwrite=args.overwrite, progress=not (args.no_progress or args.quiet),
     )  # fmt: skip
     if skipped:

@@ -99,7 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(the studies: rerunning the same command resumes a killed search without "
             "repeating finished trials), OUT/best.json (per method: best parameters, scores, "
             "trial counts), OUT/trials.csv and OUT/METHOD/ (the calibrator refitted with the "
-            "best parameters). --overwrite discards an earlier search in OUT."
+            "best parameters). A search whose data changed since it ran (by content, see "
+            "docs/cli.md) or whose settings differ is refused; --overwrite discards an earlier "
+            "search in OUT."
         ),
     )
     parser.add_argument("--data", required=True, help="calibration set directory (training split)")

@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from dprm.config import ConfigError
+from dprm.digests import model_digest
 from dprm.io import DataError, atomic_path
 from dprm.live.calibrated_prm import CalibratedPRM, States
-from dprm.live.runlog import check_run_config, shard_suffix
+from dprm.live.runlog import INPUT_DIGESTS, check_run_config, check_run_inputs, shard_suffix
 from dprm.version import __version__
 
 DEFAULT_C = {"bon": 0.9, "beam": 0.99}
@@ -324,13 +325,26 @@ def load_run_questions(config: SolveConfig) -> tuple[pd.DataFrame, str]:
 def start_run(out: Path, config: SolveConfig, provenance: dict[str, Any]) -> None:
     """Create ``out`` and record (or check, on resume) the run's config."""
     out.mkdir(parents=True, exist_ok=True)
+    digests = input_digests(config)
     record = {**config.to_dict(), "provenance": provenance, "dprm_version": __version__}
+    record[INPUT_DIGESTS] = digests
     defaults = {
         f.name: f.default
         for f in dataclasses.fields(SolveConfig)
         if f.default is not dataclasses.MISSING
     }
     check_run_config(out, record, FINGERPRINT_KEYS, defaults)
+    check_run_inputs(out, digests)
+
+
+#: the settings that name what a run reads (files, folders, models, hub ids)
+INPUT_KEYS = ("questions", "generator", "prm", "calibrator", "train_bon")
+
+
+def input_digests(config: SolveConfig) -> dict[str, str]:
+    """Content digest of every input of a run (local paths by content, hub ids by revision)."""
+    values = {k: getattr(config, k) for k in INPUT_KEYS}
+    return {k: model_digest(v) for k, v in values.items() if v is not None and str(v)}
 
 
 def question_states(

@@ -113,3 +113,32 @@ def check_run_config(
             path,
             f"this run directory was made with other settings ({detail}); use a new --out or the same flags",
         )
+
+
+#: the key of ``run.json`` holding the content digests of what the run reads
+INPUT_DIGESTS = "input_digests"
+
+
+def check_run_inputs(out: Path, digests: dict[str, str]) -> None:
+    """Refuse to resume a run directory whose inputs changed by content since it started.
+
+    ``digests`` (input name -> :func:`dprm.digests.model_digest`) is what this run reads; the
+    first run recorded its own in ``run.json`` (:func:`check_run_config` writes it first).
+    Every finished question depends on every input, so a changed one makes the whole folder
+    stale: the run is refused with the reason, never continued.
+    """
+    found = read_json(out / RUN_FILE).get(INPUT_DIGESTS)
+    if not isinstance(found, dict):
+        raise DataError(
+            out / RUN_FILE,
+            "this run directory recorded no content digests of its inputs (made by an older "
+            "dprm), so a resume cannot tell whether they changed; use a new --out",
+        )
+    changed = sorted(k for k in {*found, *digests} if found.get(k) != digests.get(k))
+    if changed:
+        flags = ", ".join("--" + k.replace("_", "-") for k in changed)
+        raise DataError(
+            out / RUN_FILE,
+            f"the content of {flags} changed since this run directory was started (content "
+            "digest); use a new --out",
+        )

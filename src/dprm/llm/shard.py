@@ -15,13 +15,17 @@ Layout for ``--out OUT`` (a ``.parquet`` file or a set directory)::
 
 A finished output records a *fingerprint* (the settings that decide its content). A rerun with
 the same fingerprint skips it; a different fingerprint is an error unless ``overwrite`` is set,
-so two configurations never mix in one output.
+so two configurations never mix in one output. The fingerprint's ``reads`` hold the content
+digests of the input file and the models read (:mod:`dprm.digests`): an output whose inputs
+changed since, with the same settings, is stale and made again (said in one line).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,8 +112,62 @@ def read_output_meta(path: str | Path) -> dict:
     return read_json(meta_path) if meta_path.exists() else {}
 
 
+#: the key of a stage's fingerprint holding what it read by content: name -> digest
+#: (:func:`dprm.digests.digest`, :func:`dprm.digests.model_digest`); ``input_bytes`` is what
+#: outputs made before held instead
+READS_KEYS = ("reads", "input_bytes")
+
+#: (output, its inputs' digests now) already said: one line per output and change
+_REPORTED: set[str] = set()
+
+
+def changed_reads(found: Any, expected: dict) -> list[str] | None:
+    """What changed when a stage's stored fingerprint differs from ``expected`` only in content.
+
+    Returns:
+        the names of the inputs whose content changed, or None when a setting differs too (or
+        nothing differs, or the stored one is an older dprm's: see :func:`_older_and_same`).
+    """
+    if not isinstance(found, dict) or not isinstance(found.get("reads"), dict):
+        return None
+    expected = _jsonable(expected)
+    settings = {k for k in {*found, *expected} if k not in READS_KEYS}
+    if any(found.get(k) != expected.get(k) for k in settings):
+        return None
+    before, now = found["reads"], expected.get("reads") or {}
+    return sorted(k for k in {*before, *now} if before.get(k) != now.get(k)) or None
+
+
+def _older_and_same(found: Any, expected: dict) -> bool:
+    """An output an older dprm made (input by path and size, no digests) with these settings
+    and an input of the size it recorded: trusted, as the run layer trusts its older records."""
+    if not isinstance(found, dict) or "reads" in found or "input_bytes" not in found:
+        return False
+    expected = _jsonable(expected)
+    settings = {k for k in {*found, *expected} if k not in READS_KEYS}
+    if any(found.get(k) != expected.get(k) for k in settings):
+        return False
+    source = Path(str(expected.get("input", "")))
+    return source.exists() and source.stat().st_size == found["input_bytes"]
+
+
+def _say_changed(path: Path, names: list[str], fingerprint: dict) -> None:
+    """One line per output and change: its inputs changed, so it is made again."""
+    key = f"{path}\0{json.dumps(_jsonable(fingerprint).get('reads'), sort_keys=True)}"
+    if key in _REPORTED:
+        return
+    _REPORTED.add(key)
+    print(
+        f"{path}: input {', '.join(names)} changed since it was made (content digest); redoing it",
+        file=sys.stderr,
+    )
+
+
 def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool:
     """True if ``path`` is a finished output with this fingerprint (so the run can skip it).
+
+    An output made from inputs whose content changed since (same settings otherwise, see
+    :func:`changed_reads`) is stale: it is made again, said in one line on stderr.
 
     Raises:
         DataError: the output exists but was made with other settings and ``overwrite`` is off.
@@ -120,8 +178,12 @@ def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool
     if overwrite:
         return False
     found = read_output_meta(path).get("fingerprint")
-    if found == _jsonable(fingerprint):
+    if found == _jsonable(fingerprint) or _older_and_same(found, fingerprint):
         return True
+    changed = changed_reads(found, fingerprint)
+    if changed is not None:
+        _say_changed(path, changed, fingerprint)
+        return False
     raise DataError(
         path,
         "exists but was made with different settings "
@@ -152,8 +214,14 @@ class PartStore:
         self.dir = self.final.parent / f".{self.final.name}.parts"
         self.fingerprint = _jsonable(fingerprint)
         fp_path = self.dir / FINGERPRINT_FILE
-        if self.dir.exists() and (not fp_path.exists() or read_json(fp_path) != self.fingerprint):
-            if not overwrite:
+        found = read_json(fp_path) if fp_path.exists() else None
+        if self.dir.exists() and _older_and_same(found, fingerprint):
+            self.fingerprint = found  # an older dprm's parts with these settings: kept
+        elif self.dir.exists() and found != self.fingerprint:
+            changed = changed_reads(found, fingerprint)
+            if changed is not None:  # made from inputs since changed: stale, not to be mixed in
+                _say_changed(self.final, changed, fingerprint)
+            elif not overwrite:
                 raise DataError(
                     self.dir,
                     "holds unfinished work of a run with different settings; rerun with those "

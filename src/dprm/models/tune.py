@@ -54,6 +54,7 @@ import numpy as np
 from dprm import metrics as M
 from dprm.config import ConfigError
 from dprm.data.contract import CalibrationSet
+from dprm.digests import digest, frame_digest
 from dprm.io import DataError, OutputError, atomic_path, folder_locked, strict_jsonable, write_json
 from dprm.models.fit import (
     SPLIT_SEED,
@@ -208,6 +209,10 @@ def _fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> d
     fingerprint = {
         "method": method,
         "data": str(Path(data.path).resolve()) if data.path is not None else None,
+        "data_digest": (  # by content: labels changed in place, same rows, are a new search
+            digest(data.path) if data.path is not None else None
+        )
+        or frame_digest(data.records, data.hidden),
         "records": len(data),
         "hidden_dim": data.hidden_dim,
         "seed": settings.seed,
@@ -308,6 +313,17 @@ def create_storage(out: Path) -> None:
         _optuna().storages.RDBStorage(storage_url(out))
 
 
+def _data_reason(stored: dict, fingerprint: dict) -> str:
+    """Why a study's data differs, when it does by content only (else "")."""
+    if stored.get("data_digest") == fingerprint.get("data_digest"):
+        return ""
+    if "data_digest" not in stored:
+        return ": it recorded no content digest of its data (made by an older dprm)"
+    if stored.get("data") == fingerprint.get("data"):
+        return f": the content of {fingerprint.get('data')} changed since it ran"
+    return ""
+
+
 def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings, restart: bool):
     """Create or resume the study of ``method``; a study with other settings is refused.
 
@@ -332,7 +348,7 @@ def open_study(out: Path, method: str, fingerprint: dict, settings: TuneSettings
                 raise OutputError(
                     out / STUDY_FILE,
                     f"the {method!r} search there was run with other settings ({', '.join(diff)}"
-                    "); pass --overwrite to start it over",
+                    f"){_data_reason(stored, fingerprint)}; pass --overwrite to start it over",
                 )
             optuna.delete_study(study_name=method, storage=storage)
     study = optuna.create_study(

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dprm.digests import model_digest
 from dprm.io import DataError
 from dprm.recipe.spec import SPLITS, Recipe
 from dprm.report.grid import IAS_SPLITS
@@ -216,6 +217,7 @@ def generate_shard(
         "backend": generator["backend"],
         "template": template,
     } | ({"content": content} if content else {})
+    identity["model_content"] = model_digest(generator["model"])
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     return _graded(
         grading,
@@ -267,6 +269,7 @@ def rollout_shard(
         "backend": generator["backend"],
         "template": source.get("template"),
     } | ({"content": content} if content else {})
+    identity["model_content"] = model_digest(generator["model"])
     meta = _meta() | identity | {"sampling": dataclasses.asdict(config), "seed": config.seed}
     meta |= config_dict(settings) | {"trajectories_meta": source}
     return _graded(
@@ -372,7 +375,9 @@ def embed_shard(
             kind=kind,
             shard=Shard(index, count),
             config=config,
-            fingerprint={"input": source} | ({"content": content} if content else {}),
+            fingerprint={"input": source}
+            | ({"content": content} if content else {})
+            | {"model_content": model_digest(prm["model"])},
             provenance=provenance,
             overwrite=overwrite,
             progress=False,
@@ -455,6 +460,13 @@ def sharded(
     return units, joined
 
 
+def model_reads(pipe: Pipeline, model: str) -> dict[str, str | None]:
+    """``Unit.reads`` of a model: a local checkpoint by content, a hub id by its revision."""
+    if model and Path(model).expanduser().exists():
+        return pipe.reads(Path(model).expanduser())
+    return {f"hub:{model}": model_digest(model)}
+
+
 class RecipeStages:
     """Builds the data-stage units of a recipe, stage by stage (see the module docstring).
 
@@ -485,6 +497,7 @@ class RecipeStages:
         resources = {"gpus": spec.gpus, "engine": spec.name}
         reads = pipe.reads(source)
         work = functools.partial(body, reads[pipe.state.name_of(source)])
+        reads |= model_reads(pipe, spec.model)  # the checkpoint the engine loads
         items = _count_questions(source)
         return sharded(pipe, key, final, items, self.shards, work, inputs, resources, reads)
 

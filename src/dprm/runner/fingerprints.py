@@ -1,4 +1,8 @@
-"""Fingerprints of a unit's inputs: a stable hash of its settings and the content of what it reads."""
+"""Fingerprints of a unit's inputs: a stable hash of its settings and the content of what it reads.
+
+The content digests themselves (:class:`FileDigests`, the fast path on size, mtime, ctime and
+inode) live in :mod:`dprm.digests`, shared with the commands below the run layer.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from dprm.digests import FileDigests
+
+__all__ = ["FileDigests", "content_hash", "fingerprint"]
 
 
 def fingerprint(obj: Any) -> str:
@@ -22,104 +30,3 @@ def content_hash(directory: Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()[:16]
-
-
-def _hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def _stat_key(stat) -> list[int]:
-    """What must be unchanged for a recorded hash to be reused without reading the file.
-
-    ``st_ctime_ns`` is the point: any write to a file (or a rename onto it) sets its change
-    time, and unlike the modification time no user tool can set it back, so a file rewritten in
-    place with its size and mtime restored is still read again.
-    """
-    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-
-
-class FileDigests:
-    """Content digests of files and directories, with a stat-keyed cache (kept in state.json).
-
-    A file's digest is the SHA-256 of its bytes (16 hex digits). It is computed once and reused
-    while the file's size, mtime, ctime and inode are unchanged (:func:`_stat_key`): a changed
-    content is always seen, an unchanged file is not read again. A directory's digest covers the
-    relative name and digest of every file under it, except names starting with ``.`` (the
-    temporary files of dprm's atomic writers and unfinished parts).
-
-    Args:
-        cache: ``{"files": {path: [size, mtime_ns, ctime_ns, inode, digest]}, "last": {name:
-            digest}}``, updated in place; ``last`` is the latest digest seen for each path, the
-            stand-in for a data set that was deleted after use (see :meth:`digest`).
-        root: paths inside it are named relative to it (a run directory copied or moved keeps
-            its names).
-    """
-
-    def __init__(self, cache: dict[str, Any] | None = None, root: Path | None = None):
-        self.root = Path(root).resolve() if root is not None else None
-        self.cache = cache if cache is not None else {}
-        self.files: dict[str, list] = self.cache.setdefault("files", {})
-        self.last: dict[str, str] = self.cache.setdefault("last", {})
-        self.hashed = 0  # files read (tests and logs: the fast path at work)
-
-    def file(self, path: Path) -> str:
-        """The digest of one file (from the cache if its stat is unchanged)."""
-        path = Path(path)
-        key = str(path.resolve())
-        stat = path.stat()
-        known = self.files.get(key)
-        if known is not None and known[:4] == _stat_key(stat):
-            return known[4]
-        digest = _hash_file(path)
-        self.hashed += 1
-        after = path.stat()
-        if _stat_key(after) == _stat_key(stat):  # not written while it was read
-            self.files[key] = _stat_key(stat) + [digest]
-        return digest
-
-    def current(self, path: Path) -> str | None:
-        """The digest of a file or directory as it is now (None if it does not exist)."""
-        path = Path(path)
-        if path.is_file():
-            digest = self.file(path)
-        elif path.is_dir():
-            entries = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-            whole = hashlib.sha256()
-            for p in entries:
-                whole.update(f"{p.relative_to(path).as_posix()}\0{self.file(p)}\n".encode())
-            digest = "dir:" + whole.hexdigest()[:16]
-        else:
-            return None
-        self.last[self.name(path)] = digest
-        return digest
-
-    def name(self, path: Path) -> str:
-        """A path's name in records: relative to ``root`` when inside it, else absolute."""
-        path = Path(path).resolve()
-        if self.root is not None and path.is_relative_to(self.root):
-            return path.relative_to(self.root).as_posix()
-        return str(path)
-
-    def digest(self, path: Path) -> str | None:
-        """The digest of an input: as it is now, or, if it is gone, as it was last seen.
-
-        A unit's inputs are fingerprinted when its stage starts. A synthetic world deleted after
-        use (``paper``) is regenerated byte for byte when a later unit needs it, so the digest it
-        had stands for it meanwhile; a path never seen is None.
-        """
-        now = self.current(path)
-        return now if now is not None else self.last.get(self.name(path))
-
-    def prune(self) -> None:
-        """Forget files that no longer exist (the cache does not grow with deleted worlds)."""
-        for key in [k for k in self.files if not Path(k).exists()]:
-            del self.files[key]

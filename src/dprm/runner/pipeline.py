@@ -84,6 +84,8 @@ class Pipeline:
         self.failures: list[dict[str, str]] = []
         self.reused: list[str] = []
         self._changed: dict[str, list[Path]] = {}
+        self._reported_reads: set[str] = set()
+        self._written: set[str] = set()  # outputs of the units this invocation ran (by name)
         self.state.digests.prune()
         if self.layout.state.exists():  # a resume: what an interrupted writer left is garbage
             stale = remove_stale_temporaries(out)
@@ -112,6 +114,8 @@ class Pipeline:
         """
         if not self.state.done(unit.key, unit.outputs, unit.fingerprint):
             record = self.state.data["done"].get(unit.key)
+            if record is not None and record.get("inputs") != unit.fingerprint:
+                self._say_changed_reads(unit, record.get("reads"))
             if record is not None and record.get("inputs") == unit.fingerprint:
                 changed = self.state.changed(unit.key, unit.outputs)
                 if changed and unit.key not in self._changed:
@@ -123,6 +127,23 @@ class Pipeline:
                     )
             return False
         return True
+
+    def _say_changed_reads(self, unit: Unit, before: dict | None) -> None:
+        """Say, once per input, that an input a finished unit read changed (content digest).
+
+        An input that another unit of this invocation wrote again is no news (the line named
+        what changed first), so one changed input is one line, however far it reaches.
+        """
+        if not isinstance(before, dict) or not unit.reads:
+            return
+        said = self._reported_reads | self._written
+        for name, now in unit.reads.items():
+            if name in before and before[name] != now and name not in said:
+                self._reported_reads.add(name)
+                self.log(
+                    f"{self.command}: input {name} changed since it was read (content digest); "
+                    f"redoing the units that read it (first: {unit.key})"
+                )
 
     def _remove_changed(self, unit: Unit) -> None:
         """Remove the changed outputs of a unit about to be redone (only inside the run dir)."""
@@ -165,6 +186,7 @@ class Pipeline:
     def _mark(self, unit: Unit, seconds: float, info: dict, stats: dict) -> None:
         if unit.reads:
             info = info | {"reads": unit.reads}
+        self._written.update(self.state.name_of(p) for p in unit.outputs)
         self.state.mark(unit.key, seconds, outputs=unit.outputs, inputs=unit.fingerprint, **info)
         stats["units"] += 1
 
