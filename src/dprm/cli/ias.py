@@ -142,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
         "see docs/calibrators.md)",
     )
-    from dprm.ias.rules import RULES
+    from dprm.ias.constants import RULES
 
     parser.add_argument(
         "--rule",

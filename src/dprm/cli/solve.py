@@ -118,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from dprm.live.run import SolveConfig
+    from dprm.live.solve_config import SolveConfig
 
     groups = add_dataclass_flags(p, SolveConfig)
     p.add_argument(

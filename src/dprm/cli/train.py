@@ -117,9 +117,9 @@ def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, d
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dprm.models import REGISTRY
+    from dprm.cli._names import METHODS
 
-    methods = sorted(REGISTRY)
+    methods = list(METHODS)
     parser = sub.add_parser(
         "train",
         help="fit a calibrator (" + ", ".join(methods) + ")",

@@ -33,6 +33,7 @@ from torch.nn import functional as F
 
 from dprm.io import DataError, atomic_dir, read_json, strict_jsonable
 from dprm.metrics import LEVELS_11
+from dprm.threads import torch_threads
 from dprm.version import __version__
 
 #: name -> calibrator class; filled by the ``@register`` decorator of each method module.
@@ -285,11 +286,13 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         levels,
         prm_score: np.ndarray | None = None,
         batch_size: int = 8192,
+        threads: int | None = None,
     ) -> np.ndarray:
         """Quantiles [N, L] (float32) at ``levels``; hidden states read in chunks of rows.
 
         Each chunk is embedded once and queried at all levels, so memory stays at one float32
-        chunk whatever N is.
+        chunk whatever N is. ``threads``: torch threads for this call only (default: the CLI's
+        policy, :mod:`dprm.threads`).
 
         Raises:
             DataError: an output is NaN or infinite (named by model and row).
@@ -298,14 +301,17 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         levels_t = torch.as_tensor(np.asarray(levels, dtype=np.float32))
         n = len(prm_score) if hidden is None else hidden.shape[0]
         out = np.empty((n, len(levels_t)), dtype=np.float32)
-        for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
-            q = self._finite(self(h, s).quantile(levels_t), start, "quantile")
-            out[start:stop] = q.clamp(0.0, 1.0).numpy()
+        with torch_threads(threads):
+            for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
+                q = self._finite(self(h, s).quantile(levels_t), start, "quantile")
+                out[start:stop] = q.clamp(0.0, 1.0).numpy()
         return out
 
     @torch.no_grad()
-    def point_estimate(self, hidden, prm_score=None, batch_size: int = 8192) -> np.ndarray:
-        """Point estimates p_hat [N] per docs/design.md §3.
+    def point_estimate(
+        self, hidden, prm_score=None, batch_size: int = 8192, threads: int | None = None
+    ) -> np.ndarray:
+        """Point estimates p_hat [N] per docs/design.md §3 (``threads`` as in :meth:`quantiles`).
 
         Raises:
             DataError: an output is NaN or infinite (named by model and row).
@@ -313,9 +319,10 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         self.eval()
         n = len(prm_score) if hidden is None else hidden.shape[0]
         out = np.empty(n, dtype=np.float32)
-        for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
-            p = self._finite(self(h, s).mean(), start, "point estimate")
-            out[start:stop] = p.clamp(0.0, 1.0).numpy()
+        with torch_threads(threads):
+            for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
+                p = self._finite(self(h, s).mean(), start, "point estimate")
+                out[start:stop] = p.clamp(0.0, 1.0).numpy()
         return out
 
     @property

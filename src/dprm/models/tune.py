@@ -557,9 +557,9 @@ def tune_method(
     Module level so worker processes can run it (``data`` may then be a path).
     """
     if threads > 0:
-        import torch
+        from dprm.threads import set_process_threads
 
-        torch.set_num_threads(threads)
+        set_process_threads(threads)  # the API calls below keep it
     if not isinstance(data, CalibrationSet):
         from dprm.data import read_calibration_set
 

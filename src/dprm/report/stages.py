@@ -112,14 +112,13 @@ def train_one(
     """
     import time
 
-    import torch
-
     from dprm.data import read_calibration_set
     from dprm.models.fit import fit
+    from dprm.threads import set_process_threads
 
     c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
-        torch.set_num_threads(threads)
+        set_process_threads(threads)  # the API calls below keep it
     data = read_calibration_set(calib, check_hidden=False)
     if tune_trials > 0:
         from dprm.models.tune import tuned_overrides
@@ -239,16 +238,15 @@ def evaluate_one(
     """
     import time
 
-    import torch
-
     from dprm.data import read_calibration_set
     from dprm.evaluation import evaluate_calibrator
     from dprm.models import load
     from dprm.models.raw_score import RawScoreCalibrator
+    from dprm.threads import set_process_threads
 
     c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
-        torch.set_num_threads(threads)
+        set_process_threads(threads)  # the API calls below keep it
     result: dict[str, Any] = {"world": world, "method": method, "seed": seed, "splits": {}}
     for split in EVAL_SPLITS:
         data = read_calibration_set(Path(world_dir) / split / "calib", check_hidden=False)
