@@ -36,7 +36,7 @@ def rows(preset: str, seed: int, worlds: Path, round_sizes) -> list[dict]:
     torch.set_num_threads(1)
     root = worlds / preset
     if not (root / "id" / "bon" / "meta.json").exists():
-        write_world(root, preset, size="demo", progress=False)
+        write_world(root, preset, size="demo", progress=False, overwrite=True)
     bon, train = read_bon_set(root / "id" / "bon"), read_bon_set(root / "train" / "bon")
     calib = read_calibration_set(root / "train" / "calib")
     model = dprm.fit("binomial", calib, seed=seed, progress=False)

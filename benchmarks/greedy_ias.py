@@ -62,7 +62,7 @@ def main() -> None:
     for preset in args.presets:
         world = Path(args.work) / "worlds" / f"{preset}-{args.size}"
         if not (world / "ood" / "bon" / "meta.json").exists():
-            write_world(world, preset, size=args.size, progress=False)
+            write_world(world, preset, size=args.size, progress=False, overwrite=True)
         data = read_calibration_set(
             world / "train" / "calib"
         )  # held-out protocol: train split only

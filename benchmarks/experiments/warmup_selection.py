@@ -40,7 +40,7 @@ def main() -> None:
     for world in args.worlds.split(","):
         folder = work / world
         if not (folder / "train" / "calib").exists():
-            write_world(folder, world, size="demo", progress=False)
+            write_world(folder, world, size="demo", progress=False, overwrite=True)
         train = read_calibration_set(folder / "train" / "calib")
         held_out = read_calibration_set(folder / "id" / "calib")
         for method in args.methods.split(","):

@@ -396,3 +396,13 @@ def report_failures(command: str, failures: list[dict[str, str]], report: Path) 
         file=sys.stderr,
     )
     return 1
+
+
+def warn_provenance(args: argparse.Namespace, model: Any, meta: dict | None, data: Any) -> None:
+    """Warn on stderr (unless ``--quiet``) when ``model`` was trained on another generator's or
+    PRM's data than ``data`` (see :mod:`dprm.models.provenance`)."""
+    from dprm.models.provenance import provenance_warning
+
+    message = provenance_warning(model, meta, str(data))
+    if message is not None and not getattr(args, "quiet", False):
+        print(f"dprm {args.command}: warning: {message}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from dprm.cli._common import (
     add_output_flags,
@@ -13,6 +14,7 @@ from dprm.cli._common import (
     input_paths,
     integer_at_least,
     parse_levels,
+    warn_provenance,
 )
 
 
@@ -22,11 +24,12 @@ def _predict(args: argparse.Namespace) -> int:
     import numpy as np
 
     from dprm.data.contract import read_features
-    from dprm.io import DataError, atomic_path
+    from dprm.io import DataError, atomic_path, read_json
     from dprm.models import load
 
     model = load(args.model)
     data = read_features(args.data)
+    warn_provenance(args, model, read_json(Path(args.data) / "meta.json"), args.data)
     if data.hidden_dim != model.hidden_dim:
         raise DataError(
             args.data, f"hidden_dim {data.hidden_dim} does not match the model's {model.hidden_dim}"

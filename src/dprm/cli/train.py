@@ -66,7 +66,8 @@ def _train(args: argparse.Namespace) -> int:
     }
     extra = {"history.json": model.history, "run.json": run}
     try:
-        model.save(out, extra_files={name: strict_jsonable(obj) for name, obj in extra.items()})
+        extra_json = {name: strict_jsonable(obj) for name, obj in extra.items()}
+        model.save(out, extra_files=extra_json, overwrite=True)  # --out checked before training
     except Exception as err:  # a full disk: OSError (ENOSPC) or safetensors' SafetensorError
         if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
             raise
@@ -76,7 +77,23 @@ def _train(args: argparse.Namespace) -> int:
         best = f", best step {training['best_step']}" if "best_step" in training else ""
         chosen = f" (auto: best tuned on validation {auto['select']})" if auto else ""
         print(f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
+        if auto:
+            print(auto_scores_text(auto))
     return 0
+
+
+def auto_scores_text(auto: dict) -> str:
+    """The validation scores ``--method auto`` compared, lowest (chosen) first."""
+    select = auto["select"]
+    scored = sorted(
+        auto["scores"].items(), key=lambda kv: (kv[1] is None, kv[1] if kv[1] is not None else 0)
+    )
+    lines = [f"dprm train: auto compared validation {select} (lower is better; {auto['source']}):"]
+    for method, score in scored:
+        shown = "-" if score is None else f"{score:.4f}"
+        mark = "  <- chosen" if method == auto["chosen"] else ""
+        lines.append(f"  {method:<10} {shown}{mark}")
+    return "\n".join(lines)
 
 
 def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, dict]:

@@ -26,6 +26,7 @@ from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
 from dprm.models.interface import REGISTRY, Calibrator
+from dprm.models.provenance import data_provenance
 from dprm.threads import torch_threads
 from dprm.version import __version__
 
@@ -194,6 +195,7 @@ def _fit(
         config=to_dict(config) if config is not None else {},
         dprm_version=__version__,
         data_path=str(data.path) if data.path is not None else None,
+        trained_on=data_provenance(data.meta),
         n_train=len(train),
         n_val=len(val),
         n_train_questions=int(train.records["question_id"].nunique()),

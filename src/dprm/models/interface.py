@@ -340,16 +340,31 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         return BETA_LEVEL_RULES[self.kind](self, float(beta))
 
     # -- persistence ---------------------------------------------------------------------------
-    def save(self, directory: str | Path, extra_files: dict[str, Any] | None = None) -> Path:
+    def save(
+        self,
+        directory: str | Path,
+        extra_files: dict[str, Any] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> Path:
         """Write config.json + model.safetensors (+ JSON extras) atomically.
 
         config.json records the SHA-256 of the weights file, which :func:`load` verifies. A
         model fitted by :func:`dprm.models.fit.fit` also gets its training history as
         ``history.json`` (strict JSON), unless ``extra_files`` names that file itself.
+
+        Raises:
+            FileExistsError: ``directory`` exists (and is not an empty folder) and
+                ``overwrite`` is False, as ``dprm train`` refuses an existing ``--out``.
         """
         from safetensors.torch import save_file
 
         directory = Path(directory)
+        if not overwrite and directory.exists():
+            if not directory.is_dir() or any(directory.iterdir()):
+                raise FileExistsError(
+                    f"{directory} exists; pass overwrite=True to replace it (nothing written)"
+                )
         history = getattr(self, "history", None)
         if history is not None:
             extra_files = {HISTORY_FILE: strict_jsonable(history)} | dict(extra_files or {})

@@ -536,7 +536,9 @@ def fit_tuned(method: str, study, split: TuneSplit, data: CalibrationSet, out: P
         "info": model.info,
     }
     extra = {"history.json": model.history, "run.json": run}
-    model.save(target, extra_files={k: strict_jsonable(v) for k, v in extra.items()})
+    model.save(
+        target, extra_files={k: strict_jsonable(v) for k, v in extra.items()}, overwrite=True
+    )
     return entry | {"validation": scores, "refit_value": refit_value}
 
 

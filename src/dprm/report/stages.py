@@ -47,7 +47,7 @@ def ensure_world(pipe: Pipeline, world: str) -> Path:
 
     path = pipe.world_dir(world)
     if not all((path / s / k / "meta.json").exists() for s, k in WORLD_SETS):
-        write_world(path, world, size=pipe.config.size, progress=False)
+        write_world(path, world, size=pipe.config.size, progress=False, overwrite=True)
     return path
 
 
@@ -127,7 +127,7 @@ def train_one(
         tuned = tuned_overrides(method, data, tune_dir, tune_trials, max_steps=steps)
         overrides = tuned | dict(overrides)
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
-    model.save(out)
+    model.save(out, overwrite=True)  # the unit's own output (the runner decides reruns)
     return {
         "questions": sorted(set(data.records["question_id"].astype(str))),
         "overrides": overrides,
