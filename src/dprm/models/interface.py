@@ -360,11 +360,11 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         from safetensors.torch import save_file
 
         directory = Path(directory)
-        if not overwrite and directory.exists():
-            if not directory.is_dir() or any(directory.iterdir()):
-                raise FileExistsError(
-                    f"{directory} exists; pass overwrite=True to replace it (nothing written)"
-                )
+        occupied = directory.exists() and (not directory.is_dir() or any(directory.iterdir()))
+        if occupied and not overwrite:
+            raise FileExistsError(
+                f"{directory} exists; pass overwrite=True to replace it (nothing written)"
+            )
         history = getattr(self, "history", None)
         if history is not None:
             extra_files = {HISTORY_FILE: strict_jsonable(history)} | dict(extra_files or {})
@@ -463,6 +463,7 @@ def predict(
     prm_score: np.ndarray,
     levels=LEVELS_11,
     batch_size: int = 8192,
+    threads: int | None = None,
 ) -> Prediction:
     """The point / levels / distribution branching, once (docs/design.md §3).
 
@@ -476,9 +477,12 @@ def predict(
         prm_score: PRM scores [N].
         levels: levels [L] for ``distribution`` calibrators.
         batch_size: rows per chunk.
+        threads: torch threads for this call only (default: the CLI's policy,
+            :mod:`dprm.threads`).
     """
     hidden = hidden if model.uses_hidden else None
-    return PREDICT_RULES[model.kind](model, hidden, prm_score, levels, batch_size)
+    with torch_threads(threads):
+        return PREDICT_RULES[model.kind](model, hidden, prm_score, levels, batch_size)
 
 
 # ----------------------------------------------------------------------------- load

@@ -35,7 +35,11 @@ def provenance_warning(model: Any, meta: dict[str, Any] | None, data: str) -> st
     """
     trained = (getattr(model, "info", None) or {}).get("trained_on") or {}
     here = data_provenance(meta)
-    differ = [key for key in PROVENANCE_KEYS if key in trained and key in here and trained[key] != here[key]]
+    differ = [
+        key
+        for key in PROVENANCE_KEYS
+        if key in trained and key in here and trained[key] != here[key]
+    ]
     if not differ:
         return None
     source = getattr(model, "source", None) or model.method

@@ -65,7 +65,7 @@ from dprm.models.fit import (
     resolve_config,
 )
 from dprm.models.interface import REGISTRY, Standardizer, predict
-from dprm.models.training import evaluation_hook, reuse_standardized_rows
+from dprm.models.training import eligible_from, evaluation_hook, reuse_standardized_rows
 from dprm.version import __version__
 
 #: the gradient-trained calibrators a search covers by default (each gets the same trials)
@@ -386,7 +386,7 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
 
         def report(step: int, metrics: dict[str, float]) -> None:
             nonlocal best
-            if step < config.warmup_steps and step != config.max_steps:
+            if step < eligible_from(config) and step != config.max_steps:
                 return  # not an eligible checkpoint yet: nothing to compare
             best = min(best, metrics[metric])
             trial.report(best, step)
