@@ -53,8 +53,16 @@ def main() -> None:
                     metrics = evaluate_calibrator(model, held_out)
                     training = model.info.get("training", {})
                     rows.append(
-                        (world, method, rule, seed, training.get("best_step"),
-                         training.get("best_score"), metrics["brier"], metrics["wql"])
+                        (
+                            world,
+                            method,
+                            rule,
+                            seed,
+                            training.get("best_step"),
+                            training.get("best_score"),
+                            metrics["brier"],
+                            metrics["wql"],
+                        )
                     )
                     print(*rows[-1], sep="\t", flush=True)
     print("\nworld\tmethod\twarm-up\tkept steps\tval cal. area\tID Brier\tID WQL (mean ± sd)")
@@ -62,7 +70,7 @@ def main() -> None:
     for key in keys:
         group = [r for r in rows if r[:3] == key]
 
-        def cell(i: int) -> str:
+        def cell(i: int, group: list = group) -> str:
             values = [r[i] for r in group]
             sd = statistics.stdev(values) if len(values) > 1 else 0.0
             return f"{statistics.mean(values):.4f} ± {sd:.4f}"

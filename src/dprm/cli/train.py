@@ -79,6 +79,9 @@ def _train(args: argparse.Namespace) -> int:
         print(f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
         if auto:
             print(auto_scores_text(auto))
+            if method != "binomial":
+                print("dprm train: auto picks for calibration tables; for IAS (ias, solve) "
+                      "the recommendation is binomial (docs/calibrators.md)")  # fmt: skip
     return 0
 
 
@@ -155,7 +158,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--method",
         required=True,
         choices=[*methods, AUTO],
-        help="calibrator to fit; auto: the best tuned one on validation (see --tune)",
+        help="calibrator to fit; auto: the best tuned one on validation WQL (see --tune), the "
+        "choice for calibration tables; for IAS (ias, solve) train binomial "
+        "(docs/calibrators.md, 'One recommendation')",
     )
     parser.add_argument("--data", required=True, help="calibration set directory")
     add_output_flags(parser, "output calibrator directory", metavar="DIR")
