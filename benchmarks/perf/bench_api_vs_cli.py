@@ -33,11 +33,16 @@ q = model.quantiles(data.hidden, [0.1, 0.5, 0.9])
 TARGET = 1.5
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
-    """(wall seconds, stderr) of one process."""
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process: user + system, stderr) of one process."""
+    before = os.times()
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return time.perf_counter() - start, done.stderr
+    wall = time.perf_counter() - start
+    after = os.times()
+    user = after.children_user - before.children_user
+    system = after.children_system - before.children_system
+    return wall, user + system, done.stderr
 
 
 def main() -> None:
@@ -55,16 +60,19 @@ def main() -> None:
     calib = str(write_world(root / "w", args.preset, size=args.size, progress=False)["train/calib"])
     overrides = {"max_steps": args.max_steps} if args.max_steps else None
     sets = [] if overrides is None else ["--set", f"max_steps={args.max_steps}"]
-    api_times, cli_times, progress = [], [], []
+    api_times, cli_times, api_cpu, cli_cpu, progress = [], [], [], [], []
     for i in range(args.repeats):  # interleaved: load changes hit both alike
         code = SNIPPET.format(calib=calib, method=args.method, overrides=overrides,
                               out=str(root / f"api{i}"))  # fmt: skip
-        seconds, err = timed([sys.executable, "-c", code])
+        seconds, cpu, err = timed([sys.executable, "-c", code])
         api_times.append(seconds)
+        api_cpu.append(cpu)
         progress.append("step" in err)
         cli = [sys.executable, "-m", "dprm.cli", "train", "--method", args.method, "--data",
                calib, "--seed", "0", "--out", str(root / f"cli{i}"), "--no-progress", *sets]  # fmt: skip
-        cli_times.append(timed(cli)[0])
+        seconds, cpu, _ = timed(cli)
+        cli_times.append(seconds)
+        cli_cpu.append(cpu)
     api, cli = min(api_times), min(cli_times)
     env = os.environ.get("OMP_NUM_THREADS", "unset")
     print(f"{args.method} on a {args.size} world ({args.preset}), max_steps {args.max_steps or 'default'}, "

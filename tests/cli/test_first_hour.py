@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dprm.cli import COMMANDS, main
+from dprm.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,8 +17,8 @@ HEAVY = ("torch", "pandas", "numpy", "transformers", "pyarrow")
 def test_help_imports_no_heavy_library(command: str | None) -> None:
     argv = ["--help"] if command is None else [command, "--help"]
     code = (
-        "import sys\nfrom dprm.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-        "print('LOADED', *sorted(m for m in %r if m in sys.modules))" % (argv, HEAVY)
+        f"import sys\nfrom dprm.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print('LOADED', *sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

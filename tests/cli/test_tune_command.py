@@ -179,7 +179,9 @@ def test_tune_says_why_the_refit_score_differs(search, calib, capsys):
     text = capsys.readouterr().out
     best = json.loads((search / "best.json").read_text())
     for method, entry in best["methods"].items():
-        line = next(x for x in text.splitlines() if x.startswith(f"dprm tune: {method}: best trial"))
+        line = next(
+            x for x in text.splitlines() if x.startswith(f"dprm tune: {method}: best trial")
+        )
         assert f"{entry['value']:.4f}" in line and f"refit {entry['refit_value']:.4f}" in line
         assert "float rounding" in line  # qr, mono: no trial-only setting
 

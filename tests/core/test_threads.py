@@ -58,7 +58,9 @@ def test_fit_and_quantiles_take_threads_and_restore_them(tiny_world) -> None:
     try:
         import dprm.models.training as training
 
-        hook = training.EVALUATION_HOOK.set(lambda step, metrics: seen.append(torch.get_num_threads()))
+        hook = training.EVALUATION_HOOK.set(
+            lambda step, metrics: seen.append(torch.get_num_threads())
+        )
         try:
             model = fit("qr", data, overrides={"max_steps": 2, "eval_every": 1}, threads=1,
                         progress=False)  # fmt: skip

@@ -46,7 +46,9 @@ def test_dry_run_prints_the_plan_and_exits_0(cpu_only_machine, tmp_path, capsys)
     out = tmp_path / "park"
     assert main(["run", str(PARK), "--out", str(out), "--dry-run"]) == 0
     text = capsys.readouterr().out
-    assert "worlds (3): llama-3.2-1b__qwen-prm, qwen-2.5-1.5b__qwen-prm, r1-qwen-7b__qwen-prm" in text
+    assert (
+        "worlds (3): llama-3.2-1b__qwen-prm, qwen-2.5-1.5b__qwen-prm, r1-qwen-7b__qwen-prm" in text
+    )
     assert "generator r1-qwen-7b: deepseek-ai/DeepSeek-R1-Distill-Qwen-7B, backend vllm" in text
     assert "prm qwen-prm: Qwen/Qwen2.5-Math-PRM-7B, cuda (1 GPU per engine)" in text
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}

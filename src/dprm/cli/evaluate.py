@@ -54,7 +54,9 @@ def metrics_table(results: dict[str, dict]) -> str:
 
     A column is shown when any method has it (``err.true``: synthetic worlds only).
     """
-    columns = [(k, h) for k, h in TABLE_COLUMNS if any(r.get(k) is not None for r in results.values())]
+    columns = [
+        (k, h) for k, h in TABLE_COLUMNS if any(r.get(k) is not None for r in results.values())
+    ]
     width = max(len("method"), *(len(m) for m in results))
     lines = [f"{'method':<{width}}  " + "  ".join(f"{h:>9}" for _, h in columns)]
     for method, row in results.items():

@@ -100,7 +100,7 @@ EQUAL_COST_KINDS = ("uniform", "C", "auto", "auto-seq", "oracle")
 
 
 def equal_cost_table(pays) -> str:
-    """"Does adaptive compute pay?" as text: accuracy per selection rule at each cost of
+    """ "Does adaptive compute pay?" as text: accuracy per selection rule at each cost of
     pays.csv (mean draws per question / N_max) for uniform, the C rule, ``auto``, ``auto-seq``
     and the oracle; a calibrator's rows also show the gain over uniform at that cost.
 

@@ -441,7 +441,7 @@ def render_report(
 
 #: dprm's one answer to "which calibrator?" (docs/calibrators.md, "One recommendation")
 RECOMMENDATION = (
-    "Which calibrator for what (docs/calibrators.md, \"One recommendation\"): for calibration "
+    'Which calibrator for what (docs/calibrators.md, "One recommendation"): for calibration '
     "tables, the lowest validation WQL among the tuned methods (`dprm train --method auto`); "
     "for IAS (`dprm ias`, `dprm solve`), `binomial`. `conformal` is a lower bound by design "
     "(marked ‡ in the tables), never a winner."
