@@ -3,8 +3,8 @@
 Target: each in <= 0.5 s on a quiet 2-core machine (printing help imports neither torch nor
 pandas). Each command runs ``--repeats`` times, interleaved with a bare
 ``python -c "import argparse"`` (the reference), and the medians of the wall time and of the
-child's CPU time (user + system) are printed: on a loaded machine the wall time grows with the
-load, the CPU time much less, so both are shown. Usage::
+child's CPU time (user + system) are printed: when other processes share the cores the wall
+time grows with them, the CPU time much less, so both are shown. Usage::
 
     python benchmarks/perf/bench_cli_startup.py [--repeats 5]
 """

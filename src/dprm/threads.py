@@ -2,7 +2,7 @@
 
 torch's default (one intra-op thread per core) makes a job several times slower when other
 processes share the cores: 150 OT steps on a tiny world took 204 s at 2 threads against 16 s at
-1 on a loaded 2-core machine. dprm therefore runs its compute with :func:`default_threads`
+1 on a shared 2-core machine. dprm therefore runs its compute with :func:`default_threads`
 threads: half the usable cores, at most 4 (1 on a 2-core machine), or ``$OMP_NUM_THREADS``
 when set. The CLI applies it for the whole command (``--threads`` overrides it); the API's
 compute functions (:func:`dprm.fit`, ``Calibrator.quantiles`` / ``point_estimate``,

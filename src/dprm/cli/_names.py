@@ -1,7 +1,7 @@
 """Names that ``--help`` pages list, written out so that printing help imports no library.
 
 The calibrator registry (:data:`dprm.models.REGISTRY`) loads torch and the synthetic worlds'
-module loads pandas; a parser must not. tests/cli/test_names.py checks that each tuple here is
+module loads pandas; a parser must not. tests/cli/test_help.py checks that each tuple here is
 exactly the library's list, so a new method, preset or size fails a test until it is added.
 """
 

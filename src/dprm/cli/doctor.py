@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check the real PRMs (and Park et al.'s adapter) against published values",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="List the optional extras (transformers, math-verify, datasets, peft, vllm, "
-        "optuna, ray, submitit: installed version or missing). Then load each supported PRM (hub id, or a local directory with --prm NAME=DIR) "
+        "optuna, ray, submitit: installed version or missing). Then load each supported PRM "
+        "(hub id, or a local directory with --prm NAME=DIR) "
         "through the same path every stage uses, score a published example and compare with "
         "the published values: pass/fail per check with the largest difference; checks it "
         "cannot run are listed with the reason. Needs a GPU (7B models) and the hub or local "
