@@ -58,7 +58,7 @@ def world_dir(work: Path, preset: str, size: str, hidden_dim: int | None) -> Pat
     suffix = "" if hidden_dim is None else f"-d{hidden_dim}"
     path = work / "worlds" / f"{preset}-{size}{suffix}"
     if not (path / "ood" / "bon" / "meta.json").exists():
-        write_world(path, preset, size=size, hidden_dim=hidden_dim, progress=False)
+        write_world(path, preset, size=size, hidden_dim=hidden_dim, progress=False, overwrite=True)
     return path
 
 

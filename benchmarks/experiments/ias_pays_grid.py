@@ -63,7 +63,7 @@ def run(
     world = root / f"{preset}-{size}"
     if not (world / "train" / "bon").exists():
         t0 = time.time()
-        write_world(world, preset, size=size, progress=False)
+        write_world(world, preset, size=size, progress=False, overwrite=True)
         print(f"{preset}: world written in {time.time() - t0:.0f} s", flush=True)
     data = read_calibration_set(world / "train" / "calib")
     train = read_bon_set(world / "train" / "bon", check_hidden=False)

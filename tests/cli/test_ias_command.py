@@ -222,3 +222,37 @@ def test_peers_beside_auto_seq(setup, tmp_path, capsys):
     curves = pd.read_csv(out / "peer_curves.csv")
     uni = curves[curves["method"] == "uniform"]
     assert np.allclose(uni["draws"], np.minimum(uni["level"], 64))  # exactly matched budgets
+
+
+def test_ias_prints_the_equal_cost_table(setup, tmp_path, capsys):
+    root, world, dirs = setup
+    out = tmp_path / "printed"
+    argv = ["ias", "--bon", str(world["id/bon"]), "--train-bon", str(world["train/bon"]),
+            "--sequential", "--model", str(dirs["ot"]), "--out", str(out),
+            "--mc-trials", "0", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "does adaptive compute pay? accuracy at equal cost, rule highest-last" in text
+    header = next(line for line in text.splitlines() if "allocation" in line)
+    assert header.split()[2:] == ["cost", "0.05", "cost", "0.1", "cost", "0.25"]
+    pays = pd.read_csv(out / "pays.csv")
+    pays = pays[pays["rule"] == "highest-last"]
+    rows = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("uniform", "oracle"):
+            rows[(parts[0], "")] = parts[1:]
+        elif parts and parts[0] in ("C", "auto", "auto-seq"):
+            rows[(parts[0], parts[1])] = parts[2:]
+    assert {("uniform", ""), ("oracle", ""), ("auto", "ot"), ("auto-seq", "ot")} <= set(rows)
+    assert any(kind == "C" for kind, _ in rows)
+    for (kind, method), cells in rows.items():
+        values = [c for c in cells if not c.startswith("(")]
+        for cost, shown in zip((0.05, 0.1, 0.25), values, strict=True):
+            at = pays[(pays["kind"] == kind) & np.isclose(pays["cost"], cost)]
+            if method:
+                at = at[at["method"] == method]
+            if shown == "-":
+                assert at.empty or at["accuracy"].isna().all()
+            else:
+                assert shown == f"{at['accuracy'].iloc[0]:.3f}", (kind, method, cost)

@@ -157,3 +157,38 @@ def test_the_parser_defaults_are_the_library_defaults():
     assert cli_tune.DEFAULT_METHODS.split(",") == list(T.TUNED_METHODS)
     assert set(cli_tune.OBJECTIVES) == set(T.OBJECTIVES)
     assert cli_tune.DEFAULT_OBJECTIVE == T.DEFAULT_OBJECTIVE
+
+
+def test_train_auto_prints_the_scores_it_compared(search, calib, tmp_path, capsys):
+    best = json.loads((search / "best.json").read_text())
+    out = tmp_path / "auto-printed"
+    args = ["train", "--method", "auto", "--tune", str(search), "--data", calib, "--no-progress"]
+    assert main([*args, "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "auto compared validation wql" in line)
+    rows = {line.split()[0]: line.split()[1] for line in lines[head + 1 : head + 3]}
+    for method, entry in best["methods"].items():
+        assert rows[method] == f"{entry['validation']['wql']:.4f}"
+    chosen = next(line for line in lines if line.endswith("<- chosen"))
+    assert chosen.split()[0] == best["best_method"]
+
+
+def test_tune_says_why_the_refit_score_differs(search, calib, capsys):
+    args = ["tune", "--data", calib, "--out", str(search), "--methods", "qr,mono"]
+    assert main([*args, *FAST[:4]]) == 0  # resumed: nothing to train, the summary again
+    text = capsys.readouterr().out
+    best = json.loads((search / "best.json").read_text())
+    for method, entry in best["methods"].items():
+        line = next(
+            x for x in text.splitlines() if x.startswith(f"dprm tune: {method}: best trial")
+        )
+        assert f"{entry['value']:.4f}" in line and f"refit {entry['refit_value']:.4f}" in line
+        assert "float rounding" in line  # qr, mono: no trial-only setting
+
+
+def test_refit_note_names_the_trial_only_setting():
+    from dprm.cli.tune import refit_note
+
+    note = refit_note("ot", {"trial": 3, "value": 0.0733, "refit_value": 0.0709, "metric": "wql"})
+    assert "0.0733" in note and "0.0709" in note and "ensemble_size=1" in note
+    assert refit_note("qr", {"trial": 1}) is None

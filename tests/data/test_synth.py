@@ -302,3 +302,14 @@ def test_v2_worlds_say_their_format(worlds):
 
     calib = read_calibration_set(worlds["llama-3.2-1b"]["id/calib"])
     assert SYNTH_FORMAT == 2 and calib.meta["synth_format"] == 2
+
+
+def test_write_world_refuses_a_folder_with_files_unless_overwrite(tmp_path):
+    out = tmp_path / "w"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        write_world(out, "qwen-2.5-7b__qwen-prm", size="tiny", progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]  # nothing written
+    paths = write_world(out, "qwen-2.5-7b__qwen-prm", size="tiny", progress=False, overwrite=True)
+    assert (paths["train/calib"] / "meta.json").exists()

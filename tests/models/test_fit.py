@@ -121,11 +121,32 @@ def test_patience_stops_early_and_best_checkpoint_is_restored(world):
 
 def test_warmup_checkpoints_are_not_eligible(world):
     train, val = halves(world)
-    config = QRConfig(eval_every=5, warmup_steps=10, max_steps=20, patience=100)
+    config = QRConfig(
+        eval_every=5, warmup_steps=10, warmup_fraction=1.0, max_steps=20, patience=100
+    )
     model = QRCalibrator(world.hidden_dim, vars(config))
     trainer = Trainer(model, train, val, config, seed=0, progress=False)
     trainer.fit_loss(QRCalibrator.loss)
-    assert trainer.summary["best_step"] >= 10
+    assert trainer.summary["best_step"] >= 10 and trainer.summary["eligible_from"] == 10
+
+
+def test_the_warmup_is_scaled_to_the_step_cap_and_the_minimum_is_recorded(world):
+    from dprm.models.training import eligible_from
+
+    assert eligible_from(QRConfig(warmup_steps=400, max_steps=600)) == 150  # the demo's cap
+    assert eligible_from(QRConfig(warmup_steps=400, max_steps=2000)) == 400  # long runs: as was
+    assert eligible_from(QRConfig(warmup_steps=0, max_steps=600)) == 0
+    train, val = halves(world)
+    config = QRConfig(eval_every=5, warmup_steps=400, max_steps=40, patience=100)
+    model = QRCalibrator(world.hidden_dim, vars(config))
+    trainer = Trainer(model, train, val, config, seed=0, progress=False)
+    history = trainer.fit_loss(QRCalibrator.loss)
+    summary = trainer.summary
+    assert summary["eligible_from"] == 10 and summary["best_step"] >= 10  # not 400: the cap
+    scores = {h["step"]: h["calibration_area"] for h in history}
+    low = min(scores, key=scores.get)
+    assert summary["validation_min_step"] == low
+    assert summary["validation_min_score"] == scores[low] <= summary["best_score"]
 
 
 def test_fit_is_deterministic_and_records_info(world):

@@ -71,3 +71,17 @@ def test_forward_on_raw_rows_equals_forward_on_standardised_rows(method):
         raw = model(rows).quantile(levels)
         standardised = model.forward_standardized(model.standardizer(rows)).quantile(levels)
     torch.testing.assert_close(raw, standardised, rtol=1e-5, atol=1e-5)
+
+
+def test_save_refuses_an_existing_directory_unless_overwrite(tmp_path):
+
+    model = REGISTRY["qr"](4, {})
+    target = model.save(tmp_path / "qr")
+    before = (target / "config.json").read_text()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        REGISTRY["mono"](4, {}).save(target)
+    assert (target / "config.json").read_text() == before  # untouched
+    REGISTRY["mono"](4, {}).save(target, overwrite=True)
+    assert '"method": "mono"' in (target / "config.json").read_text()
+    (tmp_path / "empty").mkdir()
+    model.save(tmp_path / "empty")  # an empty folder is no earlier output

@@ -36,7 +36,8 @@ def test_averaged_fit_returns_averaged_weights_and_same_trajectory():
     checkpoint selection (warm-up = last step) the raw fit ends on the last iterate and the
     averaged one on its average, which differs from it."""
     data = gaussian_logit_world(600, seed=3)
-    fast = {"max_steps": "40", "warmup_steps": "40", "eval_every": "10", "batch_size": "64"}
+    fast = {"max_steps": "40", "warmup_steps": "40", "warmup_fraction": "1", "eval_every": "10",
+            "batch_size": "64"}  # fmt: skip
     raw = fit("ot", data, overrides={**fast, "ema_decay": "0"}, seed=5, progress=False)
     avg = fit("ot", data, overrides={**fast, "ema_decay": "0.9"}, seed=5, progress=False)
     # identical training losses (same batches and same raw iterates) ...

@@ -195,6 +195,21 @@ def test_training_curves(tmp_path):
     assert "2 seed(s)" in cap and "validation" in cap
 
 
+def test_training_caption_names_the_rule_that_kept_the_star(tmp_path):
+    rows = [
+        {"method": m, "seed": s, "step": step, "metric": "calibration_area",
+         "validation": {0: 0.3, 10: 0.1, 20: 0.2, 30: 0.15}[step], "loss_name": "loss",
+         "loss": None if step == 0 else 1.0 / step, "best_step": 30, "eligible_from": 25,
+         "min_step": 10}
+        for m in ("qr", "mono") for s in (0, 1) for step in (0, 10, 20, 30)
+    ]  # fmt: skip
+    files, cap = F.training_figure(pd.DataFrame(rows), tmp_path / "training")
+    _ok(files)
+    assert "min(warmup_steps, warmup_fraction × max_steps)" in cap
+    assert "QR 25" in cap and "Mono 25" in cap
+    assert "○ = a lower score earlier, passed over by that rule (4 of 4 runs" in cap
+
+
 def _crowding(fig) -> list[str]:
     """Tick labels of one axis that overlap each other, and legends drawn over an axes."""
     fig.canvas.draw()

@@ -154,3 +154,34 @@ def test_several_seeds_put_the_std_in_the_table(tmp_path):
     assert r"0.1100 $\pm$ 0.0100" in tex
     T.write_tables(_metrics(), tmp_path / "one")
     assert "±" not in (tmp_path / "one" / "calibration_qwen-prm.md").read_text()
+
+
+def test_a_bound_is_shown_but_never_marked_best(tmp_path):
+    df = _metrics()
+    # conformal (a deliberately pessimistic lower bound) with the lowest OOD Brier of g1
+    df = pd.concat(
+        [
+            df,
+            pd.DataFrame(
+                [
+                    {"dataset": "ood", "generator": "g1", "prm": "qwen-prm",
+                     "method": "conformal", "seed": 0, "brier": 0.01, "pos_brier": 0.9,
+                     "ece": 0.9, "wql": 0.9, "quantile_error_true": 0.001}
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )  # fmt: skip
+    table = T.build_table(df)
+    assert not table.best[[c for c in table.best.columns if c[1] == "conformal"]].any().any()
+    assert table.best.loc[("ood", "g1"), ("brier", "ot")]  # the best estimate wins the row
+    text = T.to_markdown(table)
+    row = next(line for line in text.splitlines() if "| g1 |" in line and "OOD" in line)
+    assert "0.0100" in row and "**0.0100**" not in row and "**0.2500**" in row
+    assert "Conformal ‡" in text.splitlines()[0]
+    assert "lower bound" in T.caption(table) and "never marked best" in T.caption(table)
+    assert not T.subset(table, ["ot", "conformal"]).best[("brier", "conformal")].any()
+    truth = T.truth_markdown(df)
+    ood = next(line for line in truth.splitlines() if "| g1 |" in line and "OOD" in line)
+    assert "0.0010" in ood and "**0.0010**" not in ood
+    assert r"$^\ddagger$" in T.to_latex(table)

@@ -88,7 +88,11 @@ COMMANDS: dict[str, Command] = {
         "live adaptive best-of-N / beam search with a calibrated PRM (+ fixed baseline)",
         True,
     ),
-    "doctor": Command("dprm.cli.doctor", "check the installation and the optional extras"),
+    "doctor": Command(
+        "dprm.cli.doctor",
+        "first thing on a GPU machine: the extras installed, then the real PRMs vs published "
+        "step rewards",
+    ),
 }
 
 INTERRUPTED = {
@@ -181,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         note = INTERRUPTED[COMMANDS[args.command].resumable]
-        print(f"dprm {args.command}: {note}", file=sys.stderr)
+        # a new line first: a progress bar (stderr, no newline of its own) may hold the line
+        print(f"\ndprm {args.command}: {note}", file=sys.stderr)
         return 130
     except Exception as err:
         from dprm.config import ConfigError

@@ -39,20 +39,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def default_threads() -> int:
-    """Intra-op threads when ``--threads`` is not given: half the usable cores, at most 4.
+    """Intra-op threads when ``--threads`` is not given (:func:`dprm.threads.default_threads`:
+    half the usable cores, at most 4, or ``$OMP_NUM_THREADS``)."""
+    from dprm.threads import default_threads as policy
 
-    A shared 2-core machine gets 1 thread per process, so two jobs side by side do not
-    oversubscribe it (torch's default, one thread per core, makes each of them several times
-    slower under contention). ``OMP_NUM_THREADS``, when set, wins.
-    """
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores // 2))
+    return policy()
 
 
 def add_threads_flag(parser: argparse.ArgumentParser) -> None:
@@ -68,10 +59,11 @@ def add_threads_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_threads(args: argparse.Namespace) -> None:
-    """Set torch's intra-op threads from ``--threads`` (imports torch: call at run time)."""
-    import torch
+    """Set torch's intra-op threads from ``--threads`` for the whole command (imports torch:
+    call at run time); the API calls inside keep that count (:mod:`dprm.threads`)."""
+    from dprm.threads import set_process_threads
 
-    torch.set_num_threads(args.threads or default_threads())
+    set_process_threads(args.threads)
 
 
 def add_progress_flags(parser: argparse.ArgumentParser) -> None:
@@ -469,3 +461,13 @@ def report_failures(command: str, failures: list[dict[str, str]], report: Path) 
         file=sys.stderr,
     )
     return 1
+
+
+def warn_provenance(args: argparse.Namespace, model: Any, meta: dict | None, data: Any) -> None:
+    """Warn on stderr (unless ``--quiet``) when ``model`` was trained on another generator's or
+    PRM's data than ``data`` (see :mod:`dprm.models.provenance`)."""
+    from dprm.models.provenance import provenance_warning
+
+    message = provenance_warning(model, meta, str(data))
+    if message is not None and not getattr(args, "quiet", False):
+        print(f"dprm {args.command}: warning: {message}", file=sys.stderr)

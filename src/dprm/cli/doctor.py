@@ -17,6 +17,18 @@ def _check_list() -> str:
     return "\n".join(lines)
 
 
+def extras_report() -> str:
+    """One line per optional extra: its installed version, or missing and how to get it."""
+    from dprm.llm.extras import EXTRAS, extras_status
+
+    lines = ["doctor: optional extras"]
+    for name, version in extras_status().items():
+        extra = EXTRAS[name]
+        state = version if version else f"missing ({extra.install})"
+        lines.append(f"doctor:   {name:<12} {state:<34} {extra.needed_for}")
+    return "\n".join(lines)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from dprm.llm.doctor import GOLDEN
 
@@ -25,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "doctor",
         help="check the real PRMs (and Park et al.'s adapter) against published values",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Load each supported PRM (hub id, or a local directory with --prm NAME=DIR) "
+        description="List the optional extras (transformers, math-verify, datasets, peft, vllm, "
+        "optuna, ray, submitit: installed version or missing). Then load each supported PRM "
+        "(hub id, or a local directory with --prm NAME=DIR) "
         "through the same path every stage uses, score a published example and compare with "
         "the published values: pass/fail per check with the largest difference; checks it "
         "cannot run are listed with the reason. Needs a GPU (7B models) and the hub or local "
@@ -70,6 +84,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     env = environment()
     if not args.quiet:
         print("doctor: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+        print(extras_report())
     missing = [k for k in ("transformers", "sentencepiece", "google.protobuf") if not env[k]]
     if missing:
         print(f"doctor: missing {missing}: pip install 'dprm[llm]'")

@@ -13,14 +13,13 @@ from dprm.cli._common import (
     check_hidden_dim,
     check_out,
     input_paths,
+    warn_provenance,
 )
 
 
 def _evaluate(args: argparse.Namespace) -> int:
     out = check_out(args, directory=False, inputs=input_paths(args, "--data", "--model"))
     apply_threads(args)
-    import json
-
     from dprm.data import read_calibration_set
     from dprm.evaluation import evaluate, model_names
     from dprm.io import strict_jsonable, write_json
@@ -28,13 +27,45 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     data = read_calibration_set(args.data)
     loaded = [(Path(m).name, load(m)) for m in args.model]
+    for _, model in loaded:
+        warn_provenance(args, model, data.meta, args.data)
     models = dict(zip(model_names(loaded), (m for _, m in loaded), strict=True))
     check_hidden_dim(models.values(), data.hidden_dim, args.data)
     results = evaluate(data, models)
     write_json(out, results)
     if not args.quiet:
-        print(json.dumps(strict_jsonable(results), indent=2))
+        print(metrics_table(strict_jsonable(results)))
+        print(f"dprm evaluate: every metric, as JSON -> {out}")
     return 0
+
+
+#: the columns of the printed table: (JSON key, header); all lower is better
+TABLE_COLUMNS = (
+    ("brier", "Brier"),
+    ("pos_brier", "PosBrier"),
+    ("ece", "ECE"),
+    ("wql", "WQL"),
+    ("calibration_area", "cal.area"),
+    ("crossing_rate", "crossing"),
+    ("quantile_error_true", "err.true"),
+)
+
+
+def metrics_table(results: dict[str, dict]) -> str:
+    """The metrics of each method as an aligned text table (lower is better; "-": undefined).
+
+    A column is shown when any method has it (``err.true``: synthetic worlds only).
+    """
+    columns = [
+        (k, h) for k, h in TABLE_COLUMNS if any(r.get(k) is not None for r in results.values())
+    ]
+    width = max(len("method"), *(len(m) for m in results))
+    lines = [f"{'method':<{width}}  " + "  ".join(f"{h:>9}" for _, h in columns)]
+    for method, row in results.items():
+        cells = ["-" if row.get(k) is None else f"{row[k]:.4f}" for k, _ in columns]
+        lines.append(f"{method:<{width}}  " + "  ".join(f"{c:>9}" for c in cells))
+    n = next(iter(results.values())).get("n")
+    return "\n".join(lines) + (f"\n({n} rows; every metric: lower is better)" if n else "")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dprm.cli._sampling import add_sampling_flags, run_stage, sampling_config, sampling_meta
 from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, claim_stage_out
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--questions",
         required=True,
         type=Path,
-        help="questions file (from `dprm questions`, or raw)",
+        help="questions file (from `dprm questions`, or raw), or a packaged set's name "
+        "(math500, math, math-park, aime24, aime25) as `dprm solve --questions` takes",
     )
     p.add_argument("--limit", type=int, default=None, help="use only the first N questions")
     add_sampling_flags(p, 8, "responses per question")
@@ -32,12 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from dprm.llm.questions import read_questions
     from dprm.llm.rollout import generation_fingerprint, run_generation_stage
 
     claim_stage_out(args, False, "--questions", "--model")
     sampling = sampling_config(args)
-    questions = read_questions(args.questions)
+    questions = read_question_source(args.questions)
     if args.limit is not None:
         questions = questions.iloc[: args.limit]
     meta = {**base_meta(), **sampling_meta(args, sampling), "questions_file": str(args.questions)}
@@ -48,3 +52,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             questions, generator, pool, args.out, sampling, **options
         ),
     )  # fmt: skip
+
+
+def read_question_source(source: Path) -> pd.DataFrame:
+    """``--questions``: a questions file, else a named set (``math500``, ...) as ``dprm solve``
+    and ``dprm questions`` take it; anything else fails naming the file and the known sets."""
+    from dprm.llm.questions import load_questions, read_questions
+
+    if Path(source).exists():
+        return read_questions(source)
+    return load_questions(str(source))

@@ -15,6 +15,7 @@ from dprm.cli._common import (
     input_paths,
     integer_at_least,
     unit_interval,
+    warn_provenance,
 )
 
 
@@ -44,6 +45,8 @@ def _ias(args: argparse.Namespace) -> int:
     if train_bon is not None:
         _check_rules(args.rule, train_bon, args.train_bon)
     loaded = [(Path(m).name, load(m)) for m in args.model]
+    for _, model in loaded:
+        warn_provenance(args, model, bon.meta, args.bon)
     names = model_names(loaded)
     models = {name: m for name, (_, m) in zip(names, loaded, strict=True) if name != "base"}
     check_hidden_dim(models.values(), bon.hidden_dim, args.bon)
@@ -100,8 +103,60 @@ def _ias(args: argparse.Namespace) -> int:
                 for c, a, x in zip(grp["C"], grp["accuracy"], grp["cost"], strict=True)
             )
             print(f"{method:>12}  accuracy@cost  {pts}")
+        pays = out / "pays.csv"
+        if pays.exists():
+            import pandas as pd
+
+            print(equal_cost_table(pd.read_csv(pays)))
+        else:
+            print("(--train-bon adds the equal-cost table: uniform, C rule, auto, oracle)")
         print(f"wrote {out / 'ias.csv'} ({len(summary)} rows) and {out / 'budgets.parquet'}")
     return 0
+
+
+#: the rows of the printed equal-cost table, in order (``kind`` of pays.csv)
+EQUAL_COST_KINDS = ("uniform", "C", "auto", "auto-seq", "oracle")
+
+
+def equal_cost_table(pays) -> str:
+    """ "Does adaptive compute pay?" as text: accuracy per selection rule at each cost of
+    pays.csv (mean draws per question / N_max) for uniform, the C rule, ``auto``, ``auto-seq``
+    and the oracle; a calibrator's rows also show the gain over uniform at that cost.
+
+    Args:
+        pays: the rows of ``pays.csv`` (:func:`dprm.ias.pays.pays_table`).
+    """
+    import math
+
+    costs = sorted(set(pays["cost"].astype(float)))
+    lines = []
+    for rule, rows in pays.groupby("rule", sort=False):
+        rows = rows[rows["kind"].isin(EQUAL_COST_KINDS)]
+        if rows.empty:
+            continue
+        lines.append(f"does adaptive compute pay? accuracy at equal cost, rule {rule}")
+        head = f"  {'allocation':<10} {'calibrator':<14}" + "".join(
+            f"{'cost ' + format(c, 'g'):>17}" for c in costs
+        )
+        lines.append(head)
+        for kind in EQUAL_COST_KINDS:
+            of_kind = rows[rows["kind"] == kind]
+            for method, grp in of_kind.groupby("method", sort=False):
+                reference = kind in ("uniform", "oracle")
+                cells = []
+                for cost in costs:
+                    at = grp[grp["cost"].astype(float) == cost]
+                    acc = float(at["accuracy"].iloc[0]) if len(at) else math.nan
+                    gain = float(at["gain"].iloc[0]) if len(at) else math.nan
+                    text = "-" if math.isnan(acc) else f"{acc:.3f}"
+                    if not reference and not math.isnan(gain):
+                        text += f" ({gain:+.3f})"
+                    cells.append(f"{text:>17}")
+                name = "" if reference else str(method)
+                lines.append(f"  {kind:<10} {name:<14}" + "".join(cells))
+    if lines:
+        lines.append("  (gain over uniform in brackets; every row and seed in pays.csv)")
+    return "\n".join(lines)
 
 
 def _check_rules(rules: list[str], bon, path: str) -> None:
@@ -161,7 +216,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
         "see docs/calibrators.md)",
     )
-    from dprm.ias.rules import RULES
+    from dprm.ias.constants import RULES
 
     parser.add_argument(
         "--rule",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from dprm.cli._common import (
     add_output_flags,
@@ -14,6 +15,7 @@ from dprm.cli._common import (
     input_paths,
     integer_at_least,
     parse_levels,
+    warn_provenance,
 )
 
 
@@ -24,11 +26,12 @@ def _predict(args: argparse.Namespace) -> int:
 
     from dprm.data.contract import read_features
     from dprm.filesystem import reserved_memmap
-    from dprm.io import DataError, atomic_path
+    from dprm.io import DataError, atomic_path, read_json
     from dprm.models import load
 
     model = load(args.model)
     data = read_features(args.data)
+    warn_provenance(args, model, read_json(Path(args.data) / "meta.json"), args.data)
     check_hidden_dim([model], data.hidden_dim, args.data)
     levels = np.asarray(args.levels, dtype=np.float64)
     fixed = model.fixed_levels

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,6 +45,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "executor: every task a process on this machine, for dry runs); overrides the recipe's "
         "[executor.slurm] cluster",
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (stages, units, engines, devices) and what this machine lacks for "
+        "it; run and write nothing",
+    )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the check of extras, GPU, hub / local paths and disk before any unit (e.g. "
+        "to resume a run whose GPU stages finished elsewhere)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_run)
@@ -57,8 +71,18 @@ def _run(args: argparse.Namespace) -> int:
     options = {"address": args.address} if args.executor == "ray" and args.address else {}
     if args.executor == "slurm" and args.slurm_cluster:
         options["cluster"] = args.slurm_cluster
+    if args.dry_run:
+        return _dry_run(args, recipe)
     # an executor that cannot run here (no SLURM, no Ray) says so before --out is claimed
     check_executor(args.executor, recipe, **options)
+    if not args.no_preflight:  # every requirement before any unit: one block, exit 2
+        from dprm.recipe.preflight import missing_block, missing_requirements
+
+        out_dir = Path(args.out if args.out is not None else recipe.run.out)
+        missing = missing_requirements(recipe, args.executor, out_dir)
+        if missing:
+            print(missing_block(args.recipe, missing), file=sys.stderr)
+            return 2
     out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
         args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
     )
@@ -72,3 +96,18 @@ def _run(args: argparse.Namespace) -> int:
         executor_options=options,
     )
     return report_failures("run", outcome.failures, outcome.report)
+
+
+def _dry_run(args: argparse.Namespace, recipe) -> int:
+    """``--dry-run``: the plan and what this machine lacks for it; nothing runs or is written."""
+    from dprm.recipe.preflight import missing_requirements, plan_lines
+
+    out = Path(args.out if args.out is not None else recipe.run.out)
+    print("\n".join(plan_lines(recipe, args.executor, out)))
+    missing = missing_requirements(recipe, args.executor, out)
+    if missing:
+        print(f"this machine lacks ({len(missing)}; a real run stops here with exit 2):")
+        print("\n".join(m.line() for m in missing))
+    else:
+        print("preflight: every requirement is met here")
+    return 0

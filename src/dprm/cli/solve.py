@@ -47,6 +47,11 @@ tokens, chosen response, its PRM score, correct; beam: per-step samples, tokens,
 OUT/summary.json (accuracy and compute vs the baseline) and, in bon mode, OUT/bon_set/ (the run
 as a best-of-N set: `dprm ias --bon OUT/bon_set --model CAL` reproduces the live budgets).
 Interrupted runs resume: finished questions are skipped.
+
+Which calibrator: binomial, the recommendation for IAS (docs/calibrators.md), e.g.
+  dprm train --method binomial --data calib/train --out runs/cal/binomial
+  dprm solve --mode bon --questions math500 --generator Qwen/Qwen2.5-Math-7B-Instruct \
+      --prm Qwen/Qwen2.5-Math-PRM-7B --calibrator runs/cal/binomial --out runs/solve
 """
 
 
@@ -118,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from dprm.live.run import SolveConfig
+    from dprm.live.solve_config import SolveConfig
 
     groups = add_dataclass_flags(p, SolveConfig)
     p.add_argument(

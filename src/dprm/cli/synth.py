@@ -53,23 +53,27 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dprm.data.synth import SIZES, preset_names
+    from dprm.cli._names import SYNTH_SIZES, synth_presets
 
     parser = sub.add_parser(
         "synth",
         help="write a synthetic world (calibration + best-of-N sets with known truth)",
         description=(
-            "Write OUT/{id,ood}/calib (calibration sets) and OUT/{id,ood}/bon (best-of-N sets) for "
-            "a synthetic generator x PRM world whose true distribution of p given h is known in "
-            "closed form (true_* columns). In distribution: MATH-500-like; out of distribution: "
-            "AIME-like (harder, shifted, 60 questions)."
+            "Write a synthetic generator x PRM world whose true distribution of p given h is\n"
+            "known in closed form (true_* columns):\n\n"
+            "  OUT/train/calib, OUT/train/bon  the training split: fit calibrators on train/calib;\n"
+            "                                  train/bon teaches `dprm ias --train-bon` (auto)\n"
+            "  OUT/id/calib, OUT/id/bon        held out, in distribution (MATH-500-like)\n"
+            "  OUT/ood/calib, OUT/ood/bon      held out, out of distribution (AIME-like: harder,\n"
+            "                                  shifted, 60 questions)\n\n"
+            "calib: calibration sets (prefixes with labels); bon: best-of-N sets (pools)."
         ),
     )
     parser.add_argument(
         "--preset",
         required=True,
         help="GENERATOR__PRM or 'demo' (comma-separate several; each then goes to OUT/PRESET). "
-        f"Known: {', '.join(preset_names())}",
+        f"Known: {', '.join(synth_presets())}",
     )
     add_output_flags(parser, "output directory", metavar="DIR")
     parser.add_argument(
@@ -80,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--size",
-        choices=sorted(SIZES),
+        choices=list(SYNTH_SIZES),
         default=None,
         help="world size (default: paper; demo for --preset demo)",
     )

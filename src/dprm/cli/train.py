@@ -66,13 +66,33 @@ def _train(args: argparse.Namespace) -> int:
     }
     extra = {"history.json": model.history, "run.json": run}
     # a full disk (OSError, safetensors' StorageFull) is one line from dprm.cli.main
-    model.save(out, extra_files={name: strict_jsonable(obj) for name, obj in extra.items()})
+    extra_json = {name: strict_jsonable(obj) for name, obj in extra.items()}
+    model.save(out, extra_files=extra_json, overwrite=True)  # --out checked before training
     if not args.quiet:
         training = model.info.get("training", {})
         best = f", best step {training['best_step']}" if "best_step" in training else ""
         chosen = f" (auto: best tuned on validation {auto['select']})" if auto else ""
         print(f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
+        if auto:
+            print(auto_scores_text(auto))
+            if method != "binomial":
+                print("dprm train: auto picks for calibration tables; for IAS (ias, solve) "
+                      "the recommendation is binomial (docs/calibrators.md)")  # fmt: skip
     return 0
+
+
+def auto_scores_text(auto: dict) -> str:
+    """The validation scores ``--method auto`` compared, lowest (chosen) first."""
+    select = auto["select"]
+    scored = sorted(
+        auto["scores"].items(), key=lambda kv: (kv[1] is None, kv[1] if kv[1] is not None else 0)
+    )
+    lines = [f"dprm train: auto compared validation {select} (lower is better; {auto['source']}):"]
+    for method, score in scored:
+        shown = "-" if score is None else f"{score:.4f}"
+        mark = "  <- chosen" if method == auto["chosen"] else ""
+        lines.append(f"  {method:<10} {shown}{mark}")
+    return "\n".join(lines)
 
 
 def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, dict]:
@@ -113,9 +133,9 @@ def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, d
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dprm.models import REGISTRY
+    from dprm.cli._names import METHODS
 
-    methods = sorted(REGISTRY)
+    methods = list(METHODS)
     parser = sub.add_parser(
         "train",
         help="fit a calibrator (" + ", ".join(methods) + ")",
@@ -134,7 +154,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--method",
         required=True,
         choices=[*methods, AUTO],
-        help="calibrator to fit; auto: the best tuned one on validation (see --tune)",
+        help="calibrator to fit; auto: the best tuned one on validation WQL (see --tune), the "
+        "choice for calibration tables; for IAS (ias, solve) train binomial "
+        "(docs/calibrators.md, 'One recommendation')",
     )
     parser.add_argument("--data", required=True, help="calibration set directory")
     add_output_flags(parser, "output calibrator directory", metavar="DIR")

@@ -69,6 +69,9 @@ def _tune(args: argparse.Namespace) -> int:
                 f"validation {args.select} {shown}"
                 + (f" ({entry['error']})" if "error" in entry else "")
             )
+            note = refit_note(method, entry)
+            if note:
+                print(f"dprm tune: {method}: {note}")
         print(f"dprm tune: best on validation {args.select}: {best['best_method']} -> {out}")
     return 0
 
@@ -83,6 +86,40 @@ def _discard(out: Path) -> None:
         shutil.rmtree(target)
     target.mkdir(parents=True)
     write_marker(out, COMMAND)
+
+
+#: a refit within this of its trial's score is the same model up to float rounding
+SAME_SCORE = 5e-4
+
+
+def refit_note(method: str, entry: dict) -> str | None:
+    """Why the refitted calibrator's score differs from its best trial's (None: no scores).
+
+    The trial and the refit use the same settings, seed and 80/20 split; they differ in what
+    :data:`dprm.models.tune.TRIAL_ONLY` changes for trials only (``ot``: one map instead of the
+    ensemble) and in that trials train on the split standardised once in float32 while the
+    refit reads the raw set (rounding moves the path of training a little).
+    """
+    from dprm.models.tune import TRIAL_ONLY
+
+    value, refit = entry.get("value"), entry.get("refit_value")
+    if value is None or refit is None:
+        return None
+    metric = entry.get("metric", "score")
+    scores = f"best trial {entry.get('trial')} {metric} {value:.4f}, refit {refit:.4f}"
+    trial_only = TRIAL_ONLY.get(method, {})
+    if trial_only:
+        changed = ", ".join(f"{k}={v}" for k, v in trial_only.items())
+        return (
+            f"{scores}: trials ran with {changed} (for speed), the refit with the method's own "
+            "setting; same parameters, seed and split otherwise"
+        )
+    if abs(refit - value) <= SAME_SCORE:
+        return f"{scores}: the same model up to float rounding"
+    return (
+        f"{scores}: same parameters, seed and split; the trial trained on the split "
+        "standardised once, the refit on the raw set, and float rounding moves training's path"
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -654,6 +654,7 @@ def write_world(
     hidden_dim: int | None = None,
     progress: bool = True,
     chunk_rows: int = 1024,
+    overwrite: bool = False,
 ) -> dict[str, Path]:
     """Write ``out/{split}/calib`` (and ``out/{split}/bon`` for test splits) for a preset.
 
@@ -665,11 +666,16 @@ def write_world(
         seed: world seed; default derived from the generator (:func:`default_seed`), so
             presets are reproducible and the PRMs of one generator share its rollouts.
         hidden_dim: override the size's hidden dimension.
+        overwrite: write into an ``out`` that already holds files (False: refused before any
+            work, as ``dprm synth`` refuses an existing ``--out``).
 
     Returns:
         ``{"id/calib": path, "id/bon": path, "ood/calib": ..., "ood/bon": ...,
         "train/calib": ...}`` (the ``train`` split, MATH-train-like, has no BoN set).
     """
+    out = Path(out)
+    if not overwrite and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists; pass overwrite=True to write into it")
     gen, prm = resolve_preset(preset)
     size_name = size or ("demo" if preset == "demo" else "paper")
     if size_name not in SIZES:

@@ -42,40 +42,47 @@ Modules:
 * :mod:`dprm.ias.allocation` -- concave-hull greedy (the oracle), the selection-accuracy model,
   ``auto`` budgets with a cross-fitted uniform floor, the label-free shift check;
 * :mod:`dprm.ias.pays` -- uniform / oracle / oracle-p / auto rows and the "does it pay?" table.
+
+Names are imported from their module on first use, so that ``dprm.ias.outputs`` and
+``dprm.ias.constants`` (read by ``dprm ias --help``) load without pandas.
 """
 
-from dprm.ias.accuracy import (
-    exact_accuracy_table,
-    lookup,
-    monte_carlo,
-    pick_weights,
-    threshold_exact,
-)
-from dprm.ias.budgets import (
-    budget_from_curve,
-    budget_greedy,
-    budget_mixture,
-    budget_point,
-    success_curve_mixture,
-    success_curve_point,
-)
-from dprm.ias.constants import (
-    BETA_C,
-    BETA_GRID,
-    BUDGET_COLUMNS,
-    C_GRID,
-    DEFAULT_BETA,
-    EXTRA_COLUMNS,
-    M_LEVELS,
-    MC_TRIALS,
-    N_MAX,
-    P_CLIP,
-    SUMMARY_COLUMNS,
-    TAU_C,
-)
-from dprm.ias.estimates import Estimate, estimate_from_model, truth_estimate
-from dprm.ias.pools import Pools
-from dprm.ias.sweeps import run_ias, run_sweeps, sweep_rows, uniform_curve
+import importlib
+
+#: exported name -> the module that defines it
+_EXPORTS = {
+    "BETA_C": "dprm.ias.constants",
+    "BETA_GRID": "dprm.ias.constants",
+    "BUDGET_COLUMNS": "dprm.ias.constants",
+    "C_GRID": "dprm.ias.constants",
+    "DEFAULT_BETA": "dprm.ias.constants",
+    "EXTRA_COLUMNS": "dprm.ias.constants",
+    "Estimate": "dprm.ias.estimates",
+    "MC_TRIALS": "dprm.ias.constants",
+    "M_LEVELS": "dprm.ias.constants",
+    "N_MAX": "dprm.ias.constants",
+    "P_CLIP": "dprm.ias.constants",
+    "Pools": "dprm.ias.pools",
+    "SUMMARY_COLUMNS": "dprm.ias.constants",
+    "TAU_C": "dprm.ias.constants",
+    "budget_from_curve": "dprm.ias.budgets",
+    "budget_greedy": "dprm.ias.budgets",
+    "budget_mixture": "dprm.ias.budgets",
+    "budget_point": "dprm.ias.budgets",
+    "estimate_from_model": "dprm.ias.estimates",
+    "exact_accuracy_table": "dprm.ias.accuracy",
+    "lookup": "dprm.ias.accuracy",
+    "monte_carlo": "dprm.ias.accuracy",
+    "pick_weights": "dprm.ias.accuracy",
+    "run_ias": "dprm.ias.sweeps",
+    "run_sweeps": "dprm.ias.sweeps",
+    "success_curve_mixture": "dprm.ias.budgets",
+    "success_curve_point": "dprm.ias.budgets",
+    "sweep_rows": "dprm.ias.sweeps",
+    "threshold_exact": "dprm.ias.accuracy",
+    "truth_estimate": "dprm.ias.estimates",
+    "uniform_curve": "dprm.ias.sweeps",
+}
 
 __all__ = [
     "BETA_C",
@@ -110,3 +117,11 @@ __all__ = [
     "truth_estimate",
     "uniform_curve",
 ]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dprm.metrics import LEVELS_11
-
 N_MAX = 64
 P_CLIP = 1e-4
 M_LEVELS = 100
@@ -13,7 +11,9 @@ MC_TRIALS = 100
 C_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999)
 TAU_C = 0.99  # target of the tau sweep (paper Fig. 4)
 BETA_C = 0.9  # target that sets the cap of beta-threshold early stopping (paper Fig. 3)
-BETA_GRID = tuple(LEVELS_11)  # the beta sweep runs over the 11 levels
+#: the beta sweep runs over the 11 levels (dprm.metrics.LEVELS_11, written without numpy so that
+#: ``dprm ias --help`` loads none)
+BETA_GRID = tuple(round(i / 10, 10) for i in range(11))
 SUMMARY_COLUMNS = ["method", "sweep", "C", "level", "cost", "accuracy", "accuracy_mc", "rule"]
 EXTRA_COLUMNS = [
     "accuracy_mc_se",
@@ -24,3 +24,13 @@ EXTRA_COLUMNS = [
     "floor_share",
 ]
 BUDGET_COLUMNS = ["question_id", "method", "sweep", "C", "level", "n"]
+
+#: step aggregations of a candidate's PRM scores (name -> [steps] -> score)
+STEP_AGGREGATIONS = ("last", "min", "product")
+WEIGHTS = (*STEP_AGGREGATIONS, "calibrated")
+#: every rule name; ``highest-last`` is the contract rule of docs/design.md §4
+RULES = (
+    *(f"highest-{w}" for w in WEIGHTS),
+    *(f"weighted-{w}" for w in WEIGHTS),
+    "majority",
+)

@@ -34,19 +34,10 @@ import numpy as np
 import pandas as pd
 
 from dprm.ias.accuracy import exact_accuracy_table
-from dprm.ias.constants import N_MAX
+from dprm.ias.constants import N_MAX, RULES, STEP_AGGREGATIONS, WEIGHTS  # noqa: F401 (re-exported)
 from dprm.ias.pools import Pools, _tie_average, response_rows
 from dprm.io import DataError
 
-#: step aggregations of a candidate's PRM scores (name -> [steps] -> score)
-STEP_AGGREGATIONS = ("last", "min", "product")
-WEIGHTS = (*STEP_AGGREGATIONS, "calibrated")
-#: every rule name; ``highest-last`` is the contract rule of docs/design.md §4
-RULES = (
-    *(f"highest-{w}" for w in WEIGHTS),
-    *(f"weighted-{w}" for w in WEIGHTS),
-    "majority",
-)
 CONTRACT_RULE = "highest-last"
 DEFAULT_TRIALS = 256
 

@@ -26,6 +26,7 @@ from dprm.ias.estimates import Estimate, estimate_from_model
 from dprm.ias.pools import Pools
 from dprm.ias.rules import CONTRACT_RULE
 from dprm.metrics import midpoint_levels
+from dprm.threads import torch_threads
 
 
 @dataclass
@@ -272,6 +273,7 @@ def run_ias(
     extra_estimates: Sequence[Estimate] = (),
     vote_trials: int | None = None,
     sequential: bool | Collection[str] = False,
+    threads: int | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Base (unless ``include_base`` is False) and every named calibrator on a BoN set.
 
@@ -293,12 +295,27 @@ def run_ias(
         sequential: with ``train_bon`` (contract v2 sets), add ``sweep = auto-seq`` rows
             (:mod:`dprm.ias.sequential`) for every calibrator with candidate estimates (or,
             given a collection of method names, for those only: it is slow).
+        threads: torch threads for this call only (default: the CLI's ``--threads`` policy,
+            :mod:`dprm.threads`; the calibrators' quantiles are the torch work).
 
     Returns:
         (summary, budgets) as :func:`run_sweeps`; the summary's ``rule`` column names the
         selection rule (the contract sweeps: ``highest-last``), and rules' rows add
         ``accuracy_se``, ``oracle_bound`` and ``floor_share``.
     """
+    with torch_threads(threads):
+        return _run_ias(
+            bon, models, beta=beta, n_max=n_max, mc_trials=mc_trials, seed=seed,
+            include_base=include_base, greedy=greedy, rules=rules, train_bon=train_bon,
+            extra_estimates=extra_estimates, vote_trials=vote_trials, sequential=sequential,
+        )  # fmt: skip
+
+
+def _run_ias(
+    bon, models, *, beta, n_max, mc_trials, seed, include_base, greedy, rules, train_bon,
+    extra_estimates, vote_trials, sequential,
+) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """:func:`run_ias` under its thread setting."""
     from dprm.ias.estimates import candidate_estimates
     from dprm.ias.pays import run_pays
     from dprm.models.raw_score import RawScoreCalibrator

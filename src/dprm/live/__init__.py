@@ -6,13 +6,24 @@
   fixed-width baseline.
 
 Heavy dependencies (transformers, vLLM, math-verify) are imported only when a run starts.
+
+Names are imported from their module on first use (``dprm solve --help`` reads
+:mod:`dprm.live.solve_config` alone).
 """
 
-from dprm.live.beam import determine_k, determine_m
-from dprm.live.beam_run import run_beam
-from dprm.live.bon import run_bon
-from dprm.live.calibrated_prm import CalibratedPRM, States, StepAssessment
-from dprm.live.run import SolveConfig
+import importlib
+
+#: exported name -> the module that defines it
+_EXPORTS = {
+    "CalibratedPRM": "dprm.live.calibrated_prm",
+    "SolveConfig": "dprm.live.solve_config",
+    "States": "dprm.live.calibrated_prm",
+    "StepAssessment": "dprm.live.calibrated_prm",
+    "determine_k": "dprm.live.beam",
+    "determine_m": "dprm.live.beam",
+    "run_beam": "dprm.live.beam_run",
+    "run_bon": "dprm.live.bon",
+}
 
 __all__ = [
     "CalibratedPRM",
@@ -24,3 +35,11 @@ __all__ = [
     "run_beam",
     "run_bon",
 ]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

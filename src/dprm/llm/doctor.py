@@ -39,9 +39,10 @@ import socket
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where used: `dprm doctor --help` loads none
+    import numpy as np
 
 SHEPHERD_QUESTION = (
     "Janet\u2019s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes "
@@ -227,6 +228,8 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _logit(x: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     x = np.clip(np.asarray(x, dtype=np.float64), 1e-12, 1 - 1e-12)
     return np.log(x) - np.log1p(-x)
 
@@ -253,6 +256,8 @@ def check_model(
             ``source`` is not a local directory).
         adapter: local directory or hub id of the adapter (``park-adapter``; default: its hub id).
     """
+    import numpy as np
+
     from dprm.llm.prm import load_prm
 
     golden = GOLDEN[name]

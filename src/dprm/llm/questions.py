@@ -263,7 +263,7 @@ def load_questions(
         if name in PACKAGED_SETS and not hub:
             rows = read_records(packaged_path(name))
         else:
-            rows = load_hub_rows(name)
+            rows = load_hub_rows(name, label=str(source))
         frame = normalise(rows, str(source), id_prefix or name)
     else:
         raise DataError(
@@ -284,21 +284,23 @@ _OFFLINE_HELP = (
 )
 
 
-def load_hub_rows(name: str) -> list[dict]:
+def load_hub_rows(name: str, label: str | None = None) -> list[dict]:
     """Raw rows of a named set from the Hugging Face hub (needs ``datasets`` and network).
 
     Park's rules: the MATH splits fall back to the seven ``EleutherAI/hendrycks_math`` subjects
     concatenated in alphabetical order when ``hendrycks/competition_math`` fails to load; the
     train split must have 7,500 rows. Rows get ``idx`` = their position (the id Park's stride
-    selects by).
+    selects by). ``label``: the name the user gave (``math500train`` for ``math-train``), used
+    in error messages.
     """
+    label = label or name
     try:
         import datasets
     except ImportError as err:
         raise DataError(
-            name,
+            label,
             f"loading from the hub needs the 'datasets' package (pip install 'dprm[llm]') and "
-            f"network; {_OFFLINE_HELP.format(name=name)}",
+            f"network; {_OFFLINE_HELP.format(name=label)}",
         ) from err
     specs = HUB_SOURCES[name]
     try:
@@ -308,23 +310,23 @@ def load_hub_rows(name: str) -> list[dict]:
     except Exception as err:  # noqa: BLE001 - hub errors come in many types
         if name not in HUB_FALLBACKS:
             raise DataError(
-                name,
-                f"could not load {specs} from the hub ({err}); {_OFFLINE_HELP.format(name=name)}",
+                label,
+                f"could not load {specs} from the hub ({err}); {_OFFLINE_HELP.format(name=label)}",
             ) from err
         try:
             parts = [datasets.load_dataset(h, c, split=s) for h, c, s in HUB_FALLBACKS[name]]
         except Exception as fallback_err:  # noqa: BLE001
             raise DataError(
-                name,
+                label,
                 f"could not load {specs} ({err}) nor the fallback EleutherAI/hendrycks_math "
-                f"({fallback_err}); {_OFFLINE_HELP.format(name=name)}",
+                f"({fallback_err}); {_OFFLINE_HELP.format(name=label)}",
             ) from fallback_err
     rows: list[dict] = []
     for part in parts:
         rows.extend(dict(r) for r in part)
     expected = EXPECTED_ROWS.get(name)
     if expected is not None and len(rows) != expected:
-        raise DataError(name, f"the hub returned {len(rows)} rows; expected {expected}")
+        raise DataError(label, f"the hub returned {len(rows)} rows; expected {expected}")
     if name in HUB_FALLBACKS:
         for i, row in enumerate(rows):
             row.setdefault("idx", i)

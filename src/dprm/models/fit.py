@@ -26,6 +26,8 @@ from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
 from dprm.models.interface import REGISTRY, Calibrator
+from dprm.models.provenance import data_provenance
+from dprm.threads import torch_threads
 from dprm.version import __version__
 
 #: Split fixed by the paper (GroupShuffleSplit, 20 % of questions, seed 42).
@@ -145,17 +147,34 @@ def fit(
     overrides: dict[str, Any] | None = None,
     seed: int = 0,
     progress: bool = True,
+    threads: int | None = None,
 ) -> Calibrator:
     """Train calibrator ``method`` on ``data``; deterministic given ``seed``.
 
     Returns the fitted calibrator (best checkpoint) with ``info`` (seed, resolved config,
     version, data path, sizes, timing, best step, collapse check) and ``history`` set.
 
+    ``threads``: torch threads for this call only (default: the CLI's ``--threads`` policy,
+    :func:`dprm.threads.default_threads`; restored on return). ``progress`` shows a bar.
+
     Raises:
         ConfigError: unknown method, key, or a value out of range (before any work).
         CollapseError: a distribution calibrator collapsed (see :func:`check_collapse`).
     """
     resolve_config(method, config_path, overrides)  # fail fast, before the split
+    with torch_threads(threads):
+        return _fit(method, data, config_path, overrides, seed, progress)
+
+
+def _fit(
+    method: str,
+    data: CalibrationSet,
+    config_path: str | Path | None,
+    overrides: dict[str, Any] | None,
+    seed: int,
+    progress: bool,
+) -> Calibrator:
+    """:func:`fit` under its thread setting."""
     train_rows, val_rows = split_by_question(
         data.records["question_id"].to_numpy(), VAL_FRACTION, SPLIT_SEED
     )
@@ -176,6 +195,7 @@ def fit(
         config=to_dict(config) if config is not None else {},
         dprm_version=__version__,
         data_path=str(data.path) if data.path is not None else None,
+        trained_on=data_provenance(data.meta),
         n_train=len(train),
         n_val=len(val),
         n_train_questions=int(train.records["question_id"].nunique()),

@@ -33,6 +33,7 @@ from torch.nn import functional as F
 
 from dprm.io import DataError, atomic_dir, read_json, strict_jsonable
 from dprm.metrics import LEVELS_11
+from dprm.threads import torch_threads
 from dprm.version import __version__
 
 #: name -> calibrator class; filled by the ``@register`` decorator of each method module.
@@ -285,11 +286,13 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         levels,
         prm_score: np.ndarray | None = None,
         batch_size: int = 8192,
+        threads: int | None = None,
     ) -> np.ndarray:
         """Quantiles [N, L] (float32) at ``levels``; hidden states read in chunks of rows.
 
         Each chunk is embedded once and queried at all levels, so memory stays at one float32
-        chunk whatever N is.
+        chunk whatever N is. ``threads``: torch threads for this call only (default: the CLI's
+        policy, :mod:`dprm.threads`).
 
         Raises:
             DataError: an output is NaN or infinite (named by model and row).
@@ -298,14 +301,17 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         levels_t = torch.as_tensor(np.asarray(levels, dtype=np.float32))
         n = len(prm_score) if hidden is None else hidden.shape[0]
         out = np.empty((n, len(levels_t)), dtype=np.float32)
-        for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
-            q = self._finite(self(h, s).quantile(levels_t), start, "quantile")
-            out[start:stop] = q.clamp(0.0, 1.0).numpy()
+        with torch_threads(threads):
+            for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
+                q = self._finite(self(h, s).quantile(levels_t), start, "quantile")
+                out[start:stop] = q.clamp(0.0, 1.0).numpy()
         return out
 
     @torch.no_grad()
-    def point_estimate(self, hidden, prm_score=None, batch_size: int = 8192) -> np.ndarray:
-        """Point estimates p_hat [N] per docs/design.md §3.
+    def point_estimate(
+        self, hidden, prm_score=None, batch_size: int = 8192, threads: int | None = None
+    ) -> np.ndarray:
+        """Point estimates p_hat [N] per docs/design.md §3 (``threads`` as in :meth:`quantiles`).
 
         Raises:
             DataError: an output is NaN or infinite (named by model and row).
@@ -313,9 +319,10 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         self.eval()
         n = len(prm_score) if hidden is None else hidden.shape[0]
         out = np.empty(n, dtype=np.float32)
-        for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
-            p = self._finite(self(h, s).mean(), start, "point estimate")
-            out[start:stop] = p.clamp(0.0, 1.0).numpy()
+        with torch_threads(threads):
+            for start, stop, h, s in self._batches(hidden, prm_score, batch_size):
+                p = self._finite(self(h, s).mean(), start, "point estimate")
+                out[start:stop] = p.clamp(0.0, 1.0).numpy()
         return out
 
     @property
@@ -333,16 +340,31 @@ class Calibrator(nn.Module, metaclass=abc.ABCMeta):
         return BETA_LEVEL_RULES[self.kind](self, float(beta))
 
     # -- persistence ---------------------------------------------------------------------------
-    def save(self, directory: str | Path, extra_files: dict[str, Any] | None = None) -> Path:
+    def save(
+        self,
+        directory: str | Path,
+        extra_files: dict[str, Any] | None = None,
+        *,
+        overwrite: bool = False,
+    ) -> Path:
         """Write config.json + model.safetensors (+ JSON extras) atomically.
 
         config.json records the SHA-256 of the weights file, which :func:`load` verifies. A
         model fitted by :func:`dprm.models.fit.fit` also gets its training history as
         ``history.json`` (strict JSON), unless ``extra_files`` names that file itself.
+
+        Raises:
+            FileExistsError: ``directory`` exists (and is not an empty folder) and
+                ``overwrite`` is False, as ``dprm train`` refuses an existing ``--out``.
         """
         from safetensors.torch import save_file
 
         directory = Path(directory)
+        occupied = directory.exists() and (not directory.is_dir() or any(directory.iterdir()))
+        if occupied and not overwrite:
+            raise FileExistsError(
+                f"{directory} exists; pass overwrite=True to replace it (nothing written)"
+            )
         history = getattr(self, "history", None)
         if history is not None:
             extra_files = {HISTORY_FILE: strict_jsonable(history)} | dict(extra_files or {})
@@ -441,6 +463,7 @@ def predict(
     prm_score: np.ndarray,
     levels=LEVELS_11,
     batch_size: int = 8192,
+    threads: int | None = None,
 ) -> Prediction:
     """The point / levels / distribution branching, once (docs/design.md §3).
 
@@ -454,9 +477,12 @@ def predict(
         prm_score: PRM scores [N].
         levels: levels [L] for ``distribution`` calibrators.
         batch_size: rows per chunk.
+        threads: torch threads for this call only (default: the CLI's policy,
+            :mod:`dprm.threads`).
     """
     hidden = hidden if model.uses_hidden else None
-    return PREDICT_RULES[model.kind](model, hidden, prm_score, levels, batch_size)
+    with torch_threads(threads):
+        return PREDICT_RULES[model.kind](model, hidden, prm_score, levels, batch_size)
 
 
 # ----------------------------------------------------------------------------- load

@@ -104,6 +104,10 @@ class OTConfig(MapNetConfig):
     # 25 steps each, 4375 steps, could never act under a 1000-step cap).
     max_steps: int = in_range(2000, ge=1)
     patience: int = in_range(16, ge=1)
+    # ot keeps the fixed warm-up (not scaled to the cap): its min-max game passes through
+    # near-marginal maps with a low calibration area early on, which a short warm-up would keep
+    # (docs/calibrators.md, "Checkpoint selection that fits the run")
+    warmup_fraction: float = in_range(1.0, gt=0, le=1)
     # f's curvature outside [0, 1]: keeps T bounded (see QuantileMapNet)
     dual_barrier: float = in_range(10.0, ge=0)
     # the transport's source: "uniform" (tau ~ U(0, 1)) or "prm_score" (module docstring)

@@ -110,10 +110,14 @@ class TrainConfig:
     patience: int = in_range(175, ge=1)
     min_delta: float = in_range(1e-4, ge=0)
     select_metric: str = "calibration_area"  # validation score for early stopping / checkpoint
-    # Checkpoints before this step are not eligible and do not count towards patience: the
+    # Checkpoints before the warm-up are not eligible and do not count towards patience: the
     # marginal initialisation is already marginally calibrated, and on the way from it to the
     # conditional map the calibration area first rises, so early on it prefers untrained maps.
+    # The warm-up is min(warmup_steps, warmup_fraction x max_steps) (:func:`eligible_from`):
+    # scaled to the step cap, so a short run is not denied its better early checkpoints
+    # (docs/calibrators.md, "Checkpoint selection that fits the run").
     warmup_steps: int = 400
+    warmup_fraction: float = in_range(0.25, gt=0, le=1)
     # Learning-rate multiplier of weights that read the hidden state directly (fan-in D). Adam
     # moves every weight by ~lr whatever its gradient's size, so such a layer's output moves by
     # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates
@@ -134,6 +138,14 @@ class TrainConfig:
             raise ConfigError(
                 f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}"
             )
+
+
+def eligible_from(config: TrainConfig) -> int:
+    """The first step whose checkpoint may be kept: the warm-up scaled to the step cap,
+    ``min(warmup_steps, ceil(warmup_fraction x max_steps))`` (0: the initialisation too)."""
+    if config.warmup_steps <= 0:
+        return 0
+    return min(config.warmup_steps, math.ceil(config.warmup_fraction * config.max_steps))
 
 
 @dataclass
@@ -421,10 +433,11 @@ class Trainer:
         """Call ``step_fn(batch, step)`` for steps 1..max_steps with evaluation and early stopping.
 
         The model is also evaluated before the first step (history entry 0). Checkpoints
-        become eligible from ``warmup_steps`` on (the last step always is; with
+        become eligible from :func:`eligible_from` on (the last step always is; with
         ``warmup_steps <= 0`` the initialisation is too). On return the best eligible
-        checkpoint is loaded and ``self.summary`` holds best_step, best_score, steps,
-        stopped_early, seconds.
+        checkpoint is loaded and ``self.summary`` holds best_step, best_score, eligible_from,
+        validation_min_step / validation_min_score (the lowest score of any evaluation),
+        steps, stopped_early, seconds.
 
         Raises:
             FloatingPointError: a logged loss or norm is NaN or infinite.
@@ -442,8 +455,10 @@ class Trainer:
             raise ValueError(f"select_metric {cfg.select_metric!r} is not one of {sorted(metrics)}")
         best_score, best_step = math.inf, 0
         best_state = copy.deepcopy(model.state_dict())
-        if cfg.warmup_steps <= 0:
+        warmup = eligible_from(cfg)
+        if warmup <= 0:
             best_score = metrics[cfg.select_metric]
+        low_score, low_step = metrics[cfg.select_metric], 0  # the minimum, eligible or not
         history.append({"step": 0, **metrics, "seconds": 0.0})
         hook = EVALUATION_HOOK.get()
         if hook is not None:
@@ -475,7 +490,9 @@ class Trainer:
                 hook(step, metrics)
             sums, counts = {}, {}
             score = metrics[cfg.select_metric]
-            if step < cfg.warmup_steps and step != cfg.max_steps:
+            if score < low_score:
+                low_score, low_step = score, step
+            if step < warmup and step != cfg.max_steps:
                 continue
             if score < best_score - cfg.min_delta:
                 best_score, best_step, stale = score, step, 0
@@ -493,6 +510,10 @@ class Trainer:
             "best_step": best_step,
             "best_score": best_score,
             "select_metric": cfg.select_metric,
+            # which rule kept it, and the minimum it may have passed over (figures say so)
+            "eligible_from": warmup,
+            "validation_min_step": low_step,
+            "validation_min_score": low_score,
             "steps": step,
             "stopped_early": stale >= cfg.patience,
             "seconds": round(time.perf_counter() - started, 3),

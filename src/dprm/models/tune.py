@@ -66,7 +66,7 @@ from dprm.models.fit import (
     resolve_config,
 )
 from dprm.models.interface import REGISTRY, Standardizer, predict
-from dprm.models.training import evaluation_hook, reuse_standardized_rows
+from dprm.models.training import eligible_from, evaluation_hook, reuse_standardized_rows
 from dprm.version import __version__
 from dprm.workers import ended_on_exit
 
@@ -403,7 +403,7 @@ def make_objective(method: str, split: TuneSplit, settings: TuneSettings) -> Cal
 
         def report(step: int, metrics: dict[str, float]) -> None:
             nonlocal best
-            if step < config.warmup_steps and step != config.max_steps:
+            if step < eligible_from(config) and step != config.max_steps:
                 return  # not an eligible checkpoint yet: nothing to compare
             best = min(best, metrics[metric])
             trial.report(best, step)
@@ -553,7 +553,9 @@ def fit_tuned(method: str, study, split: TuneSplit, data: CalibrationSet, out: P
         "info": model.info,
     }
     extra = {"history.json": model.history, "run.json": run}
-    model.save(target, extra_files={k: strict_jsonable(v) for k, v in extra.items()})
+    model.save(
+        target, extra_files={k: strict_jsonable(v) for k, v in extra.items()}, overwrite=True
+    )
     return entry | {"validation": scores, "refit_value": refit_value}
 
 
@@ -574,9 +576,9 @@ def tune_method(
     Module level so worker processes can run it (``data`` may then be a path).
     """
     if threads > 0:
-        import torch
+        from dprm.threads import set_process_threads
 
-        torch.set_num_threads(threads)
+        set_process_threads(threads)  # the API calls below keep it
     if not isinstance(data, CalibrationSet):
         from dprm.data import read_calibration_set
 

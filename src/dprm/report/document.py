@@ -116,7 +116,8 @@ def _history_rows(model_dir: Path, tag: dict, method: str, seed: int) -> list[di
 
     Rows: ``step``, ``validation`` (the early-stopping score named by ``metric``), ``loss``
     (the mean training loss since the last evaluation, ``loss_name``: ``loss`` or, for
-    two-network objectives, the first ``loss_*``) and ``best_step`` (the checkpoint kept).
+    two-network objectives, the first ``loss_*``), ``best_step`` (the checkpoint kept),
+    ``eligible_from`` (its warm-up) and ``min_step`` (the lowest validation score of any step).
     Calibrators fitted in closed form (no ``step`` in their history) give no rows.
     """
     path = model_dir / "history.json"
@@ -142,6 +143,8 @@ def _history_rows(model_dir: Path, tag: dict, method: str, seed: int) -> list[di
                 "loss_name": loss_name,
                 "loss": entry.get(loss_name) if loss_name else None,
                 "best_step": training.get("best_step"),
+                "eligible_from": training.get("eligible_from"),
+                "min_step": training.get("validation_min_step"),
             }
         )
     return rows

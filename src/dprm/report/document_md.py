@@ -439,6 +439,15 @@ def render_report(
     return "\n".join(lines) + "\n"
 
 
+#: dprm's one answer to "which calibrator?" (docs/calibrators.md, "One recommendation")
+RECOMMENDATION = (
+    'Which calibrator for what (docs/calibrators.md, "One recommendation"): for calibration '
+    "tables, the lowest validation WQL among the tuned methods (`dprm train --method auto`); "
+    "for IAS (`dprm ias`, `dprm solve`), `binomial`. `conformal` is a lower bound by design "
+    "(marked ‡ in the tables), never a winner."
+)
+
+
 def pays_lines(pays, cfg) -> list[str]:
     """The "Does adaptive compute pay?" section: how it is computed, a reading generated from
     the numbers, then a table per world (:func:`dprm.report.pays.pays_markdown`)."""
@@ -503,6 +512,8 @@ def pays_lines(pays, cfg) -> list[str]:
             else ""
         )
         + ". See docs/adaptive-bon.md for the definitions.",
+        "",
+        RECOMMENDATION,
         "",
     ]
     if "auto" not in kinds:

@@ -47,7 +47,7 @@ def ensure_world(pipe: Pipeline, world: str) -> Path:
 
     path = pipe.world_dir(world)
     if not all((path / s / k / "meta.json").exists() for s, k in WORLD_SETS):
-        write_world(path, world, size=pipe.config.size, progress=False)
+        write_world(path, world, size=pipe.config.size, progress=False, overwrite=True)
     return path
 
 
@@ -112,14 +112,13 @@ def train_one(
     """
     import time
 
-    import torch
-
     from dprm.data import read_calibration_set
     from dprm.models.fit import fit
+    from dprm.threads import set_process_threads
 
     c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
-        torch.set_num_threads(threads)
+        set_process_threads(threads)  # the API calls below keep it
     data = read_calibration_set(calib, check_hidden=False)
     if tune_trials > 0:
         from dprm.models.tune import tuned_overrides
@@ -128,7 +127,7 @@ def train_one(
         tuned = tuned_overrides(method, data, tune_dir, tune_trials, max_steps=steps)
         overrides = tuned | dict(overrides)
     model = fit(method, data, overrides=overrides or None, seed=seed, progress=False)
-    model.save(out)
+    model.save(out, overwrite=True)  # the unit's own output (the runner decides reruns)
     return {
         "questions": sorted(set(data.records["question_id"].astype(str))),
         "overrides": overrides,
@@ -239,16 +238,15 @@ def evaluate_one(
     """
     import time
 
-    import torch
-
     from dprm.data import read_calibration_set
     from dprm.evaluation import evaluate_calibrator
     from dprm.models import load
     from dprm.models.raw_score import RawScoreCalibrator
+    from dprm.threads import set_process_threads
 
     c0, t0 = time.process_time(), time.perf_counter()
     if threads > 0:
-        torch.set_num_threads(threads)
+        set_process_threads(threads)  # the API calls below keep it
     result: dict[str, Any] = {"world": world, "method": method, "seed": seed, "splits": {}}
     for split in EVAL_SPLITS:
         data = read_calibration_set(Path(world_dir) / split / "calib", check_hidden=False)

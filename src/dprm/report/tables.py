@@ -74,8 +74,31 @@ TIE_TOL = 1e-12
 
 
 def display(method: str) -> str:
-    """Display name: Base / OT / QR / Mono, others capitalised."""
-    return DISPLAY.get(method, method[:1].upper() + method[1:])
+    """Display name: Base / OT / QR / Mono, others capitalised; a bound is marked ‡."""
+    name = DISPLAY.get(method, method[:1].upper() + method[1:])
+    return f"{name} ‡" if method in BOUNDS else name
+
+
+#: calibrators whose output is a bound by design, not an estimate: ``conformal`` lowers its
+#: inner calibrator's quantiles to a one-sided finite-sample guarantee, so it is pessimistic on
+#: purpose. Tables show it (marked ‡) but never mark it best: a bound is not a winner.
+BOUNDS = ("conformal",)
+BOUND_NOTE = (
+    "‡ Conformal is a one-sided lower bound with a finite-sample coverage guarantee "
+    "(pessimistic by design): shown for reference, never marked best; choose among the others."
+)
+
+
+def _best_marks(block: pd.DataFrame) -> pd.DataFrame:
+    """Per row, the columns (methods) within TIE_TOL of the lowest value, bounds excluded."""
+    methods = block.columns
+    estimates = [m for m in methods if m not in BOUNDS]
+    low = block[estimates].min(axis=1, skipna=True) if estimates else block.min(axis=1)
+    marks = block.le(low + TIE_TOL, axis=0) & block.notna()
+    for m in methods:
+        if m in BOUNDS:
+            marks[m] = False
+    return marks
 
 
 def method_order(methods) -> list[str]:
@@ -146,9 +169,7 @@ def build_table(metrics: pd.DataFrame, prm: str | None = None) -> CalibrationTab
     mean, std = wide(mean_long), wide(std_long)
     best = pd.DataFrame(False, index=mean.index, columns=columns)
     for metric in cols:
-        block = mean[metric]
-        low = block.min(axis=1, skipna=True)
-        best[metric] = block.le(low + TIE_TOL, axis=0) & block.notna()
+        best[metric] = _best_marks(mean[metric])
     improvement = _improvements(mean, methods, order)
     name = prm if prm is not None else (str(df["prm"].iloc[0]) if "prm" in df.columns else "")
     return CalibrationTable(name, methods, mean, std, best, improvement, n_seeds)
@@ -161,8 +182,7 @@ def subset(table: CalibrationTable, methods: list[str]) -> CalibrationTable:
     mean, std = table.mean[cols], table.std[cols]
     best = pd.DataFrame(False, index=mean.index, columns=mean.columns)
     for metric, _ in METRICS:
-        block = mean[metric]
-        best[metric] = block.le(block.min(axis=1, skipna=True) + TIE_TOL, axis=0) & block.notna()
+        best[metric] = _best_marks(mean[metric])
     datasets = list(dict.fromkeys(mean.index.get_level_values(0)))
     return CalibrationTable(
         table.prm, keep, mean, std, best, _improvements(mean, keep, datasets), table.n_seeds
@@ -230,7 +250,7 @@ def caption(table: CalibrationTable) -> str:
         "(dataset, generator, metric) in bold). 'Avg. % improv.' is the mean over generators of "
         "100 (Base - method) / Base; for WQL (marked †) the reference is QR, since Base has no "
         "quantile predictions."
-    )
+    ) + (f" {BOUND_NOTE}" if any(m in BOUNDS for m in table.methods) else "")
 
 
 def to_markdown(table: CalibrationTable) -> str:
@@ -263,13 +283,14 @@ def to_markdown(table: CalibrationTable) -> str:
 
 
 def _tex(text: str) -> str:
-    return text.replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
+    text = text.replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
+    return text.replace("‡", r"$^\ddagger$")
 
 
 def to_latex(table: CalibrationTable) -> str:
     """A booktabs LaTeX table in the paper's layout (needs booktabs, multirow, graphicx)."""
     k = len(table.methods)
-    names = [display(m) for m in table.methods]
+    names = [_tex(display(m)) for m in table.methods]
     spec = "ll|" + "|".join(["r" * k] * len(METRICS))
     cap = _tex(caption(table)).replace("†", r"$^\dagger$")
     out = [
@@ -413,12 +434,14 @@ def truth_markdown(metrics: pd.DataFrame, prm: str | None = None) -> str | None:
         generators = list(dict.fromkeys(df.loc[df["dataset"] == dataset, "generator"]))
         for gen in generators:
             values = [mean.get((dataset, gen, m), np.nan) for m in methods]
-            best = np.nanmin(values)
+            estimates = [v for m, v in zip(methods, values, strict=True) if m not in BOUNDS]
+            best = np.nanmin(estimates) if np.isfinite(estimates).any() else np.nan
             cells = []
             for m, v in zip(methods, values, strict=True):
                 s = std.get((dataset, gen, m), np.nan)
                 text = _fmt(v) + (f" ± {s:.4f}" if np.isfinite(s) else "")
-                cells.append(f"**{text}**" if np.isfinite(v) and v <= best + TIE_TOL else text)
+                winner = m not in BOUNDS and np.isfinite(v) and v <= best + TIE_TOL
+                cells.append(f"**{text}**" if winner else text)
             lines.append(f"| {label} | {gen} | " + " | ".join(cells) + " |")
         # The mean over generators only where the method has every generator ("--" otherwise).
         avg = [np.mean([mean.get((dataset, g, m), np.nan) for g in generators]) for m in methods]

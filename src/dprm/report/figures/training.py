@@ -44,6 +44,12 @@ def training_figure(
             best = run[run["step"] == run["best_step"]]
             if not best.empty:
                 axes[0, c].plot(best["step"], best["validation"], "*", color=color(m), markersize=9)
+            passed = run[(run["step"] == run.get("min_step")) & (run["step"] != run["best_step"])]
+            if not passed.empty:  # a lower score before the warm-up: shown, not hidden
+                axes[0, c].plot(
+                    passed["step"], passed["validation"], "o", mfc="none", color=color(m),
+                    markersize=6,
+                )  # fmt: skip
             loss = run.dropna(subset=["loss"])
             axes[1, c].plot(loss["step"], loss["loss"], **kw)
         axes[0, c].set_title(display(m), fontsize=10)
@@ -65,12 +71,40 @@ def training_figure(
     n_seeds = history.groupby("method")["seed"].nunique().max()
     caption = (
         "Training of each gradient-trained calibrator: the validation score used for early "
-        "stopping (top; on the 20% of the train questions held back, lower is better; ★ = the "
-        "checkpoint kept) and the mean training loss since the previous evaluation (bottom), "
-        f"against the optimisation step; one thin line per training seed ({n_seeds} seed(s)). "
-        "Methods fitted in closed form (isotonic, Platt, ...) have no curve."
+        "stopping (top; on the 20% of the train questions held back, lower is better; "
+        f"{selection_note(history)}) and the mean training loss since the previous evaluation "
+        f"(bottom), against the optimisation step; one thin line per training seed ({n_seeds} "
+        "seed(s)). Methods fitted in closed form (isotonic, Platt, ...) have no curve."
     )
     return _finish(fig, axes, stem, title or "Training curves", caption)
 
 
-__all__ = ["training_figure"]
+def selection_note(history: pd.DataFrame) -> str:
+    """Which rule kept each ★: the lowest validation score from the warm-up on, the warm-up
+    per method, and whether a lower score before it was passed over (○)."""
+    if "eligible_from" not in history.columns or history["eligible_from"].isna().all():
+        return "★ = the checkpoint kept"
+    warmups = []
+    for m in method_order(history["method"]):
+        steps = history.loc[history["method"] == m, "eligible_from"].dropna().unique()
+        if len(steps):
+            warmups.append(f"{display(m)} {', '.join(str(int(s)) for s in sorted(steps))}")
+    runs = history.drop_duplicates(["method", "seed"])
+    passed = runs[runs["min_step"].notna() & (runs["min_step"] != runs["best_step"])]
+    note = (
+        "★ = the checkpoint kept: the lowest validation score from the end of the warm-up on "
+        "(warm-up = min(warmup_steps, warmup_fraction × max_steps) steps: "
+        + "; ".join(warmups)
+        + "; the last step is always eligible)"
+    )
+    if len(passed):
+        note += (
+            f"; ○ = a lower score earlier, passed over by that rule ({len(passed)} of "
+            f"{len(runs)} runs; early maps sit near their marginal initialisation)"
+        )
+    else:
+        note += "; no run had a lower score before its warm-up"
+    return note
+
+
+__all__ = ["selection_note", "training_figure"]

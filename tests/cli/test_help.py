@@ -1,0 +1,52 @@
+"""``dprm X --help`` stays fast: printing help imports no heavy library, and the names the
+help pages list by hand (dprm.cli._names) are the library's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dprm.cli import COMMANDS
+
+HEAVY = ("torch", "pandas", "numpy", "transformers", "pyarrow")
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_imports_no_heavy_library(command: str | None) -> None:
+    argv = ["--help"] if command is None else [command, "--help"]
+    code = (
+        f"import sys\nfrom dprm.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        f"print('LOADED', *sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "usage: dprm" in out
+    loaded = out.rsplit("LOADED", 1)[1].split()
+    assert loaded == [], f"dprm {command or ''} --help imported {loaded}"
+
+
+def test_listed_methods_are_the_registry() -> None:
+    from dprm.cli._names import METHODS
+    from dprm.models import REGISTRY
+
+    assert list(METHODS) == sorted(REGISTRY)
+
+
+def test_listed_presets_and_sizes_are_the_synthetic_worlds() -> None:
+    from dprm.cli._names import SYNTH_SIZES, synth_presets
+    from dprm.data.synth import SIZES, preset_names
+
+    assert synth_presets() == preset_names()
+    assert list(SYNTH_SIZES) == sorted(SIZES)
+
+
+def test_synth_help_names_the_training_split(capsys) -> None:
+    from dprm.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["synth", "--help"])
+    text = capsys.readouterr().out
+    assert "OUT/train/calib" in text and "OUT/train/bon" in text

@@ -1,0 +1,86 @@
+"""``dprm run --dry-run`` and the preflight that stops a run before any unit (exit 2, one block
+naming every missing requirement and how to get it). Offline: the hub is never contacted."""
+
+from __future__ import annotations
+
+import pytest
+
+from dprm.cli import main
+from dprm.recipe import load_recipe
+from dprm.recipe import preflight as P
+
+from .conftest import PARK, tiny_recipe, write_recipe
+
+
+@pytest.fixture
+def cpu_only_machine(monkeypatch):
+    """No GPU, no vLLM, no datasets, no hub (HF_HUB_OFFLINE): a laptop without the extras."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(P, "gpu_available", lambda: False)
+    real = P.installed_version
+    monkeypatch.setattr(
+        P, "installed_version", lambda name: None if name in ("vllm", "datasets") else real(name)
+    )
+    monkeypatch.setattr(P, "hub_cached", lambda repo_id, repo_type="model": False)
+
+
+def test_park_recipe_stops_before_any_unit_with_one_block(cpu_only_machine, tmp_path, capsys):
+    out = tmp_path / "park"
+    assert main(["run", str(PARK), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()
+    assert err[0].startswith(f"dprm run: {PARK} cannot run on this machine") and "(4)" in err[0]
+    items = [line for line in err if line.startswith("  - ")]
+    assert len(items) == 4 and len(err) == 6  # the head, one line per item, the hint
+    text = "\n".join(items)
+    assert "vllm package" in text and "pip install 'dprm[vllm]'" in text
+    assert "datasets package" in text and "math500train" in text
+    assert "a CUDA GPU" in text and "prm qwen-prm" in text
+    assert "Hugging Face hub: offline mode (HF_HUB_OFFLINE=1)" in text
+    assert "Qwen/Qwen2.5-Math-PRM-7B" in text
+    assert not out.exists()  # nothing written, no unit ran
+
+
+def test_dry_run_prints_the_plan_and_exits_0(cpu_only_machine, tmp_path, capsys):
+    out = tmp_path / "park"
+    assert main(["run", str(PARK), "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "worlds (3): llama-3.2-1b__qwen-prm, qwen-2.5-1.5b__qwen-prm, r1-qwen-7b__qwen-prm" in text
+    )
+    assert "generator r1-qwen-7b: deepseek-ai/DeepSeek-R1-Distill-Qwen-7B, backend vllm" in text
+    assert "prm qwen-prm: Qwen/Qwen2.5-Math-PRM-7B, cuda (1 GPU per engine)" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}
+    assert rows["generate"][1] == "15"  # 3 generators x (3 splits + 2 BoN pools), 1 shard
+    assert rows["embed"][1] == "15" and rows["evaluate"][1] == "18"  # 3 worlds x 2 x 3 seeds
+    assert "a real run stops here with exit 2" in text
+    assert not out.exists()
+
+
+def test_a_runnable_recipe_passes(tiny_dirs, question_files, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    recipe = load_recipe(write_recipe(tmp_path / "r.toml", tiny_recipe(tiny_dirs, question_files)))
+    assert P.missing_requirements(recipe, "local", tmp_path / "out") == []
+
+
+def test_missing_paths_tuning_and_disk_are_named(tiny_dirs, question_files, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = tiny_recipe(tiny_dirs, question_files)
+    data["prms"][0]["model"] = str(tmp_path / "no-such-prm")
+    data["calibrators"]["tune_trials"] = 5
+    recipe = load_recipe(write_recipe(tmp_path / "r.toml", data))
+    real = P.installed_version
+    monkeypatch.setattr(P, "installed_version", lambda n: None if n == "optuna" else real(n))
+    monkeypatch.setattr(P, "_free_bytes", lambda out: 0)
+    lines = [m.line() for m in P.missing_requirements(recipe, "local", tmp_path / "out")]
+    assert any("no-such-prm (not found)" in line and "prm tiny-prm" in line for line in lines)
+    assert any("optuna" in line and "tune_trials = 5" in line for line in lines)
+    assert any(line.startswith("  - disk space") and "0.0 GB free" in line for line in lines)
+
+
+def test_gpus_are_checked_only_where_units_run_here(cpu_only_machine, tmp_path):
+    recipe = load_recipe(PARK)
+    local = {m.what for m in P.missing_requirements(recipe, "local", tmp_path)}
+    ray = {m.what for m in P.missing_requirements(recipe, "ray", tmp_path)}
+    assert "a CUDA GPU (torch sees none)" in local and "a CUDA GPU (torch sees none)" not in ray
