@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 import torch
 
+from dprm import threads as threads_module
 from dprm.threads import default_threads, set_process_threads, torch_threads
+
+
+@pytest.fixture(autouse=True)
+def no_enclosing_choice():
+    """An earlier in-process ``dprm`` command (``set_process_threads``) leaves its choice for the
+    rest of the process; each test here starts as a fresh process would."""
+    token = threads_module._ACTIVE.set(None)
+    yield
+    threads_module._ACTIVE.reset(token)
 
 
 def test_importing_dprm_changes_no_thread_setting() -> None:
