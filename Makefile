@@ -1,4 +1,8 @@
 # Two entry points: `make demo` (the main job) and `make test`. Both set up .venv first.
+# `make demo` runs the real pipeline (examples/arith.toml) on the generator and PRM trained for
+# the arithmetic world and shipped with dprm: questions, generation, Monte Carlo rollouts, PRM
+# embedding, every calibrator, BoN pools, IAS and the report (docs/real-world.md). The twin's
+# reproduction is one command away: `make demo-twin` (= `dprm reproduce --preset demo`).
 # TORCH selects the torch requirement: the default pins the offline CPU build our machines
 # carry; GPU users run e.g. `make demo TORCH=torch` or install their own torch into .venv.
 PYTHON ?= python3
@@ -11,7 +15,7 @@ TRANSFORMERS_FLOOR ?= 4.48.2
 FLOOR_VENV ?= .venv-floor
 LLM_VENV   ?= .venv-llm
 
-.PHONY: demo test test-floor check-llm-extra lint format bench clean
+.PHONY: demo demo-twin test test-floor check-llm-extra lint format bench clean
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +24,10 @@ $(BIN)/dprm: pyproject.toml
 	touch $(BIN)/dprm
 
 demo: $(BIN)/dprm
-	$(BIN)/dprm reproduce --preset demo --out $(OUT)
+	$(BIN)/dprm run examples/arith.toml --out $(OUT)
+
+demo-twin: $(BIN)/dprm
+	$(BIN)/dprm reproduce --preset demo --out runs/demo-twin
 
 test: $(BIN)/dprm
 	$(BIN)/python -m pytest -n 2 --dist loadfile

@@ -46,10 +46,11 @@ from dprm.llm.tasks.arith import (  # noqa: E402
 )
 
 DEFAULT_OUT = ROOT / "src" / "dprm" / "llm" / "worlds" / "arith"
-#: the training distribution: even indices one-digit operands (the train/ID splits' knobs, plus
-#: one-operation problems), odd indices two-digit operands with at most 3 operations (OOD asks
-#: for up to 4)
+#: the training distribution, by index modulo 3: two thirds one-digit operands (the train/ID
+#: splits' knobs, plus one-operation problems), one third two-digit operands with at most 3
+#: operations (OOD asks for up to 4)
 TRAIN_SPECS = (
+    ArithSpec(min_steps=1, max_steps=3, digits=1, operations=("+", "-")),
     ArithSpec(min_steps=1, max_steps=3, digits=1, operations=("+", "-")),
     ArithSpec(min_steps=1, max_steps=3, digits=2, operations=("+", "-")),
 )
@@ -87,6 +88,16 @@ def build_tokenizer():
     return fast
 
 
+def save_tokenizer(tok, out: Path) -> None:
+    """``save_pretrained`` plus the chat template inside ``tokenizer_config.json`` too (older
+    transformers and vLLM read it there; newer ones write ``chat_template.jinja``)."""
+    save_tokenizer(tok, out)
+    config_path = out / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["chat_template"] = CHAT_TEMPLATE
+    config_path.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(
@@ -98,7 +109,7 @@ def git_commit() -> str:
 
 
 def training_problem(index: int, seed: int):
-    return make_problem(TRAIN_SPECS[index % 2], TRAIN_STREAM + seed, index)
+    return make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], TRAIN_STREAM + seed, index)
 
 
 def encode_example(tok, question: str, solution: str) -> tuple[list[int], int]:
@@ -169,7 +180,7 @@ def train_generator(
         losses.append(float(loss.detach()))
         if (step + 1) % 60 == 0 and step + 1 < steps:  # a usable model if stopped early
             model.save_pretrained(out / "checkpoint", safe_serialization=True)
-            tok.save_pretrained(out / "checkpoint")
+            save_tokenizer(tok, out / "checkpoint")
         if step % 20 == 0 or step == steps - 1:
             recent = sum(losses[-20:]) / len(losses[-20:])
             print(
@@ -179,7 +190,7 @@ def train_generator(
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.to(torch.float16).save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
+    save_tokenizer(tok, out)
     return {
         "seed": seed, "steps": steps, "batch": batch, "lr": lr, "hidden": hidden, "layers": layers,
         "examples": index, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
@@ -304,7 +315,7 @@ def train_prm(
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.to(torch.float16).save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
+    save_tokenizer(tok, out)
     return {
         "seed": seed, "questions": questions, "samples_per_question": samples,
         "solutions": len(rows), "steps_labelled": len(labels_all),
@@ -332,11 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=360, help="generator optimiser steps")
+    parser.add_argument("--steps", type=int, default=1600, help="generator optimiser steps")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--hidden", type=int, default=64, help="generator width (32 per head)")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--lr", type=float, default=7e-3)
     parser.add_argument("--prm-questions", type=int, default=400)
     parser.add_argument("--prm-samples", type=int, default=8)
     parser.add_argument("--prm-epochs", type=int, default=2)
