@@ -91,7 +91,7 @@ def build_tokenizer():
 def save_tokenizer(tok, out: Path) -> None:
     """``save_pretrained`` plus the chat template inside ``tokenizer_config.json`` too (older
     transformers and vLLM read it there; newer ones write ``chat_template.jinja``)."""
-    save_tokenizer(tok, out)
+    tok.save_pretrained(out)
     config_path = out / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["chat_template"] = CHAT_TEMPLATE
