@@ -122,6 +122,7 @@ def measure(models: Path, questions: int, samples: int, seed: int, prm: bool) ->
             "never_solved": sum(c == 0 for c in correct_counts) / len(rows),
             "always_solved": sum(c == samples for c in correct_counts) / len(rows),
             "in_between": sum(0 < c < samples for c in correct_counts) / len(rows),
+            "solve_rates": rates,
             "solve_rate_deciles": [
                 sorted(rates)[min(len(rates) - 1, int(q * len(rates)))]
                 for q in (0.1, 0.25, 0.5, 0.75, 0.9)
