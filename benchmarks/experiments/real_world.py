@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     if not ias.empty:
-        value_cols = [
-            c for c in ("accuracy", "mean_n", "cost", "gain") if c in ias.columns
-        ] or [c for c in ias.columns if ias[c].dtype.kind == "f"]
+        value_cols = [c for c in ("accuracy", "mean_n", "cost", "gain") if c in ias.columns] or [
+            c for c in ias.columns if ias[c].dtype.kind == "f"
+        ]
         ias_keys = [k for k in ("split", "dataset", "method", "row", "rule") if k in ias.columns]
         lines += [markdown(summary(ias, ias_keys, value_cols)), ""]
     else:

@@ -13,7 +13,6 @@ benchmark, not a test: it trains for minutes.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -47,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_training:
         started = time.time()
         subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "train_world.py"), "all", "--out", str(args.work)],
+            [
+                sys.executable,
+                str(ROOT / "tools" / "train_world.py"),
+                "all",
+                "--out",
+                str(args.work),
+            ],
             check=True,
         )
         print(f"retrained in {time.time() - started:.0f} s wall")
