@@ -23,8 +23,9 @@ $(BIN)/dprm: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(BIN)/dprm
 
+# one thread per process: the world's models are tiny, and its grading runs in a second process
 demo: $(BIN)/dprm
-	$(BIN)/dprm run examples/arith.toml --out $(OUT)
+	OMP_NUM_THREADS=1 $(BIN)/dprm run examples/arith.toml --out $(OUT)
 
 demo-twin: $(BIN)/dprm
 	$(BIN)/dprm reproduce --preset demo --out runs/demo-twin

@@ -31,7 +31,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "results"
-CAL_COLUMNS = ("brier", "pos_brier", "ece", "wql", "mae_truth")
+CAL_COLUMNS = ("brier", "pos_brier", "ece", "wql")
 
 
 def run_recipe(recipe: Path, work: Path) -> None:
@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     cal = summary(metrics, keys, cal_cols)
     recipe_rel = args.recipe.resolve().relative_to(ROOT)
     command = f"python benchmarks/experiments/real_world.py --recipe {recipe_rel}"
+    try:
+        work_rel = args.work.resolve().relative_to(ROOT)
+    except ValueError:
+        work_rel = args.work
+    command += f" --work {work_rel}"
+    if args.stats is not None:
+        command += " --stats STATS.json"
     lines = [
         "# Results on the arithmetic world (models trained here)",
         "",
@@ -98,8 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         "The world, its models and their provenance: [docs/real-world.md](../real-world.md). "
         "Every number below comes from the trained generator and PRM through the real pipeline "
         "(`dprm run`), held out: calibrators train on `arith-train` and are scored on `arith-id` "
-        "and `arith-ood`. Mean ± standard deviation over calibrator seeds (the data, one draw "
-        "of generation and rollouts, is shared by the seeds).",
+        "and `arith-ood`. On real data the reference of every metric is the Monte Carlo "
+        "success estimate of each prefix (the recipe's rollouts), so Brier is the squared error "
+        "to the Monte Carlo truth. Mean ± standard deviation over calibrator seeds (the data, "
+        "one draw of generation and rollouts, is shared by the seeds).",
+        "",
+        f"The run behind this page: `dprm run {recipe_rel} --out {work_rel}` "
+        f"({results['run'].get('wall_time_s', '?')} s of report-stage wall time recorded in "
+        "its results.json).",
         "",
         "## Calibration (held out)",
         "",
