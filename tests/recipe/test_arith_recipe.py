@@ -33,3 +33,19 @@ def test_arith_recipe_runs_end_to_end_on_the_shipped_models(tmp_path):
     assert {"arith-id", "arith-ood"} <= datasets or len(datasets) >= 2, datasets
     assert results["ias"], "no best-of-N rows"
     assert (tmp_path / "run" / "report.md").is_file()
+
+
+def test_bon_train_adds_a_training_pool_for_auto():
+    from dprm.recipe.spec import load_recipe, read_recipe_file, recipe_from_dict, resolve_paths
+    from dprm.recipe.stages import pool_splits, world_data
+
+    recipe = load_recipe(EXAMPLE)
+    assert pool_splits(recipe) == ("train", "id", "ood")
+    assert "train/bon" in world_data(recipe, recipe.worlds[0])
+    data = resolve_paths(read_recipe_file(EXAMPLE), EXAMPLE.parent)
+    data["bon"] = {"n": 16}
+    plain = recipe_from_dict(data, str(EXAMPLE))
+    assert pool_splits(plain) == ("id", "ood")
+    assert "train/bon" not in world_data(plain, plain.worlds[0])
+    data["bon"] = {"n": 0, "train": True}
+    assert pool_splits(recipe_from_dict(data, str(EXAMPLE))) == ()
