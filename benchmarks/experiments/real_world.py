@@ -32,6 +32,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "results"
 CAL_COLUMNS = ("brier", "pos_brier", "ece", "wql")
+BON_COSTS = (0.1, 0.25)
 
 
 def run_recipe(recipe: Path, work: Path) -> None:
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         (out_dir / "world.json").write_text(args.stats.read_text(encoding="utf-8"))
     cal_cols = [c for c in CAL_COLUMNS if c in metrics.columns]
     keys = [k for k in ("dataset", "method") if k in metrics.columns]
-    cal = summary(metrics, keys, cal_cols)
+    held_out = metrics[metrics["dataset"].isin(["id", "ood"])] if "dataset" in metrics else metrics
+    cal = summary(held_out, keys, cal_cols)
     recipe_rel = args.recipe.resolve().relative_to(ROOT)
     command = f"python benchmarks/experiments/real_world.py --recipe {recipe_rel}"
     try:
@@ -124,11 +126,25 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     if not ias.empty:
-        value_cols = [c for c in ("accuracy", "mean_n", "cost", "gain") if c in ias.columns] or [
-            c for c in ias.columns if ias[c].dtype.kind == "f"
+        lines += [
+            "Accuracy of the selected answer (rule: the PRM's highest last-step score) at a "
+            "given cost (the share of the full budget of N = the pool size per question); "
+            "`C` is the C rule, `auto` / `auto-seq` the learnt allocations; uniform and oracle "
+            "do not depend on the calibrator. Mean ± sd over seeds; `nan`: the C rule has no "
+            "setting that spends exactly that cost on these questions. Pools of the recipe's "
+            "`[bon] n` candidates for its `[questions] limit` questions per split: a small "
+            "sample, so differences of a few points are noise.",
+            "",
         ]
-        ias_keys = [k for k in ("split", "dataset", "method", "row", "rule") if k in ias.columns]
-        lines += [markdown(summary(ias, ias_keys, value_cols)), ""]
+        for cost in BON_COSTS:
+            at = ias[(ias["cost"] - cost).abs() < 1e-9]
+            if at.empty:
+                continue
+            table = summary(at, ["kind", "method", "split"], ["accuracy"])
+            wide = table.pivot_table(
+                index=["kind", "method"], columns="split", values="accuracy", aggfunc="first"
+            ).reset_index()
+            lines += [f"### cost {cost:g}", "", markdown(wide), ""]
     else:
         lines += ["(no best-of-N rows: the run wrote none)", ""]
     lines += ["CSV: [real-world/bon.csv](real-world/bon.csv) (every seed).", ""]
