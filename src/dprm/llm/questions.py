@@ -80,8 +80,12 @@ NAMED_SETS = {
     "aime2024": ("aime24", 1),
     "aime25": ("aime25", 1),
     "aime2025": ("aime25", 1),
+    "arith-train": ("arith-train", 1),
+    "arith-id": ("arith-id", 1),
+    "arith-ood": ("arith-ood", 1),
 }
-PACKAGED_SETS = ("math500", "math", "aime24", "aime25")
+#: the arithmetic world's sets (dprm.llm.tasks.arith_sets) are generated, not downloaded
+PACKAGED_SETS = ("math500", "math", "aime24", "aime25", "arith-train", "arith-id", "arith-ood")
 #: rows the hub copy must have (Park's assertion for the MATH train split)
 EXPECTED_ROWS = {"math-train": PARK_TRAIN_ROWS}
 

@@ -122,9 +122,15 @@ class RolloutSection:
 
 @dataclass(frozen=True)
 class BonSection:
-    """Best-of-N pools for IAS: ``n`` candidates per ``id`` / ``ood`` question (0: no IAS)."""
+    """Best-of-N pools for IAS: ``n`` candidates per ``id`` / ``ood`` question (0: no IAS).
+
+    ``train = true`` also draws a pool on the ``train`` split: the training BoN set that the
+    ``auto`` / ``auto-seq`` allocations learn from (without it only the uniform, C-rule and
+    oracle rows are reported).
+    """
 
     n: int = in_range(64, ge=0)
+    train: bool = False
 
 
 @dataclass(frozen=True)

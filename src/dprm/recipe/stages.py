@@ -113,6 +113,13 @@ def _prm_fp(recipe: Recipe, prm: str) -> dict[str, Any]:
     return _engine(recipe.prm(prm)) | {"questions_per_part": recipe.run.questions_per_part}
 
 
+def pool_splits(recipe: Recipe) -> tuple[str, ...]:
+    """The splits that get a BoN pool: ``id`` / ``ood`` (and ``train`` with ``[bon] train``)."""
+    if recipe.bon.n <= 0:
+        return ()
+    return (("train",) if recipe.bon.train else ()) + tuple(IAS_SPLITS)
+
+
 def world_data(recipe: Recipe, world: str) -> dict[str, Any]:
     """The fingerprint of a world's data (every split's calibration set and BoN set)."""
     generator, prm = split_world(world)
@@ -122,7 +129,7 @@ def world_data(recipe: Recipe, world: str) -> dict[str, Any]:
             "prm": _prm_fp(recipe, prm)
         }
     if recipe.bon.n > 0:
-        for split in IAS_SPLITS:
+        for split in pool_splits(recipe):
             out[f"{split}/bon"] = {
                 "pool": trajectories_fp(recipe, generator, split, pool=True),
                 "prm": _prm_fp(recipe, prm),
@@ -481,7 +488,7 @@ class RecipeStages:
 
     # which splits need which data
     def _pool_splits(self) -> tuple[str, ...]:
-        return IAS_SPLITS if self.recipe.bon.n > 0 else ()
+        return pool_splits(self.recipe)
 
     def _question_splits(self) -> list[str]:
         generate = self.recipe.data.source == "generate"

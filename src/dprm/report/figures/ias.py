@@ -71,8 +71,15 @@ def frontier_figure(
             ax.errorbar(
                 sel["cost"],
                 sel["accuracy"],
-                xerr=[sel["cost"] - sel["cost_min"], sel["cost_max"] - sel["cost"]],
-                yerr=[sel["accuracy"] - sel["accuracy_min"], sel["accuracy_max"] - sel["accuracy"]],
+                # clipped at 0: a mean of equal values can round a hair outside [min, max]
+                xerr=[
+                    (sel["cost"] - sel["cost_min"]).clip(lower=0),
+                    (sel["cost_max"] - sel["cost"]).clip(lower=0),
+                ],
+                yerr=[
+                    (sel["accuracy"] - sel["accuracy_min"]).clip(lower=0),
+                    (sel["accuracy_max"] - sel["accuracy"]).clip(lower=0),
+                ],
                 fmt="none",
                 ecolor=color(m, methods),
                 elinewidth=0.8,

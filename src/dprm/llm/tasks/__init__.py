@@ -1,0 +1,1 @@
+"""Procedurally generated tasks with exact grading (the arithmetic world: :mod:`.arith`)."""

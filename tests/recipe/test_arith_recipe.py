@@ -1,0 +1,52 @@
+"""examples/arith.toml end to end on the shipped models, at minimal size (real models, CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("math_verify")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arith.toml"
+
+
+@pytest.mark.slow
+def test_arith_recipe_runs_end_to_end_on_the_shipped_models(tmp_path):
+    from dprm.recipe.run import run_recipe
+    from dprm.recipe.spec import read_recipe_file, recipe_from_dict, resolve_paths
+
+    data = resolve_paths(read_recipe_file(EXAMPLE), EXAMPLE.parent)
+    data["questions"] = dict(data["questions"], limit=2)
+    data["sampling"] = dict(data["sampling"], n=2)
+    data["rollout"] = dict(data["rollout"], n=2, max_steps=2)
+    data["bon"] = {"n": 4, "train": True}
+    data["calibrators"] = {"methods": ["isotonic", "ot"], "seeds": 1}
+    data["ias"] = dict(data["ias"], mc_trials=5)
+    recipe = recipe_from_dict(data, str(EXAMPLE))
+    outcome = run_recipe(recipe, tmp_path / "run", progress=False, log=lambda s: None)
+    assert outcome.ok, outcome
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    datasets = {row["dataset"] for row in results["metrics"]}
+    assert {"id", "ood"} <= datasets, datasets
+    kinds = {row["kind"] for row in results["pays"]}
+    assert {"uniform", "oracle", "auto", "auto-seq"} <= kinds, kinds
+    assert (tmp_path / "run" / "report.md").is_file()
+
+
+def test_bon_train_adds_a_training_pool_for_auto():
+    from dprm.recipe.spec import load_recipe, read_recipe_file, recipe_from_dict, resolve_paths
+    from dprm.recipe.stages import pool_splits, world_data
+
+    recipe = load_recipe(EXAMPLE)
+    assert pool_splits(recipe) == ("train", "id", "ood")
+    assert "train/bon" in world_data(recipe, recipe.worlds[0])
+    data = resolve_paths(read_recipe_file(EXAMPLE), EXAMPLE.parent)
+    data["bon"] = {"n": 16}
+    plain = recipe_from_dict(data, str(EXAMPLE))
+    assert pool_splits(plain) == ("id", "ood")
+    assert "train/bon" not in world_data(plain, plain.worlds[0])
+    data["bon"] = {"n": 0, "train": True}
+    assert pool_splits(recipe_from_dict(data, str(EXAMPLE))) == ()
