@@ -84,3 +84,12 @@ def test_gpus_are_checked_only_where_units_run_here(cpu_only_machine, tmp_path):
     local = {m.what for m in P.missing_requirements(recipe, "local", tmp_path)}
     ray = {m.what for m in P.missing_requirements(recipe, "ray", tmp_path)}
     assert "a CUDA GPU (torch sees none)" in local and "a CUDA GPU (torch sees none)" not in ray
+
+
+def test_the_demo_recipe_needs_nothing_a_cpu_laptop_lacks(cpu_only_machine, tmp_path, capsys):
+    """`make demo` (examples/arith.toml): packaged question sets and shipped models, CPU only."""
+    demo = PARK.parent / "arith.toml"
+    recipe = load_recipe(demo)
+    assert P.missing_requirements(recipe, "local", tmp_path / "demo") == []
+    assert main(["run", str(demo), "--dry-run", "--out", str(tmp_path / "demo")]) == 0
+    assert "preflight: every requirement is met here" in capsys.readouterr().out

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dprm.llm.extras import EXTRAS, installed_version
+from dprm.llm.questions import NAMED_SETS, PACKAGED_SETS, packaged_path
 from dprm.recipe.spec import SPLITS, Recipe
 
 #: hub probe timeout (seconds): one TCP connection to the hub's endpoint
@@ -219,7 +220,7 @@ def _sources(recipe: Recipe) -> list[tuple[str, str, str]]:
         if not generate and not (r.bon.n > 0 and split != "train"):
             continue
         for name in getattr(r.questions, split):
-            if name not in NAMED_SET_QUESTIONS:
+            if name not in NAMED_SETS:
                 out.append((name, "file", f"[questions] {split}"))
     return out
 
@@ -229,6 +230,8 @@ def _split_questions(recipe: Recipe, split: str) -> int:
     for name in getattr(recipe.questions, split):
         if name in NAMED_SET_QUESTIONS:
             count = NAMED_SET_QUESTIONS[name]
+        elif name in NAMED_SETS:  # a packaged set without a listed size: count its rows
+            count = _packaged_rows(name)
         else:
             try:
                 with open(name, "rb") as handle:
@@ -238,6 +241,17 @@ def _split_questions(recipe: Recipe, split: str) -> int:
         count = -(-count // recipe.questions.every)
         total += min(count, recipe.questions.limit) if recipe.questions.limit else count
     return total
+
+
+def _packaged_rows(name: str) -> int:
+    """Rows of a packaged question set (the arithmetic world's sets: small, read in ms)."""
+    import gzip
+
+    set_name = NAMED_SETS[name][0]
+    if set_name not in PACKAGED_SETS:
+        return 0
+    with gzip.open(packaged_path(set_name), "rb") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def _hidden_size(model: str) -> int:
