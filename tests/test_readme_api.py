@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-#: the snippet the README shows (keep the two identical)
-README_SNIPPET = """\
-import dprm
-from dprm.data import read_calibration_set
-from dprm.data.synth import write_world
+ROOT = Path(__file__).resolve().parents[1]
 
-paths = write_world("runs/w", "r1-qwen-7b__qwen-prm", size="tiny", overwrite=True)
-data = read_calibration_set(paths["train/calib"])
-model = dprm.fit("binomial", data, seed=0)     # IAS: binomial; calibration tables: see below
-model.save("runs/cal/binomial", overwrite=True)
-model = dprm.load("runs/cal/binomial")
-q = model.quantiles(data.hidden, [0.1, 0.5, 0.9])  # [N, 3], hidden states read in chunks
-"""
+
+def python_block(page: str) -> str:
+    """The first ```python block of a Markdown page under the repository root."""
+    text = (ROOT / page).read_text()
+    return re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+
+
+#: the snippet the README shows, run exactly as written
+README_SNIPPET = python_block("README.md")
+
+
+def test_getting_started_shows_the_readme_snippet() -> None:
+    assert python_block("docs/getting-started.md") == README_SNIPPET
 
 
 @pytest.mark.slow
