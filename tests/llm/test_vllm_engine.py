@@ -85,17 +85,35 @@ class EngineRun:
     seconds: dict
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
+#: the generators both engines run on: the bigram Qwen2 built here (head_dim 64) and the
+#: arithmetic world's trained generator shipped with dprm (head_dim 32; attention and KV cache
+#: matter, which the bigram cannot show)
+WORLDS = ("bigram", "arith")
+#: questions of the arithmetic world's ID set both engines answer
+ARITH_QUESTIONS = 16
+
+
+@pytest.fixture(scope="module", params=WORLDS)
+def world(request, tmp_path_factory) -> World:
     if GENERATOR_DIR is not None:
         assert QUESTIONS_FILE is not None, "set QUESTIONS_FILE with GENERATOR_DIR"
         return World(Path(GENERATOR_DIR), Path(QUESTIONS_FILE))
-    root = tmp_path_factory.mktemp("vllm-world")
+    root = tmp_path_factory.mktemp(f"vllm-world-{request.param}")
+    questions = root / "questions.jsonl"
+    if request.param == "arith":
+        from importlib import resources
+
+        from dprm.llm.questions import load_questions
+
+        rows = load_questions("arith-id", limit=ARITH_QUESTIONS)
+        rows[["question_id", "question", "answer"]].to_json(questions, orient="records", lines=True)
+        return World(
+            Path(str(resources.files("dprm.llm") / "worlds" / "arith" / "generator")), questions
+        )
     tokenizers = tiny_models.build_tokenizers(root / "tokenizers")
     model = tiny_models.build_bigram_lm(
         tokenizers["qwen"], root / "bigram-qwen2", hidden_size=128, num_heads=2, num_kv_heads=2
     )
-    questions = root / "questions.jsonl"
     rows = [
         {"question_id": f"toy/{i}", "question": f"What is 3 + 4? (variant {i})", "answer": gold}
         for i, gold in enumerate(TOY_GOLDS)
