@@ -222,7 +222,7 @@ def test_live_policy_reads_the_drawn_answers(seq_run):
 
 
 def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, train_bon):
-    from dprm.live.bon import fit_auto
+    from dprm.live.bon_auto import fit_auto
     from dprm.live.bon_seq import fit_sequential
 
     out, _, _, cprm, _, _ = seq_run
@@ -532,7 +532,7 @@ def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
     from dprm.ias.estimates import candidate_estimates
     from dprm.ias.pays import sequential_floor_shares, table_weight
     from dprm.ias.rules import Candidates
-    from dprm.live.bon import fit_auto
+    from dprm.live.bon_auto import fit_auto
     from dprm.live.bon_seq import fit_sequential
 
     out, _, records, cprm, config, _ = majority_run

@@ -48,7 +48,8 @@ import pandas as pd
 
 from dprm.ias.rules import CONTRACT_RULE
 from dprm.io import DataError
-from dprm.live.bon import fit_auto, question_record
+from dprm.live.bon_auto import fit_auto
+from dprm.live.bon_record import question_record
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
 from dprm.live.run_frame import grade_texts, solving

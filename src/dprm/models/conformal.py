@@ -57,7 +57,8 @@ from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
 from dprm.models.fit import fit_split
-from dprm.models.interface import REGISTRY, Calibrator, PointMass, register
+from dprm.models.interface import Calibrator, PointMass
+from dprm.models.registry import REGISTRY, register
 
 #: config keys of files saved before the inner calibrator's keys were renamed
 LEGACY_KEYS = {

@@ -25,7 +25,8 @@ from dprm.config import ConfigError, load_config, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
-from dprm.models.interface import REGISTRY, Calibrator
+from dprm.models.interface import Calibrator
+from dprm.models.registry import REGISTRY
 from dprm.version import __version__
 
 #: Split fixed by the paper (GroupShuffleSplit, 20 % of questions, seed 42).

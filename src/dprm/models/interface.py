@@ -33,12 +33,9 @@ from torch.nn import functional as F
 
 from dprm.io import DataError, atomic_dir, read_json, strict_jsonable
 from dprm.metrics import LEVELS_11
+from dprm.models.registry import REGISTRY, load_methods
 from dprm.version import __version__
 
-#: name -> calibrator class; filled by the ``@register`` decorator of each method module.
-REGISTRY: dict[str, type[Calibrator]] = {}
-#: the calibrator kinds, in the order "least" to "most" information
-KINDS = ("point", "levels", "distribution")
 #: file names of a saved calibrator directory
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 #: the training history (one entry per evaluation; written when the model was fitted here)
@@ -47,21 +44,6 @@ HISTORY_FILE = "history.json"
 LEGACY_STATE_NAMES = {".base.": ".marginal_map.", ".base_scale.": ".marginal_scale."}
 #: trained levels are stored in float32 (0.1 -> 0.10000000149): levels match to this tolerance
 LEVEL_TOLERANCE = 1e-6
-
-
-def register(name: str):
-    """Class decorator adding a calibrator to :data:`REGISTRY` under ``name``."""
-
-    def deco(cls: type[Calibrator]) -> type[Calibrator]:
-        if name in REGISTRY and REGISTRY[name] is not cls:
-            raise ValueError(f"calibrator {name!r} registered twice")
-        if cls.kind not in KINDS:
-            raise ValueError(f"calibrator {name!r}: kind {cls.kind!r} is not one of {KINDS}")
-        cls.method = name
-        REGISTRY[name] = cls
-        return cls
-
-    return deco
 
 
 class QuantileFunction:
@@ -562,15 +544,13 @@ def load(directory: str | Path) -> Calibrator:
     """
     from safetensors.torch import load_file
 
-    import dprm.models  # noqa: F401  (fills REGISTRY)
-
     directory = Path(directory)
     cfg_path = directory / CONFIG_FILE
     cfg = read_json(cfg_path)
     if not isinstance(cfg, dict):
         raise DataError(cfg_path, "expected a JSON object")
     method = cfg.get("method")
-    if method not in REGISTRY:
+    if method not in load_methods():
         raise DataError(
             cfg_path, f"key 'method': unknown calibrator {method!r}; known: {sorted(REGISTRY)}"
         )
