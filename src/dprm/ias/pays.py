@@ -449,7 +449,7 @@ def population_curves(
     the question's true curve (the expectation over pools and draws). ``*-calibrated`` rules
     need candidate hidden states and a calibrator: they are skipped. The contract rule
     ``highest-last`` has a closed form under the twin's score model
-    (:func:`dprm.data.synth_bon.highest_last_population_curve`): with ``exact_highest_last`` it
+    (:func:`dprm.data.synth.bon.highest_last_population_curve`): with ``exact_highest_last`` it
     is used (``se`` 0, ``pools`` 0) instead of the pools.
 
     Args:
@@ -463,7 +463,7 @@ def population_curves(
     Returns:
         rule -> :class:`PopulationCurves` (rules that need no candidate states).
     """
-    from dprm.data.synth_bon import draw_fresh_pool, highest_last_population_curve
+    from dprm.data.synth.bon import draw_fresh_pool, highest_last_population_curve
 
     todo = [r for r in rules if parse_rule(r)[1] != "calibrated"]
     if not todo or pools < 1:
