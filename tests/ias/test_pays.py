@@ -9,14 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dprm.ias.pays import (
-    PopulationCurves,
-    pays_table,
-    population_curves,
-    population_oracle_rows,
-    reference_rows,
-    twin_questions,
-)
+from dprm.data.synth.population import twin_questions
+from dprm.ias.equal_cost import reference_rows
+from dprm.ias.pays import pays_table
+from dprm.ias.population import PopulationCurves, population_curves, population_oracle_rows
 from dprm.ias.rules import RuleTable
 
 
@@ -182,7 +178,8 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
     assert "auto-seq" in set(pays_table(summary)["kind"])
     # both sets are contract v2: the policy read the draws' answers, from a floor share chosen
     # on the training pools
-    from dprm.ias.pays import SEQ_FLOOR_SHARES, SHIFT_AUC
+    from dprm.ias.allocation import SHIFT_AUC
+    from dprm.ias.sequential import SEQ_FLOOR_SHARES
 
     assert seq["seq_answers"].all()
     unshifted = seq["shift_auc"] <= SHIFT_AUC
@@ -237,28 +234,45 @@ def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, 
     pd.testing.assert_frame_equal(own[expected.columns], expected)
 
 
-def test_sequential_rows_under_shift_are_uniform_best_of_n(tiny_world, one_thread, monkeypatch):
-    """Test questions unlike the training set's: auto-seq does not adapt; its rows are uniform
-    best-of-N's, exactly, for a highest rule and a vote."""
+def test_sequential_rows_under_shift_fall_back_to_the_peer_chosen_on_training(
+    tiny_world, one_thread, monkeypatch
+):
+    """Test questions unlike the training set's: auto-seq does not adapt; each rule's rows are
+    the calibrator-free peer that ``dprm ias --peers`` would fall back to (one choice, made on
+    the training pools), and the pays table names it."""
     import dprm.ias.pays as pays_module
     from dprm.data import read_bon_set
     from dprm.ias import run_ias
+    from dprm.ias.peer_curves import prior_estimates, set_curves
+    from dprm.ias.peers import CALIBRATOR_FREE
+    from dprm.ias.sequential import SEQ_TRAIN_TRIALS
     from dprm.models.raw_score import RawScoreCalibrator
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
     bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
     monkeypatch.setattr(pays_module, "SHIFT_AUC", -1.0)  # every set counts as shifted
+    model = RawScoreCalibrator(bon.hidden_dim)
     summary, _ = run_ias(
-        bon, {"raw": RawScoreCalibrator(bon.hidden_dim)}, mc_trials=0, include_base=False,
+        bon, {"raw": model}, mc_trials=0, include_base=False,
         rules=["highest-last", "majority"], train_bon=train, sequential=True, vote_trials=8,
     )  # fmt: skip
-    seq = summary[summary["sweep"] == "auto-seq"].set_index(["rule", "level"])
-    uni = summary[summary["sweep"] == "uniform"].set_index(["rule", "level"])
-    assert set(seq.index.get_level_values("rule")) == {"highest-last", "majority"}
-    for key, row in seq.iterrows():
-        assert row["accuracy"] == pytest.approx(uni.loc[key, "accuracy"], abs=1e-12)
-        assert row["cost"] == pytest.approx(uni.loc[key, "cost"], abs=1e-12)
-        assert row["floor_share"] == 1.0
+    seq = summary[summary["sweep"] == "auto-seq"]
+    assert set(seq["rule"]) == {"highest-last", "majority"}
+    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train)
+    for rule, rows in seq.groupby("rule"):
+        peer = set(rows["falls_back_to"])
+        assert len(peer) == 1 and peer <= set(CALIBRATOR_FREE), peer
+        chosen = set_curves(
+            bon, train, test_est, train_est, rule, train_trials=SEQ_TRAIN_TRIALS, shifted=True,
+            priors=("calibrated",),
+        ).fallback  # fmt: skip
+        assert peer == {chosen}
+        assert rows["floor_share"].isna().all()  # the policy did not run
+        assert rows["accuracy"].between(0, 1).all() or rows["accuracy"].isna().any()
+    table = pays_table(summary)
+    cells = table[table["kind"] == "auto-seq"]
+    assert len(cells) and (cells["falls_back_to"] != "").all()
+    assert (table.loc[table["kind"] != "auto-seq", "falls_back_to"] == "").all()
 
 
 @pytest.mark.slow

@@ -9,17 +9,9 @@ import pytest
 
 from dprm.ias.accuracy import exact_accuracy_table
 from dprm.ias.allocation import SelectionModel, auto_budgets
+from dprm.ias.draws import draw_orders, order_outcomes, outcome_accuracy, vote_order_outcomes
 from dprm.ias.rules import Candidates
-from dprm.ias.sequential import (
-    CandidateLikelihood,
-    SequentialAuto,
-    WrongAnswerModel,
-    draw_orders,
-    order_outcomes,
-    outcome_accuracy,
-    rising_log,
-    vote_order_outcomes,
-)
+from dprm.ias.sequential import CandidateLikelihood, SequentialAuto, WrongAnswerModel, rising_log
 
 
 def toy_model(n_max: int = 8) -> SelectionModel:

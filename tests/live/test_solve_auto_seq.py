@@ -176,7 +176,7 @@ def _replay(records, seq, samples, share, answer=None, majority=False):
 
 
 def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
-    from dprm.ias.pays import SEQ_FLOOR_SHARES
+    from dprm.ias.sequential import SEQ_FLOOR_SHARES
     from dprm.live.bon_seq import fit_sequential
 
     out, _, records, cprm, config, _ = seq_run
@@ -232,8 +232,8 @@ def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, tr
     assert seq.answers is None
     # the floor share of the estimates-only policy, chosen on the (v1) training pools
     from dprm.ias.estimates import candidate_estimates
-    from dprm.ias.pays import sequential_floor_shares
     from dprm.ias.rules import Candidates
+    from dprm.ias.sequential import sequential_floor_shares
 
     fitted = fit_auto(cprm, states, str(v1))
     fitted.train_estimate.candidate = candidate_estimates(cprm.calibrator, fitted.train)
@@ -499,8 +499,8 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
     """--rule majority: the live policy indexes the vote race (as dprm ias --sequential does
     for majority), its budgets equal the offline race replayed on the same draws, and every
     question answers by majority vote over the draws it paid for."""
-    from dprm.ias.pays import SEQ_FLOOR_SHARES
     from dprm.ias.rules import select_candidate
+    from dprm.ias.sequential import SEQ_FLOOR_SHARES
     from dprm.live.bon_seq import fit_sequential
 
     out, summary, records, cprm, config, calls = majority_run
@@ -529,9 +529,10 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
 def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
     """The floor share is the one the race does best with on the training pools under majority
     vote (sequential_floor_shares with vote and majority), not highest-last's."""
+    from dprm.ias.draws import table_weight
     from dprm.ias.estimates import candidate_estimates
-    from dprm.ias.pays import sequential_floor_shares, table_weight
     from dprm.ias.rules import Candidates
+    from dprm.ias.sequential import sequential_floor_shares
     from dprm.live.bon_auto import fit_auto
     from dprm.live.bon_seq import fit_sequential
 

@@ -9,6 +9,8 @@ P_CLIP = 1e-4
 M_LEVELS = 100
 DEFAULT_BETA = 0.1
 MC_TRIALS = 100
+#: target costs (mean draws / N_MAX) of the equal-cost rows of ias.csv (curves for the figures)
+COST_GRID = (0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5)
 #: the C sweep of docs/design.md §4
 C_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999)
 TAU_C = 0.99  # target of the tau sweep (paper Fig. 4)

@@ -61,7 +61,7 @@ def fit_auto(
     from dprm.data import read_bon_set
     from dprm.ias import estimate_from_model
     from dprm.ias.allocation import SHIFT_AUC, shift_auc
-    from dprm.ias.pays import AutoAllocator, pool_share
+    from dprm.ias.auto import AutoAllocator, pool_share
     from dprm.ias.rules import Candidates, rule_table
     from dprm.io import DataError
     from dprm.live.calibrated_prm import _StateTable
