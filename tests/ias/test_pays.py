@@ -17,7 +17,7 @@ def test_pays_table_reports_both_headrooms():
         {
             "method": ["uniform", "oracle", "oracle-pop", "ot"],
             "sweep": ["uniform", "oracle", "oracle-pop", "auto"],
-            "level": 0.1,
+            "target_cost": 0.1,
             "cost": 0.1,
             "accuracy": [0.5, 0.7, 0.6, 0.55],
             "rule": "highest-last",
@@ -29,6 +29,12 @@ def test_pays_table_reports_both_headrooms():
     assert table.loc[("ot", "auto"), "headroom_pop"] == pytest.approx(0.1)
     no_pop = pays_table(rows[rows["method"] != "oracle-pop"], costs=(0.1,))
     assert no_pop["share_pop"].isna().all() and not no_pop["share"].isna().all()
+
+    # ias_full.csv files written before target_cost held it in ``level``, alone or mixed
+    old = rows.rename(columns={"target_cost": "level"})
+    pd.testing.assert_frame_equal(pays_table(old, costs=(0.1,)), pays_table(rows, costs=(0.1,)))
+    mixed = pd.concat([old.iloc[:3], rows.iloc[3:]], ignore_index=True)
+    pd.testing.assert_frame_equal(pays_table(mixed, costs=(0.1,)), pays_table(rows, costs=(0.1,)))
 
 
 @pytest.mark.slow
@@ -44,10 +50,10 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
         bon, {"qr": model}, mc_trials=0, rules=["highest-last"], train_bon=train,
         sequential=True, vote_trials=8,
     )  # fmt: skip
-    seq = summary[summary["sweep"] == "auto-seq"].set_index(["method", "level"])
-    auto = summary[summary["sweep"] == "auto"].set_index(["method", "level"])
+    seq = summary[summary["sweep"] == "auto-seq"].set_index(["method", "target_cost"])
+    auto = summary[summary["sweep"] == "auto"].set_index(["method", "target_cost"])
     assert set(seq.index.get_level_values("method")) == {"base", "qr"}
-    assert sorted(set(seq.index.get_level_values("level"))) == [0.05, 0.1, 0.25]
+    assert sorted(set(seq.index.get_level_values("target_cost"))) == [0.05, 0.1, 0.25]
     for key, row in seq.iterrows():  # control variate: auto's exact accuracy + the difference
         assert row["accuracy"] == pytest.approx(auto.loc[key, "accuracy"] + row["minus_auto"])
         assert row["cost"] == pytest.approx(auto.loc[key, "cost"])  # the same budget
@@ -66,7 +72,7 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
         v1, {"qr": model}, mc_trials=0, rules=["highest-last"], train_bon=train,
         sequential=True, vote_trials=8,
     )  # fmt: skip
-    seq_v1 = summary_v1[summary_v1["sweep"] == "auto-seq"].set_index(["method", "level"])
+    seq_v1 = summary_v1[summary_v1["sweep"] == "auto-seq"].set_index(["method", "target_cost"])
     assert not seq_v1["seq_answers"].any()
     assert not np.allclose(seq_v1["accuracy"], seq.loc[seq_v1.index, "accuracy"])
 

@@ -16,7 +16,19 @@ C_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999)
 TAU_C = 0.99  # target of the tau sweep (paper Fig. 4)
 BETA_C = 0.9  # target that sets the cap of beta-threshold early stopping (paper Fig. 3)
 BETA_GRID = tuple(LEVELS_11)  # the beta sweep runs over the 11 levels
-SUMMARY_COLUMNS = ["method", "sweep", "C", "level", "cost", "accuracy", "accuracy_mc", "rule"]
+#: the columns of ias.csv; ``level`` is a sweep's knob (tau, beta), ``target_cost`` the target
+#: mean draws / N_MAX of an equal-cost row (uniform, oracle, auto, auto-seq, ...)
+SUMMARY_COLUMNS = [
+    "method",
+    "sweep",
+    "C",
+    "level",
+    "cost",
+    "accuracy",
+    "accuracy_mc",
+    "rule",
+    "target_cost",
+]
 EXTRA_COLUMNS = [
     "accuracy_mc_se",
     "cost_mc",

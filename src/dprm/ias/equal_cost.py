@@ -43,7 +43,7 @@ def reference_rows(
     """Uniform and oracle rows of one rule at each target cost.
 
     Returns:
-        columns ``rule, method (uniform | oracle), sweep (= method), cost, level (target cost),
+        columns ``rule, method (uniform | oracle), sweep (= method), target_cost, cost,
         accuracy, accuracy_se, oracle_bound`` (the hull bound; oracle rows only).
     """
     rows = []
@@ -57,7 +57,7 @@ def reference_rows(
         acc, se = table.accuracy(orc)
         rows.append(("oracle", cost, orc.mean() / n_max, acc, se, bound))
     frame = pd.DataFrame(
-        rows, columns=["method", "level", "cost", "accuracy", "accuracy_se", "oracle_bound"]
+        rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "oracle_bound"]
     )
     frame.insert(0, "rule", table.rule)
     frame.insert(2, "sweep", frame["method"])
@@ -80,7 +80,7 @@ def auto_rows(
     falls back to uniform (floor share 1).
 
     Returns:
-        (columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, floor_share``;
+        (columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, floor_share``;
         method -> budgets [len(costs), Q]).
     """
     rows, budgets = [], {}
@@ -97,7 +97,7 @@ def auto_rows(
             per_cost.append(b)
         budgets[est.method] = np.stack(per_cost)
     frame = pd.DataFrame(
-        rows, columns=["method", "level", "cost", "accuracy", "accuracy_se", "floor_share"]
+        rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "floor_share"]
     )
     frame.insert(0, "rule", table.rule)
     frame.insert(2, "sweep", "auto")
@@ -146,7 +146,7 @@ def sequential_rows(
         allocator: ``auto``'s allocator for the rule (its selection model g).
 
     Returns:
-        columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, floor_share,
+        columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, floor_share,
         minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, falls_back_to,
         seq_trials, seq_answers`` (whether the policy read the draws' final answers: both sets
         contract v2).
@@ -203,7 +203,7 @@ def sequential_rows(
                          fit.floor_shares[j], diff.mean(), diff_se, raw, raw_se, ""))  # fmt: skip
     frame = pd.DataFrame(
         rows,
-        columns=["method", "level", "cost", "accuracy", "accuracy_se", "floor_share",
+        columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "floor_share",
                  "minus_auto", "minus_auto_se", "accuracy_orders", "accuracy_orders_se",
                  "falls_back_to"],
     )  # fmt: skip
@@ -284,7 +284,7 @@ def p_oracle_rows(
         b = auto_budgets(predicted[:, :n_max], mean_budget(cost, n_max), 0.0)
         acc, se = table.accuracy(b)
         rows.append(("oracle-p", cost, b.mean() / n_max, acc, se))
-    frame = pd.DataFrame(rows, columns=["method", "level", "cost", "accuracy", "accuracy_se"])
+    frame = pd.DataFrame(rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se"])
     frame.insert(0, "rule", table.rule)
     frame.insert(2, "sweep", "oracle-p")
     return frame

@@ -106,7 +106,7 @@ def population_oracle_rows(
     pools (``table``).
 
     Returns:
-        columns ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound`` (the
+        columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, oracle_bound`` (the
         population hull value of the allocation), ``pop_curve_se`` (the mean Monte Carlo
         standard error of the population curves at the allocated n), ``pop_pools``.
     """
@@ -120,7 +120,7 @@ def population_oracle_rows(
         rows.append(("oracle-pop", cost, b.mean() / n_max, acc, se, bound, curve_se))
     frame = pd.DataFrame(
         rows,
-        columns=["method", "level", "cost", "accuracy", "accuracy_se", "oracle_bound",
+        columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "oracle_bound",
                  "pop_curve_se"],
     )  # fmt: skip
     frame.insert(0, "rule", table.rule)
