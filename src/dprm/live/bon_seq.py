@@ -34,8 +34,7 @@ round it was drawn in. Every drawn candidate is appended to ``OUT/seq_drawsSFX.j
 as its round is scored; a rerun replays the policy on the logged candidates (it is
 deterministic given their estimates and answers, so it asks for the same draws) and
 generates only the draws that are missing: a resumed run makes the allocation an uninterrupted
-one would. A logged draw without ``answer`` (a log written by an older dprm) gets it from its
-logged ``text``.
+one would.
 """
 
 from __future__ import annotations
@@ -59,17 +58,17 @@ from dprm.live.runlog import ResultLog
 class DrawLog(ResultLog):
     """The resumable log of drawn candidates, keyed by (question_id, draw index).
 
-    Every record read has an ``answer``, the canonical final answer of its ``text``: a line
-    written by an older dprm (no ``answer``) gets it on loading (in memory; the file is kept).
+    Every record has an ``answer``, the canonical final answer of its ``text``; a line without
+    one fails in one line naming the file.
     """
 
     def _load(self) -> None:
-        from dprm.llm.answers import canonical_answer
-
         super()._load()
-        for record in self.records.values():
+        for (question_id, draw), record in self.records.items():
             if "answer" not in record:
-                record["answer"] = canonical_answer(str(record.get("text") or ""))
+                raise DataError(
+                    self.path, f"{question_id} draw {draw}: no 'answer' (written by another dprm)"
+                )
 
     def key(self, record: dict[str, Any]) -> tuple[str, int]:
         draw = record.get("draw")

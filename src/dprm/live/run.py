@@ -325,12 +325,7 @@ def start_run(out: Path, config: SolveConfig, provenance: dict[str, Any]) -> Non
     """Create ``out`` and record (or check, on resume) the run's config."""
     out.mkdir(parents=True, exist_ok=True)
     record = {**config.to_dict(), "provenance": provenance, "dprm_version": __version__}
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(SolveConfig)
-        if f.default is not dataclasses.MISSING
-    }
-    check_run_config(out, record, FINGERPRINT_KEYS, defaults)
+    check_run_config(out, record, FINGERPRINT_KEYS)
 
 
 def question_states(

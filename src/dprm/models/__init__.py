@@ -5,8 +5,9 @@ package imports each so its ``@register`` runs. Add a method by writing a module
 to the list.
 """
 
-from dprm.models.interface import Calibrator, QuantileFunction, load
+from dprm.models.interface import Calibrator, QuantileFunction
 from dprm.models.registry import METHOD_MODULES, REGISTRY, load_methods, register
+from dprm.models.storage import load
 
 load_methods()
 
