@@ -197,9 +197,6 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
         seq = full[full.sweep == "auto-seq"]
         if not seq.empty:
             out.append("## `auto-seq` minus `auto` (paired on common draw orders)\n")
-            from dprm.ias.pays import target_cost_of
-
-            seq = seq.assign(target_cost=target_cost_of(seq))
             keys = ["method", "split", "rule", "target_cost"]
             d = seq.groupby(keys)[["minus_auto", "minus_auto_se"]]
             out.append("```text\n" + d.mean().round(4).to_string() + "\n```\n")

@@ -91,7 +91,7 @@ def test_pays_table_headroom_and_share():
             "method": ["uniform", "oracle", "ot", "ot", "ot"],
             "sweep": ["uniform", "oracle", "auto", "C", "C"],
             "C": [np.nan, np.nan, np.nan, 0.5, 0.9],
-            "level": [0.1, 0.1, 0.1, np.nan, np.nan],
+            "target_cost": [0.1, 0.1, 0.1, np.nan, np.nan],
             "cost": [0.1, 0.1, 0.1, 0.05, 0.2],
             "accuracy": [0.5, 0.6, 0.55, 0.4, 0.6],
             "rule": "highest-last",

@@ -30,12 +30,6 @@ def test_pays_table_reports_both_headrooms():
     no_pop = pays_table(rows[rows["method"] != "oracle-pop"], costs=(0.1,))
     assert no_pop["share_pop"].isna().all() and not no_pop["share"].isna().all()
 
-    # ias_full.csv files written before target_cost held it in ``level``, alone or mixed
-    old = rows.rename(columns={"target_cost": "level"})
-    pd.testing.assert_frame_equal(pays_table(old, costs=(0.1,)), pays_table(rows, costs=(0.1,)))
-    mixed = pd.concat([old.iloc[:3], rows.iloc[3:]], ignore_index=True)
-    pd.testing.assert_frame_equal(pays_table(mixed, costs=(0.1,)), pays_table(rows, costs=(0.1,)))
-
 
 @pytest.mark.slow
 def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):

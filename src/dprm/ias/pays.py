@@ -39,15 +39,6 @@ from dprm.ias.rules import CONTRACT_RULE, DEFAULT_TRIALS, Candidates, rule_table
 PAYS_COLUMNS = ["rule", "method", "kind", "cost", "accuracy", "accuracy_se"]
 
 
-def target_cost_of(rows: pd.DataFrame) -> pd.Series:
-    """Each equal-cost row's target cost: ``target_cost``, or ``level`` in ``ias_full.csv`` files
-    written before that column (where ``level`` held it)."""
-    level = rows["level"] if "level" in rows.columns else pd.Series(np.nan, rows.index)
-    if "target_cost" not in rows.columns:
-        return level.astype(float)
-    return rows["target_cost"].astype(float).fillna(level.astype(float))
-
-
 def pays_table(
     rows: pd.DataFrame, costs: Sequence[float] = REPORT_COSTS, *, c_rule: str = CONTRACT_RULE
 ) -> pd.DataFrame:
@@ -70,11 +61,10 @@ def pays_table(
     rows["rule"] = rows["rule"].fillna(c_rule)
     if "accuracy_se" not in rows.columns:
         rows["accuracy_se"] = np.nan
-    target_costs = target_cost_of(rows).to_numpy(float)
     out = []
     for cost in costs:
         at = rows[
-            np.isclose(target_costs, cost)
+            np.isclose(rows["target_cost"].astype(float), cost)
             & rows["sweep"].isin(
                 ["uniform", "oracle", "oracle-pop", "oracle-p", "auto", "auto-seq"]
             )

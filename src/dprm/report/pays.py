@@ -310,10 +310,7 @@ def reference_lines(
         if sub.empty:
             continue
         style, name = styles[sweep]
-        from dprm.ias.pays import target_cost_of
-
-        by_target = sub.assign(_target=target_cost_of(sub))
-        mean = by_target.groupby("_target", sort=True)[["cost", "accuracy"]].mean()
+        mean = sub.groupby("target_cost", sort=True)[["cost", "accuracy"]].mean()
         mean = mean.sort_values("cost")
         x, y = mean["cost"].to_numpy(float), mean["accuracy"].to_numpy(float)
         if xrange is not None:
