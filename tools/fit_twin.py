@@ -23,7 +23,7 @@ them, so a linear model of h is the same model class) with full-batch Adam run t
 
 Usage:
     python tools/fit_twin.py            # fit the Base readouts and print the residuals
-    python tools/fit_twin.py --write    # ... and write them into src/dprm/data/synth.py
+    python tools/fit_twin.py --write    # ... and write them to src/dprm/data/synth/score_cells.csv
     python tools/fit_twin.py --qr --size paper --write   # linear_share per cell (Base kept)
     python tools/fit_twin.py --ood-dprm --write   # ood shares again, with dprm's own QR
     python tools/fit_twin.py --park-budget        # the other assumption: Park et al.'s
@@ -33,7 +33,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -46,6 +45,8 @@ from scipy.optimize import least_squares
 
 from dprm import metrics as M
 from dprm.data import synth as S
+from dprm.data.synth.presets import SCORE_CELLS_FILE, write_score_cells
+from dprm.io import atomic_path
 
 #: tolerances of the match (Brier, PosBrier, ECE)
 TOLERANCE = np.array([0.02, 0.02, 0.04])
@@ -84,7 +85,10 @@ PAPER_DATASET = {"id": "math500", "ood": "aime24-25"}
 PRIOR_CENTER = np.array([0.3, 1.0])
 PRIOR_SCALE = np.array([0.5, 2.0])
 PRIOR_WEIGHT = 0.1
-SYNTH_FILE = Path(__file__).resolve().parents[1] / "src" / "dprm" / "data" / "synth.py"
+#: the fitted cells (package data of dprm.data.synth, read at import)
+CELLS_FILE = (
+    Path(__file__).resolve().parents[1] / "src" / "dprm" / "data" / "synth" / SCORE_CELLS_FILE
+)
 
 
 @dataclass
@@ -349,17 +353,10 @@ def format_table(cells: dict[tuple[str, str, str], S.ScoreCell]) -> str:
     return "\n".join(lines)
 
 
-def write_table(table: str) -> None:
-    text = SYNTH_FILE.read_text()
-    new = re.sub(
-        r'(# BEGIN SCORE_CELLS\nSCORE_CELLS_TABLE = """\n).*?(\n"""\n# END SCORE_CELLS)',
-        lambda m: m.group(1) + table + m.group(2),
-        text,
-        flags=re.DOTALL,
-    )
-    if new == text and table not in text:
-        raise SystemExit(f"could not find the SCORE_CELLS block in {SYNTH_FILE}")
-    SYNTH_FILE.write_text(new)
+def write_cells(cells: dict[tuple[str, str, str], S.ScoreCell]) -> None:
+    """Write the fitted cells to the package's CSV (atomically); dprm reads it at import."""
+    with atomic_path(CELLS_FILE) as tmp:
+        tmp.write_text(write_score_cells(cells), encoding="utf-8")
 
 
 #: ``--park-budget``: full-batch Adam steps at which the Park-start QR is scored, its rate, and
@@ -499,15 +496,16 @@ def main_ood_dprm(args) -> int:
 
 
 def finish(cells: dict, t0: float, write: bool) -> int:
-    """Print the fitted cell table (grid order) and the time; write it into synth.py if asked."""
+    """Print the fitted cell table (grid order) and the time; write it to the package data if asked."""
     order = [(g, p, k) for g in S.GENERATORS for p in S.PRMS for k in ("id", "ood")]
-    table = format_table({key: cells[key] for key in order if key in cells})
+    ordered = {key: cells[key] for key in order if key in cells}
+    table = format_table(ordered)
     print()
     print(table)
     print(f"\n{time.perf_counter() - t0:.0f}s")
     if write:
-        write_table(table)
-        print(f"wrote {SYNTH_FILE}")
+        write_cells(ordered)
+        print(f"wrote {CELLS_FILE}")
     return 0
 
 
@@ -556,7 +554,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--write", action="store_true", help="write the table into synth.py")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write the table to src/dprm/data/synth/score_cells.csv",
+    )
     parser.add_argument("--generators", default=",".join(S.GENERATORS))
     parser.add_argument("--prms", default=",".join(S.PRMS))
     parser.add_argument("--kinds", default="id,ood")
@@ -603,15 +605,16 @@ def main() -> int:
                     flag = "ok" if scaled <= 1 else "MISS"
                     print(f"{g + '__' + p + ' ' + kind:40s} {name:6s} {cols}  {flag}", flush=True)
     order = [(g, p, k) for g in S.GENERATORS for p in S.PRMS for k in ("id", "ood")]
-    table = format_table({key: cells[key] for key in order if key in cells})
+    ordered = {key: cells[key] for key in order if key in cells}
+    table = format_table(ordered)
     print()
     print(table)
     print(
         f"\nworst |residual| / tolerance = {worst:.2f} (<= 1 passes); {time.perf_counter() - t0:.0f}s"
     )
     if args.write:
-        write_table(table)
-        print(f"wrote {SYNTH_FILE}")
+        write_cells(ordered)
+        print(f"wrote {CELLS_FILE}")
     return 0
 
 

@@ -73,8 +73,9 @@ def error_kind(row: dict, steps: list[str]) -> str:
 
 def measure(models: Path, questions: int, samples: int, seed: int, prm: bool) -> dict:
     import torch
-    from train_world import sample_solutions
     from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from train_world import sample_solutions
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(models / "generator")

@@ -197,7 +197,8 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
         seq = full[full.sweep == "auto-seq"]
         if not seq.empty:
             out.append("## `auto-seq` minus `auto` (paired on common draw orders)\n")
-            d = seq.groupby(["method", "split", "rule", "level"])[["minus_auto", "minus_auto_se"]]
+            keys = ["method", "split", "rule", "target_cost"]
+            d = seq.groupby(keys)[["minus_auto", "minus_auto_se"]]
             out.append("```text\n" + d.mean().round(4).to_string() + "\n```\n")
     return "\n".join(out)
 

@@ -58,18 +58,13 @@ def main() -> None:
     torch.set_num_threads(1)
     from dprm.data import read_bon_set
     from dprm.data.synth import write_world
+    from dprm.data.synth.population import twin_questions
     from dprm.ias import C_GRID, Pools, exact_accuracy_table, lookup, truth_estimate
-    from dprm.ias.pays import (
-        COST_GRID,
-        AutoAllocator,
-        pool_share,
-        population_curves,
-        population_oracle_rows,
-        reference_rows,
-        sequential_rows,
-        table_weight,
-        twin_questions,
-    )
+    from dprm.ias.auto import AutoAllocator, pool_share
+    from dprm.ias.constants import COST_GRID
+    from dprm.ias.draws import table_weight
+    from dprm.ias.equal_cost import reference_rows, sequential_rows
+    from dprm.ias.population import population_curves, population_oracle_rows
     from dprm.ias.rules import Candidates, rule_table
 
     with tempfile.TemporaryDirectory() as tmp:

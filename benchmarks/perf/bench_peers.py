@@ -33,12 +33,13 @@ def main() -> None:
     torch.set_num_threads(1)
     from dprm.data import read_bon_set
     from dprm.ias.allocation import SelectionModel
+    from dprm.ias.auto import pool_share
+    from dprm.ias.draws import draw_orders, rule_outcomes, table_weight
     from dprm.ias.estimates import estimate_samples
-    from dprm.ias.pays import pool_share, rule_outcomes, table_weight
     from dprm.ias.peer_curves import SEQ_BUDGETS, prior_estimates, training_scores
     from dprm.ias.peers import PEERS, DrawView, peers_for_rule
     from dprm.ias.rules import Candidates, rule_table, uses_answers
-    from dprm.ias.sequential import SequentialAuto, draw_orders
+    from dprm.ias.sequential import SequentialAuto
     from dprm.models import load
 
     if args.bon is None:

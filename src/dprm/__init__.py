@@ -31,7 +31,7 @@ def __getattr__(name: str):
 
         return fit
     if name == "load":
-        from dprm.models.interface import load
+        from dprm.models.storage import load
 
         return load
     raise AttributeError(f"module 'dprm' has no attribute {name!r}")

@@ -91,7 +91,7 @@ def test_pays_table_headroom_and_share():
             "method": ["uniform", "oracle", "ot", "ot", "ot"],
             "sweep": ["uniform", "oracle", "auto", "C", "C"],
             "C": [np.nan, np.nan, np.nan, 0.5, 0.9],
-            "level": [0.1, 0.1, 0.1, np.nan, np.nan],
+            "target_cost": [0.1, 0.1, 0.1, np.nan, np.nan],
             "cost": [0.1, 0.1, 0.1, 0.05, 0.2],
             "accuracy": [0.5, 0.6, 0.55, 0.4, 0.6],
             "rule": "highest-last",
@@ -116,7 +116,7 @@ def test_run_ias_auto_rows_on_a_twin_world(tiny_world):
     extra = summary[summary["sweep"].isin(["uniform", "oracle", "oracle-p", "auto"])]
     assert set(extra["rule"]) == {"highest-last", "majority"}
     assert set(extra.loc[extra["sweep"] == "auto", "method"]) == {"base", "truth"}
-    ref = extra.pivot_table(index=["rule", "level"], columns="sweep", values="accuracy")
+    ref = extra.pivot_table(index=["rule", "target_cost"], columns="sweep", values="accuracy")
     assert (ref["oracle"] >= ref["uniform"] - 1e-12).all()
     assert (ref["oracle"] >= ref["oracle-p"] - 1e-12).all()
     assert extra["floor_share"].dropna().between(0, 1).all()

@@ -1,4 +1,4 @@
-"""Sequential auto (dprm.ias.sequential): draw orders, outcomes, the likelihood and the policy."""
+"""Sequential auto (dprm.ias.sequential): the likelihood, the answers' CRP, the race and the policy."""
 
 from __future__ import annotations
 
@@ -7,19 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from dprm.ias.accuracy import exact_accuracy_table
 from dprm.ias.allocation import SelectionModel, auto_budgets
-from dprm.ias.rules import Candidates
-from dprm.ias.sequential import (
-    CandidateLikelihood,
-    SequentialAuto,
-    WrongAnswerModel,
-    draw_orders,
-    order_outcomes,
-    outcome_accuracy,
-    rising_log,
-    vote_order_outcomes,
-)
+from dprm.ias.draws import draw_orders, outcome_accuracy, vote_order_outcomes
+from dprm.ias.sequential import CandidateLikelihood, SequentialAuto, WrongAnswerModel, rising_log
 
 
 def toy_model(n_max: int = 8) -> SelectionModel:
@@ -27,44 +17,6 @@ def toy_model(n_max: int = 8) -> SelectionModel:
     grid = np.linspace(0, 1, 101)
     n = np.arange(1, n_max + 1)
     return SelectionModel(grid, 1 - (1 - grid[:, None]) ** n[None, :])
-
-
-def test_order_outcomes_by_hand():
-    weight = np.array([[0.2, 0.9, 0.5]])
-    correct = np.array([[1.0, 0.0, 1.0]])
-    orders = np.array([[[2, 0, 1]]])  # draw candidate 2, then 0, then 1
-    out = order_outcomes(weight, correct, orders)
-    np.testing.assert_array_equal(out[0, 0], [1.0, 1.0, 0.0])  # picks 2, 2 (0.5 > 0.2), 1
-
-
-def test_order_outcomes_over_all_orders_equal_the_exact_table():
-    rng = np.random.default_rng(0)
-    k = 4
-    weight = rng.random((3, k))
-    weight[2, 3] = -np.inf  # a pool of 3: padding drawn last
-    correct = (rng.random((3, k)) < 0.5).astype(float)
-    correct[2, 3] = 0.0
-    size = np.array([4, 4, 3])
-    perms = np.array(list(itertools.permutations(range(k))))  # [24, 4]
-    orders = np.broadcast_to(perms[:, None, :], (len(perms), 3, k)).copy()
-    orders[:, 2] = np.array([list(p) + [3] for p in itertools.permutations(range(3))] * 4)
-    out = order_outcomes(weight, correct, orders).mean(axis=0)  # every order equally often
-    cands = Candidates(
-        np.arange(3), size, np.where(np.arange(k)[None] < size[:, None], 0, -1), correct,
-        {"last": weight},
-    )  # fmt: skip
-    exact = exact_accuracy_table(cands.pools(weight), k)
-    np.testing.assert_allclose(out, exact, atol=1e-6)
-
-
-def test_draw_orders_are_deterministic_permutations_with_padding_last():
-    size = np.array([5, 3])
-    a, b = draw_orders(size, 6, seed=3), draw_orders(size, 6, seed=3)
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, draw_orders(size, 6, seed=4))
-    for t in range(6):
-        assert sorted(a[t, 0]) == list(range(5))
-        assert sorted(a[t, 1, :3]) == [0, 1, 2] and list(a[t, 1, 3:]) == [3, 4]
 
 
 def test_likelihood_ratio_grows_with_the_candidate_estimate():
@@ -113,16 +65,6 @@ def test_uninformative_candidates_reduce_to_the_fixed_auto_allocation():
         fixed = auto_budgets(model.expected_curve(samples), mb, 0.0)
         np.testing.assert_array_equal(b[0, 0], fixed)
         np.testing.assert_array_equal(b[0, 1], fixed)
-
-
-def test_outcome_accuracy_reads_budgets_and_gives_a_standard_error():
-    outcomes = np.array([[[0, 1, 1]], [[1, 1, 0]]], dtype=np.float32)  # [T=2, Q=1, K=3]
-    acc, se, per = outcome_accuracy(outcomes, np.array([2]))
-    assert acc == pytest.approx(1.0) and se == pytest.approx(0.0)
-    acc, se, per = outcome_accuracy(outcomes, np.array([[1], [3]]))
-    np.testing.assert_allclose(per, [0.0, 0.0])
-    acc, _, per = outcome_accuracy(outcomes, np.array([5]))  # above K: the whole pool
-    np.testing.assert_allclose(per, [1.0, 0.0])
 
 
 def test_rounds_spend_the_budget_and_read_estimates_only_between_rounds():

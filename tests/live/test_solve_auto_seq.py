@@ -176,7 +176,7 @@ def _replay(records, seq, samples, share, answer=None, majority=False):
 
 
 def test_live_allocation_equals_the_offline_policy_replayed(seq_run):
-    from dprm.ias.pays import SEQ_FLOOR_SHARES
+    from dprm.ias.sequential import SEQ_FLOOR_SHARES
     from dprm.live.bon_seq import fit_sequential
 
     out, _, records, cprm, config, _ = seq_run
@@ -222,7 +222,7 @@ def test_live_policy_reads_the_drawn_answers(seq_run):
 
 
 def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, train_bon):
-    from dprm.live.bon import fit_auto
+    from dprm.live.bon_auto import fit_auto
     from dprm.live.bon_seq import fit_sequential
 
     out, _, _, cprm, _, _ = seq_run
@@ -232,8 +232,8 @@ def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, tr
     assert seq.answers is None
     # the floor share of the estimates-only policy, chosen on the (v1) training pools
     from dprm.ias.estimates import candidate_estimates
-    from dprm.ias.pays import sequential_floor_shares
     from dprm.ias.rules import Candidates
+    from dprm.ias.sequential import sequential_floor_shares
 
     fitted = fit_auto(cprm, states, str(v1))
     fitted.train_estimate.candidate = candidate_estimates(cprm.calibrator, fitted.train)
@@ -362,16 +362,16 @@ def test_resume_replays_the_log_without_generating(
     assert counting.calls == [] and (out / "bon.jsonl").read_bytes() == before
 
 
-def test_a_draw_log_without_answers_resumes_without_generating(
+def test_a_draw_log_without_answers_is_refused_in_one_line(
     seq_run, tmp_path, calibrator_dirs, load_cprm, generator, grading_pool
 ):
-    """A draw log written by an older dprm (no ``answer``): the answers come from the logged
-    text, so the replay asks for the same draws and generates nothing."""
+    """A draw log whose lines have no ``answer`` (another dprm's) fails naming the file and the
+    draw, and generates nothing."""
     import shutil
 
     from dprm.live import run_bon
 
-    out, _, records, _, config, _ = seq_run
+    out, _, _, _, config, _ = seq_run
     old = tmp_path / "old"
     old.mkdir()
     for name in ("run.json", "question_states.parquet", "question_states.npy"):
@@ -382,13 +382,10 @@ def test_a_draw_log_without_answers_resumes_without_generating(
     (old / "seq_draws.jsonl").write_text(text, encoding="utf-8")
     counting = CountingGenerator(generator)
     cprm = load_cprm(calibrator_dirs["mono"], n_max=N_MAX)
-    run_bon(config, cprm, counting, old, progress=False, pool=grading_pool)
-    assert counting.calls == []  # every draw the policy asks for is in the log
-    resumed = _records(old / "bon.jsonl")
-    assert [r["budget"] for r in resumed] == [r["budget"] for r in records]
-    assert [[c["answer"] for c in r["candidates"]] for r in resumed] == [
-        [c["answer"] for c in r["candidates"]] for r in records
-    ]
+    with pytest.raises(DataError, match="no 'answer'") as err:
+        run_bon(config, cprm, counting, old, progress=False, pool=grading_pool)
+    assert "\n" not in str(err.value) and "seq_draws.jsonl" in str(err.value)
+    assert counting.calls == []
     assert (old / "seq_draws.jsonl").read_text(encoding="utf-8") == text  # the log is kept
 
 
@@ -433,21 +430,21 @@ def test_help_explains_auto_seq(capsys):
     assert "--auto-seq" in text and "--round-size" in text and "posterior" in text
 
 
-def test_a_run_made_before_auto_seq_existed_resumes(tmp_path):
-    """run.json of an older dprm has no auto_seq / round_size: it reads as their defaults."""
+def test_a_run_json_without_a_setting_is_refused_in_one_line(tmp_path):
+    """run.json lacking a fingerprinted setting (another dprm's) is not resumed."""
     from dprm.io import read_json, write_json
     from dprm.live import SolveConfig
     from dprm.live.run import start_run
 
     base = dict(mode="bon", questions="q", generator="g", prm="p", calibrator="c")
     start_run(tmp_path, SolveConfig(**base), {})
+    start_run(tmp_path, SolveConfig(**base), {})  # the same settings: resumes
     old = read_json(tmp_path / "run.json")
     del old["auto_seq"], old["round_size"]
     write_json(tmp_path / "run.json", old)
-    start_run(tmp_path, SolveConfig(**base), {})  # the same settings: resumes
-    seq = SolveConfig(**base, auto_cost=0.1, train_bon="t", auto_seq=True)
-    with pytest.raises(DataError, match="auto_seq: was False, now True"):
-        start_run(tmp_path, seq, {})
+    with pytest.raises(DataError, match="has no 'auto_seq', 'round_size'") as err:
+        start_run(tmp_path, SolveConfig(**base), {})
+    assert "\n" not in str(err.value)
 
 
 def test_cli_runs_auto_seq(tmp_path, questions_file, model_dirs, calibrator_dirs, train_bon):
@@ -499,8 +496,8 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
     """--rule majority: the live policy indexes the vote race (as dprm ias --sequential does
     for majority), its budgets equal the offline race replayed on the same draws, and every
     question answers by majority vote over the draws it paid for."""
-    from dprm.ias.pays import SEQ_FLOOR_SHARES
     from dprm.ias.rules import select_candidate
+    from dprm.ias.sequential import SEQ_FLOOR_SHARES
     from dprm.live.bon_seq import fit_sequential
 
     out, summary, records, cprm, config, calls = majority_run
@@ -529,10 +526,11 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
 def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
     """The floor share is the one the race does best with on the training pools under majority
     vote (sequential_floor_shares with vote and majority), not highest-last's."""
+    from dprm.ias.draws import table_weight
     from dprm.ias.estimates import candidate_estimates
-    from dprm.ias.pays import sequential_floor_shares, table_weight
     from dprm.ias.rules import Candidates
-    from dprm.live.bon import fit_auto
+    from dprm.ias.sequential import sequential_floor_shares
+    from dprm.live.bon_auto import fit_auto
     from dprm.live.bon_seq import fit_sequential
 
     out, _, records, cprm, config, _ = majority_run

@@ -272,7 +272,7 @@ def test_top_level_api_is_lazy():
     import sys
 
     import dprm.models.fit
-    from dprm.models.interface import load
+    from dprm.models.storage import load
 
     code = "import sys, dprm; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -17,8 +17,9 @@ from dprm.data import read_calibration_set
 from dprm.metrics import LEVELS_11
 from dprm.models import REGISTRY, load
 from dprm.models.fit import fit_split
-from dprm.models.interface import KINDS, Calibrator, predict
+from dprm.models.interface import Calibrator, predict
 from dprm.models.park_qr import score_input
+from dprm.models.registry import KINDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

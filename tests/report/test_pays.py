@@ -96,12 +96,19 @@ def test_pays_reading_says_where_auto_wins_is_level_or_loses():
 def test_pays_rows_joins_the_reference_with_each_seed():
     levels = (0.05, 0.1, 0.25)
     ref = [
-        {"method": m, "sweep": m, "rule": "highest-last", "level": c, "cost": c, "accuracy": a}
+        {
+            "method": m,
+            "sweep": m,
+            "rule": "highest-last",
+            "target_cost": c,
+            "cost": c,
+            "accuracy": a,
+        }
         for c in levels
         for m, a in (("uniform", 0.5 + c), ("oracle", 0.6 + c))
     ]
     ref += [  # Base's C sweep: two points, interpolated at cost 0.1
-        {"method": "base", "sweep": "C", "C": C, "level": np.nan, "cost": x, "accuracy": a}
+        {"method": "base", "sweep": "C", "C": C, "target_cost": np.nan, "cost": x, "accuracy": a}
         for C, x, a in ((0.5, 0.05, 0.5), (0.9, 0.15, 0.7))
     ]
     seeds = {
@@ -111,7 +118,7 @@ def test_pays_rows_joins_the_reference_with_each_seed():
                     "method": "ot",
                     "sweep": "auto",
                     "rule": "highest-last",
-                    "level": c,
+                    "target_cost": c,
                     "cost": c,
                     "accuracy": 0.52 + c + 0.01 * s,
                 }  # fmt: skip
@@ -135,7 +142,7 @@ def test_reference_lines_draw_uniform_and_oracle_of_one_rule():
 
     rows = pd.DataFrame(
         [
-            {"sweep": s, "rule": r, "level": c, "cost": c, "accuracy": a + c}
+            {"sweep": s, "rule": r, "target_cost": c, "cost": c, "accuracy": a + c}
             for c in (0.02, 0.05, 0.1)
             for s, r, a in (
                 ("uniform", "highest-last", 0.5),

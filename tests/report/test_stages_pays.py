@@ -68,8 +68,8 @@ def test_stage_writes_uniform_oracle_and_auto_rows_per_rule(pipe_world):
         sub = pays[pays["rule"] == rule]
         assert set(sub["sweep"]) == PAYS_SWEEPS, rule
         assert set(sub.loc[sub["sweep"] == "auto", "method"]) == {"base", "truth"}
-    oracle = pays[pays["sweep"] == "oracle"].set_index(["rule", "level"])["accuracy"]
-    uniform = pays[pays["sweep"] == "uniform"].set_index(["rule", "level"])["accuracy"]
+    oracle = pays[pays["sweep"] == "oracle"].set_index(["rule", "target_cost"])["accuracy"]
+    uniform = pays[pays["sweep"] == "uniform"].set_index(["rule", "target_cost"])["accuracy"]
     assert (oracle >= uniform - 1e-12).all()  # the oracle allocation can always be uniform
     assert (out / "pays.csv").exists()
 
@@ -239,7 +239,7 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     assert set(seq["method"]) == {"ot"}
     assert seq["seq_answers"].astype(bool).all()  # a v2 twin set: the draws' answers are read
     for _, sub in seq.groupby("rule"):
-        assert np.allclose(np.sort(sub["level"].to_numpy(float)), sorted(REPORT_COSTS))
+        assert np.allclose(np.sort(sub["target_cost"].to_numpy(float)), sorted(REPORT_COSTS))
     assert np.isfinite(seq["accuracy"]).all() and seq["accuracy"].between(0, 1).all()
     assert (rows["sweep"] == "auto").any()  # auto's rows are still there
 

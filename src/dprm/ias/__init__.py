@@ -41,7 +41,13 @@ Modules:
   product / calibrated weights) and their accuracy for every n (exact or seeded Monte Carlo);
 * :mod:`dprm.ias.allocation` -- concave-hull greedy (the oracle), the selection-accuracy model,
   ``auto`` budgets with a cross-fitted uniform floor, the label-free shift check;
-* :mod:`dprm.ias.pays` -- uniform / oracle / oracle-p / auto rows and the "does it pay?" table.
+* :mod:`dprm.ias.auto` -- ``auto``: budgets fixed before drawing, learnt on a training set;
+* :mod:`dprm.ias.sequential` -- ``auto-seq``: posterior, race index, policy, floor share;
+* :mod:`dprm.ias.draws` -- draw orders and what a rule picks along them (Monte Carlo scoring);
+* :mod:`dprm.ias.equal_cost` -- uniform / oracle / oracle-p / auto / auto-seq rows at equal cost;
+* :mod:`dprm.ias.population` -- the twin's population oracle (``oracle-pop``);
+* :mod:`dprm.ias.peers`, :mod:`dprm.ias.peer_curves` -- calibrator-free peers and their curves;
+* :mod:`dprm.ias.pays` -- the "does it pay?" table (:func:`dprm.ias.pays.run_pays`).
 
 Names are imported from their module on first use, so that ``dprm.ias.outputs`` and
 ``dprm.ias.constants`` (read by ``dprm ias --help``) load without pandas.

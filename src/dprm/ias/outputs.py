@@ -28,18 +28,21 @@ COLUMN_DOC = {
     "curve), oracle-pop (twin sets: knowing every question's population curve, the expectation "
     "over fresh pools), oracle-p (twin sets: auto's allocation on the true p)",
     "C": "target probability of at least one correct candidate",
-    "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep",
+    "level": "tau (tau sweep) or beta (beta sweep); empty for the C sweep and the equal-cost rows",
     "cost": "exact expected mean number of candidates drawn per question / n_max",
     "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
     "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
     "rule": "selection rule (dprm.ias.rules.RULES; the contract sweeps use highest-last). Rows with "
-    "sweep uniform / oracle / auto have level = the target cost (mean draws / n_max); accuracy "
+    "sweep uniform / oracle / auto have a target_cost; accuracy "
     "exact for highest-* rules, a seeded Monte Carlo mean (standard error in ias_full.csv's "
     "accuracy_se) for voting rules",
+    "target_cost": "the target mean draws / n_max of an equal-cost row (sweep uniform, oracle, "
+    "oracle-pop, oracle-p, auto, auto-seq); empty for the sweeps",
 }
 #: every file of an IAS run directory and what it holds (``dprm ias --help`` lists them)
 FILE_DOC = {
-    "ias.csv": "method, sweep, C, level, cost, accuracy, accuracy_mc (one row per point)",
+    "ias.csv": "method, sweep, C, level, cost, accuracy, accuracy_mc, rule, target_cost (one row "
+    "per point)",
     "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), "
     "n_questions",
     "budgets.parquet": "per-question budget n (question_id, method, sweep, C, level, n); for the "
@@ -78,6 +81,9 @@ def write_ias_outputs(
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
+    summary = summary.reindex(
+        columns=[*summary.columns, *(c for c in SUMMARY_COLUMNS if c not in summary.columns)]
+    )
     frames = {"ias.csv": summary[SUMMARY_COLUMNS], "ias_full.csv": summary}
     if uniform is not None:
         frames["uniform.csv"] = uniform

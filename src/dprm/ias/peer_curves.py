@@ -2,7 +2,7 @@
 
 For one BoN set (any: a twin's, a recipe's), a training BoN set, a calibrator and a selection
 rule, every method gets its curve: per level of its knob, each question's mean accuracy and
-mean draws over ``trials`` draw orders (:func:`dprm.ias.sequential.draw_orders`, the orders
+mean draws over ``trials`` draw orders (:func:`dprm.ias.draws.draw_orders`, the orders
 ``auto-seq`` is scored on). The methods:
 
 * the peers of :mod:`dprm.ias.peers` (``uniform`` included);
@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from dprm.ias.allocation import REPORT_COSTS, SHIFT_AUC, shift_auc
+from dprm.ias.allocation import REPORT_COSTS, SHIFT_AUC, SelectionModel, shift_auc
+from dprm.ias.auto import pool_share
 from dprm.ias.constants import N_MAX
+from dprm.ias.draws import draw_orders, rule_outcomes, table_weight
 from dprm.ias.estimates import Estimate, estimate_samples
 from dprm.ias.peers import (
     CALIBRATOR_FREE,
@@ -44,7 +46,8 @@ from dprm.ias.peers import (
     TrainingScores,
     peers_for_rule,
 )
-from dprm.ias.rules import Candidates, uses_answers
+from dprm.ias.rules import Candidates, rule_table, uses_answers
+from dprm.ias.sequential.floor import fit_sequential, training_replay
 
 #: an accuracy within this of the target counts as reaching it (Adaptive-Consistency's
 #: "< 0.1 % accuracy drop")
@@ -141,16 +144,6 @@ def _flat_estimate(q_count: int, m: int = 100) -> Estimate:
     return Estimate("none", "distribution", q_mid=np.broadcast_to(mid, (q_count, m)).copy())
 
 
-def _seq_shares(seq, train_cands, train_est, train_weight, vote, majority, n_max, seed, replay):
-    from dprm.ias.pays import sequential_floor_shares
-
-    shares, _ = sequential_floor_shares(
-        seq, train_cands, train_est, train_weight, REPORT_COSTS, vote=vote, majority=majority,
-        n_max=n_max, seed=seed, replay=replay,
-    )  # fmt: skip
-    return shares
-
-
 def auto_seq_curve(
     label: str,
     est: Estimate,
@@ -168,29 +161,20 @@ def auto_seq_curve(
 ) -> Curve:
     """``auto-seq`` with the prior and candidate estimates of ``est`` (fitted on ``train_est``
     over the training pools), at the mean budgets :data:`SEQ_BUDGETS` and n_max."""
-    from dprm.ias.allocation import SelectionModel
-    from dprm.ias.pays import pool_share
-    from dprm.ias.rules import rule_table
-    from dprm.ias.sequential import SequentialAuto
-
-    vote = uses_answers(rule)
     answers = cands.answer is not None and train_cands.answer is not None
-    majority = answers and rule == "majority"
     train_table = rule_table(train_cands, rule, n_max=n_max, trials=64, seed=seed)
     model = SelectionModel.fit(pool_share(train_cands), np.asarray(train_table.mean))
-    seq = SequentialAuto.fit(
-        model, estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
-        train_cands.correct, train_cands.row >= 0, train_cands.answer if answers else None,
+    fit = fit_sequential(
+        model, train_cands, train_est, train_weight, REPORT_COSTS, rule, read_answers=answers,
+        n_max=n_max, seed=seed, replay=replay,
     )  # fmt: skip
-    report_shares = _seq_shares(
-        seq, train_cands, train_est, train_weight, vote, majority, n_max, seed, replay
-    )
+    report_shares = fit.floor_shares
     levels = [mb for mb in SEQ_BUDGETS if mb < n_max]
     report_mb = np.asarray(REPORT_COSTS) * n_max
     shares = [report_shares[int(np.argmin(np.abs(np.log(report_mb / mb))))] for mb in levels]
-    budgets = seq.budgets(
+    budgets = fit.seq.budgets(
         estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders, levels,
-        shares, n_max, answer=cands.answer if answers else None, majority=majority,
+        shares, n_max, answer=cands.answer if answers else None, majority=fit.majority,
     )  # fmt: skip
     full = np.broadcast_to(np.minimum(cands.size, n_max), budgets.shape[1:])[None]
     budgets = np.concatenate([budgets, full], axis=0)
@@ -216,13 +200,11 @@ def choose_fallback(
 ) -> tuple[str, dict[str, float]]:
     """The calibrator-free peer ``auto-seq`` falls back to under a shift, for one rule: the one
     of the highest mean accuracy at the report costs on the *training* pools (their own draw
-    orders, :func:`dprm.ias.pays.training_replay`).
+    orders, :func:`dprm.ias.sequential.floor.training_replay`).
 
     Returns:
         (peer name, name -> its training score).
     """
-    from dprm.ias.pays import training_replay
-
     orders, outcomes = replay or training_replay(
         train_cands, train_weight, uses_answers(rule), trials, seed
     )
@@ -266,9 +248,6 @@ def set_curves(
         shifted: override the shift check (None: ``shift_auc`` > ``SHIFT_AUC``).
         priors: the ``auto-seq`` priors to run (default :data:`PRIORS`, those available).
     """
-    from dprm.ias.pays import rule_outcomes, table_weight, training_replay
-    from dprm.ias.sequential import draw_orders
-
     cands, train_cands = Candidates.from_bon(bon), Candidates.from_bon(train_bon)
     if cands.answer is None or train_cands.answer is None:
         raise ValueError("the peers read the candidates' final answers (BoN contract v2)")

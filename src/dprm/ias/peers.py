@@ -2,7 +2,7 @@
 
 Every peer decides how many candidates each question draws, one draw at a time, from what the
 draws so far show; none reads a calibrator. They run on the same pools and the same draw orders
-as ``auto-seq`` (:func:`dprm.ias.sequential.draw_orders`): a question's i-th draw is the i-th
+as ``auto-seq`` (:func:`dprm.ias.draws.draw_orders`): a question's i-th draw is the i-th
 candidate of its order, and the selection rule picks among the first n drawn.
 
 Per-question stopping rules (the draws stop when the rule says so, or at the cap

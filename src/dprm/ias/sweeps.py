@@ -212,6 +212,7 @@ def run_sweeps(
             "accuracy": acc,
             "accuracy_mc": mc_acc,
             "rule": CONTRACT_RULE,
+            "target_cost": np.nan,  # the sweeps have a knob, not a target cost
             "accuracy_mc_se": mc_se,
             "cost_mc": mc_cost,
             "n_questions": len(pools),

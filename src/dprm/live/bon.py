@@ -12,19 +12,20 @@ samples (and their tokens) it looks at. The summary adds the fixed-n curve (firs
 n = 1, 2, 4, ..., B) so the fixed n that matches the adaptive accuracy can be read off.
 
 N_i comes from the C rule, from ``dprm ias``'s ``auto`` allocation (``auto_cost``: every
-budget fixed before sampling, :func:`auto_budgets`), or from the sequential ``auto-seq``
+budget fixed before sampling, :func:`dprm.live.bon_auto.auto_budgets`), or from the sequential ``auto-seq``
 (``auto_seq``: budgets grow as the candidates are read, :mod:`dprm.live.bon_seq`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dprm.ias.rules import CONTRACT_RULE, select_candidate
+from dprm.ias.rules import CONTRACT_RULE
+from dprm.live.bon_auto import auto_budgets
+from dprm.live.bon_peers import solve_peer
+from dprm.live.bon_record import first_n_pick, question_record
+from dprm.live.bon_seq import solve_sequential
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig, question_states, write_bon_export
 from dprm.live.run_frame import grade_texts, open_run, solving
@@ -36,71 +37,6 @@ from dprm.live.summary import (
     side_totals,
     write_summary,
 )
-
-
-def _answer(cand: dict) -> str:
-    """A candidate's canonical final answer (logged since voting; else read from its text)."""
-    if "answer" in cand:
-        return str(cand["answer"] or "")
-    from dprm.llm.answers import canonical_answer
-
-    return canonical_answer(str(cand.get("text") or ""))
-
-
-def _choice(cands: list[dict], n: int, rule: str = CONTRACT_RULE) -> dict[str, Any]:
-    """The pick of ``rule`` among the first ``n`` candidates (:func:`select_candidate`: the
-    highest uncalibrated PRM score, or the vote on final answers, ties to the higher score)."""
-    first = cands[:n]
-    scores = [c["prm_score"] for c in first]
-    index = select_candidate(
-        rule, scores, None if rule == CONTRACT_RULE else [_answer(c) for c in first]
-    )
-    chosen = {"index": index, "prm_score": cands[index]["prm_score"], "text": cands[index]["text"]}
-    if rule != CONTRACT_RULE:
-        chosen["answer"] = _answer(cands[index])
-    return {
-        "n": n,
-        "samples": n,
-        "tokens": int(sum(c["n_tokens"] for c in first)),
-        "chosen": chosen,
-        "correct": cands[index]["correct"],
-    }
-
-
-def question_record(
-    row: dict,
-    config: SolveConfig,
-    question_score: float,
-    p_hat: float,
-    levels: np.ndarray,
-    quantiles: np.ndarray,
-    cands: list[dict],
-    budget: int,
-    base_n: int,
-    **extra: Any,
-) -> dict[str, Any]:
-    """One question's ``bon.jsonl`` record: its adaptive pick from the first ``budget``
-    candidates, the fixed baseline's from the first ``base_n`` (none when 0), and ``extra``
-    (allocation details) after the question's calibrated reading."""
-    adaptive = _choice(cands, budget, config.rule)
-    return {
-        "question_id": row["question_id"],
-        "mode": "bon",
-        **({"allocation": extra.pop("allocation")} if "allocation" in extra else {}),
-        "gold": row["answer"] or None,
-        "C": float(config.C),
-        "question_prm_score": float(question_score),
-        "question_p_hat": float(p_hat),
-        "question_quantiles": {"levels": levels.tolist(), "values": quantiles.tolist()},
-        **extra,
-        "budget": int(budget),
-        "samples": adaptive["samples"],
-        "tokens": adaptive["tokens"],
-        "chosen": adaptive["chosen"],
-        "correct": adaptive["correct"],
-        "baseline": _choice(cands, base_n, config.rule) if base_n else None,
-        "candidates": cands,
-    }
 
 
 def solve_chunk(
@@ -198,16 +134,12 @@ def run_bon(
     questions, suffix, provenance = open_run(out, config, cprm, generator)
     states, budgets = question_states(out, suffix, questions, cprm, float(config.C))
     if config.auto_seq:  # the sequential allocation reads candidates as they arrive
-        from dprm.live.bon_seq import solve_sequential
-
         records = solve_sequential(
             config, cprm, generator, out, suffix, questions, states, progress=progress, pool=pool
         )
         write_bon_export(out, suffix, records, {"source": "dprm solve --mode bon", **provenance})
         return write_summary(out, summarize_bon(read_results(out, "bon"), config))
     if config.peer is not None:  # a calibrator-free peer reads candidates as they arrive
-        from dprm.live.bon_peers import solve_peer
-
         records = solve_peer(
             config, cprm, generator, out, suffix, questions, states, progress=progress, pool=pool
         )
@@ -259,87 +191,13 @@ def check_training_answers(train_bon: str, rule: str) -> None:
         )
 
 
-def auto_budgets(
-    cprm: CalibratedPRM, states: States, train_bon: str, cost: float, rule: str = CONTRACT_RULE
-) -> np.ndarray:
-    """Budgets [Q] of ``dprm ias``'s ``auto`` rule for selection ``rule`` (default the
-    contract's, highest last score) for live question states: learnt on ``train_bon`` (scored
-    by the same PRM), at mean ``cost``; uniform when the questions' states are unlike the
-    training set's (``shift_auc``).
-
-    Raises:
-        DataError: the training set's hidden size differs from the PRM's (another PRM scored
-            it), or ``rule`` votes and the set has no final answers (BoN contract v1).
-    """
-    fitted = fit_auto(cprm, states, train_bon, rule)
-    return fitted.allocator.budgets(fitted.estimate, cost, fitted.floor_share, cprm.n_max)
-
-
-@dataclass
-class FittedAuto:
-    """``auto`` learnt on a training BoN set, for the live questions of one shard.
-
-    Attributes:
-        allocator: the rule's allocator (selection-accuracy model g).
-        floor_share: the uniform floor share (1 when the live states are unlike the training
-            set's).
-        estimate: the calibrator's estimate on the live question states.
-        train: the training BoN set; train_estimate: the calibrator's estimate on it.
-        shifted: the live states are unlike the training set's (the label-free shift check).
-    """
-
-    allocator: Any
-    floor_share: float
-    estimate: Any
-    train: Any
-    train_estimate: Any
-    shifted: bool = False
-
-
-def fit_auto(
-    cprm: CalibratedPRM, states: States, train_bon: str, rule: str = CONTRACT_RULE
-) -> FittedAuto:
-    """Fit ``auto`` for selection ``rule`` (as ``dprm ias`` does) on ``train_bon`` for ``states``.
-
-    Raises:
-        DataError: the training set's hidden size differs from the PRM's (another PRM scored
-            it), or ``rule`` votes and the set has no final answers (BoN contract v1).
-    """
-    from dprm.data import read_bon_set
-    from dprm.ias import estimate_from_model
-    from dprm.ias.allocation import SHIFT_AUC, shift_auc
-    from dprm.ias.pays import AutoAllocator, pool_share
-    from dprm.ias.rules import Candidates, rule_table
-    from dprm.io import DataError
-    from dprm.live.calibrated_prm import _StateTable
-
-    train = read_bon_set(train_bon, check_hidden=False)
-    if cprm.calibrator.uses_hidden and train.hidden_dim != states.hidden.shape[1]:
-        raise DataError(
-            train.path,
-            f"hidden_dim {train.hidden_dim} but the PRM's states have {states.hidden.shape[1]}: "
-            "--train-bon must be scored by the same PRM",
-        )
-    cands = Candidates.from_bon(train)
-    allocator = AutoAllocator(rule_table(cands, rule, n_max=cprm.n_max), pool_share(cands))
-    kw = {"beta": cprm.beta, "m": cprm.m_levels}
-    train_est = estimate_from_model(cprm.calibrator, train, **kw)
-    share, _ = allocator.floor_share(train_est)
-    comparable = train.hidden_dim == states.hidden.shape[1] and len(states.hidden) >= 4
-    shifted = bool(comparable and shift_auc(train.hidden, states.hidden) > SHIFT_AUC)
-    if shifted:  # unlike training
-        share = 1.0
-    est = estimate_from_model(cprm.calibrator, _StateTable(states.scores, states.hidden), **kw)
-    return FittedAuto(allocator, float(share), est, train, train_est, shifted)
-
-
 def fixed_curve(records: list[dict], n_top: int, rule: str = CONTRACT_RULE) -> list[dict[str, Any]]:
     """The pick of ``rule`` from the first n samples, n = 1, 2, 4, ... and ``n_top``: accuracy,
     samples, tokens."""
     ns = sorted({n for n in (2**k for k in range(12)) if n < n_top} | {n_top})
     rows = []
     for n in ns:
-        picks = [_choice(r["candidates"], n, rule) for r in records]
+        picks = [first_n_pick(r["candidates"], n, rule) for r in records]
         rows.append({"n": n, **side_totals(picks, None)})
     return rows
 

@@ -84,7 +84,7 @@ def solve_peer(
     """Run the peer ``config.peer`` over this shard's questions; returns their records
     (``allocation`` = ``peer:<name>``, ``peer_level``, ``budget`` = its draws)."""
     from dprm.ias.rules import answer_key
-    from dprm.live.bon import question_record
+    from dprm.live.bon_record import question_record
     from dprm.live.bon_seq import DrawLog, _Drawer
     from dprm.live.run_frame import solving
     from dprm.live.runlog import ResultLog

@@ -5,7 +5,7 @@ live generator over one shard's Q questions, with the shard's total budget round
 
 1. every question draws the uniform floor (all of the budget, exactly uniform best-of-N, when
    the live questions are unlike the training set's; else the share the policy does best with
-   on the training pools at the target cost, :func:`dprm.ias.pays.sequential_floor_shares`);
+   on the training pools at the target cost, :func:`dprm.ias.sequential.floor.fit_sequential`);
 2. the policy (:class:`dprm.ias.sequential.SequentialPolicy`, the very state the offline
    evaluator runs) picks the next ``round_size`` draws by its index, the posterior-expected gain
    of one more draw; they are generated together, the PRM scores each complete response, the
@@ -34,8 +34,7 @@ round it was drawn in. Every drawn candidate is appended to ``OUT/seq_drawsSFX.j
 as its round is scored; a rerun replays the policy on the logged candidates (it is
 deterministic given their estimates and answers, so it asks for the same draws) and
 generates only the draws that are missing: a resumed run makes the allocation an uninterrupted
-one would. A logged draw without ``answer`` (a log written by an older dprm) gets it from its
-logged ``text``.
+one would.
 """
 
 from __future__ import annotations
@@ -48,7 +47,8 @@ import pandas as pd
 
 from dprm.ias.rules import CONTRACT_RULE
 from dprm.io import DataError
-from dprm.live.bon import fit_auto, question_record
+from dprm.live.bon_auto import fit_auto
+from dprm.live.bon_record import question_record
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
 from dprm.live.run_frame import grade_texts, solving
@@ -58,17 +58,17 @@ from dprm.live.runlog import ResultLog
 class DrawLog(ResultLog):
     """The resumable log of drawn candidates, keyed by (question_id, draw index).
 
-    Every record read has an ``answer``, the canonical final answer of its ``text``: a line
-    written by an older dprm (no ``answer``) gets it on loading (in memory; the file is kept).
+    Every record has an ``answer``, the canonical final answer of its ``text``; a line without
+    one fails in one line naming the file.
     """
 
     def _load(self) -> None:
-        from dprm.llm.answers import canonical_answer
-
         super()._load()
-        for record in self.records.values():
+        for (question_id, draw), record in self.records.items():
             if "answer" not in record:
-                record["answer"] = canonical_answer(str(record.get("text") or ""))
+                raise DataError(
+                    self.path, f"{question_id} draw {draw}: no 'answer' (written by another dprm)"
+                )
 
     def key(self, record: dict[str, Any]) -> tuple[str, int]:
         draw = record.get("draw")
@@ -102,7 +102,7 @@ def check_sequential_training(calibrator: Any, train_bon: str) -> None:
 
 def indexes_race(seq, rule: str) -> bool:
     """Whether ``auto-seq`` indexes the majority vote's race: the rule is ``majority`` and the
-    policy reads the draws' answers (as offline, :func:`dprm.ias.pays.sequential_rows`)."""
+    policy reads the draws' answers (as offline, :func:`dprm.ias.equal_cost.sequential_rows`)."""
     return seq.answers is not None and rule == "majority"
 
 
@@ -113,11 +113,11 @@ def fit_sequential(
     ``cost``, as ``dprm ias --sequential`` learns it for selection ``rule`` (default the
     contract's, highest last score; ``majority`` with answers: the race index).
 
-    The live draws always have answers, so, as offline (:func:`dprm.ias.pays.sequential_rows`)
+    The live draws always have answers, so, as offline (:func:`dprm.ias.equal_cost.sequential_rows`)
     when both sets carry answers, the policy reads the draws' final answers when the training
     set has them (BoN contract v2 ``answer`` column; ``seq.answers`` is then not None); without
     them it reads the estimates only. Its floor share is chosen on the training pools for the
-    target cost (:func:`dprm.ias.pays.sequential_floor_shares`), and is 1 when the live
+    target cost (:func:`dprm.ias.sequential.floor.fit_sequential`), and is 1 when the live
     question states are unlike the training set's.
 
     Returns:
@@ -129,31 +129,24 @@ def fit_sequential(
         DataError: the training set was scored by another PRM, has no candidate states, or has
             no final answers and ``rule`` votes.
     """
+    from dprm.ias.draws import table_weight
     from dprm.ias.estimates import candidate_estimates, estimate_samples
-    from dprm.ias.pays import sequential_floor_shares, table_weight
-    from dprm.ias.rules import Candidates, uses_answers
-    from dprm.ias.sequential import SequentialAuto
+    from dprm.ias.rules import Candidates
+    from dprm.ias.sequential.floor import fit_sequential as fit_policy
 
     check_sequential_training(cprm.calibrator, train_bon)
     fitted = fit_auto(cprm, states, train_bon, rule)
     cands = Candidates.from_bon(fitted.train)
     train_est = fitted.train_estimate
     train_est.candidate = candidate_estimates(cprm.calibrator, fitted.train)
-    seq = SequentialAuto.fit(
-        fitted.allocator.model,
-        estimate_samples(train_est),
-        cands.gather(train_est.candidate, 0.5),
-        cands.correct,
-        cands.row >= 0,
-        cands.answer,  # None for a contract-v1 set: the estimates-only policy
-    )
-    majority = indexes_race(seq, rule)
-    share = 1.0  # unlike the training questions: uniform
-    if not fitted.shifted:
-        (share,), _ = sequential_floor_shares(
-            seq, cands, train_est, table_weight(cands, rule, None), [cost],
-            vote=uses_answers(rule), majority=majority, n_max=cprm.n_max,
-        )  # fmt: skip
+    # the live draws always have answers: the policy reads them when the training set has them
+    # (None for a contract-v1 set: the estimates-only policy)
+    fit = fit_policy(
+        fitted.allocator.model, cands, train_est, table_weight(cands, rule, None), [cost], rule,
+        read_answers=cands.answer is not None, n_max=cprm.n_max,
+    )  # fmt: skip
+    seq = fit.seq
+    share = 1.0 if fitted.shifted else fit.floor_shares[0]  # unlike the training questions
     return seq, estimate_samples(fitted.estimate), float(share), fitted.shifted
 
 
@@ -255,7 +248,7 @@ def solve_sequential(
     (its place in the shard's sequence of draws); ``floor_share`` is the share the policy used.
     """
     from dprm.ias.allocation import uniform_budgets
-    from dprm.ias.pays import _mean_budget
+    from dprm.ias.auto import mean_budget as target_mean_budget
     from dprm.ias.rules import answer_key
     from dprm.llm.shard import chunked
 
@@ -267,7 +260,7 @@ def solve_sequential(
         cprm, states, str(config.train_bon), float(config.auto_cost), config.rule
     )
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
-    mean_budget = _mean_budget(float(config.auto_cost), n_max)
+    mean_budget = target_mean_budget(float(config.auto_cost), n_max)
     reads_answers = seq.answers is not None
     policy = seq.policy(
         samples, np.full(q_count, n_max), n_max, answers=reads_answers,

@@ -15,7 +15,6 @@ Run directory (``--out OUT``; ``SFX`` is ``""`` or ``.shard-IIIII-of-NNNNN``)::
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +73,7 @@ def start_run(out: Path, config: SolveConfig, provenance: dict[str, Any]) -> Non
     digests = input_digests(config)
     record = {**config.to_dict(), "provenance": provenance, "dprm_version": __version__}
     record[INPUT_DIGESTS] = digests
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(SolveConfig)
-        if f.default is not dataclasses.MISSING
-    }
-    check_run_config(out, record, FINGERPRINT_KEYS, defaults)
+    check_run_config(out, record, FINGERPRINT_KEYS)
     check_run_inputs(out, digests)
 
 

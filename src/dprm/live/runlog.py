@@ -89,23 +89,26 @@ def read_results(out: str | os.PathLike, mode: str) -> list[dict[str, Any]]:
     return records
 
 
-def check_run_config(
-    out: Path, config: dict[str, Any], keys: Iterable[str], defaults: dict[str, Any] | None = None
-) -> None:
+def check_run_config(out: Path, config: dict[str, Any], keys: Iterable[str]) -> None:
     """Refuse to resume a run directory made with other settings (``keys`` must match).
 
     The first run writes ``run.json`` (the resolved config, package version, seed); a rerun with
-    a different value of any key in ``keys`` fails instead of mixing two configurations. A key
-    missing from an older ``run.json`` (a setting added since) reads as its value in
-    ``defaults``: the run was made with what the setting's default does.
+    a different value of any key in ``keys`` fails instead of mixing two configurations, and so
+    does a ``run.json`` that lacks one of them (written by another dprm version).
     """
     path = out / RUN_FILE
     if not path.exists():
         write_json(path, config)
         return
     found = read_json(path)
-    defaults = defaults or {}
-    found = {k: found.get(k, defaults.get(k)) for k in keys}
+    absent = [k for k in keys if k not in found]
+    if absent:
+        raise DataError(
+            path,
+            f"has no {', '.join(map(repr, absent))} (written by another dprm version); "
+            "use a new --out",
+        )
+    found = {k: found[k] for k in keys}
     diff = {k: (found[k], config.get(k)) for k in keys if found[k] != config.get(k)}
     if diff:
         detail = "; ".join(f"{k}: was {a!r}, now {b!r}" for k, (a, b) in diff.items())

@@ -49,8 +49,8 @@ from torch import Tensor
 
 from dprm.config import in_range
 from dprm.data.contract import CalibrationSet
-from dprm.models.interface import register
 from dprm.models.map_calibrator import MapNetConfig, MapQuantiles, QuantileMapCalibrator
+from dprm.models.registry import register
 from dprm.models.training import Batch, Trainer
 
 LINKS = ("logit", "clamp")

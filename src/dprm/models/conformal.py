@@ -57,22 +57,11 @@ from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
 from dprm.models.fit import fit_split
-from dprm.models.interface import REGISTRY, Calibrator, PointMass, register
-
-#: config keys of files saved before the inner calibrator's keys were renamed
-LEGACY_KEYS = {
-    "base_method": "inner_method",
-    "base_set": "inner_set",
-    "base_config": "inner_config",
-}
+from dprm.models.interface import Calibrator, PointMass
+from dprm.models.registry import REGISTRY, register
 
 #: the bound is lowered by this much so float32 rounding never breaks an exact (tied) inclusion
 FLOAT_SLACK = 1e-6
-
-
-def upgrade_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with :data:`LEGACY_KEYS` renamed (saved directories stay loadable)."""
-    return {LEGACY_KEYS.get(key, key): value for key, value in config.items()}
 
 
 def conformal_rank(n: int, alpha: float) -> int:
@@ -152,7 +141,6 @@ class ConformalCalibrator(Calibrator):
 
     def __init__(self, hidden_dim: int, config: dict[str, Any] | None = None):
         super().__init__(hidden_dim, config)
-        self.config = upgrade_config(self.config)
         method = self.config.get("inner_method", ConformalConfig.inner_method)
         check_inner_method(method)
         self.inner: Calibrator = REGISTRY[method].from_config(

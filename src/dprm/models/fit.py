@@ -25,8 +25,9 @@ from dprm.config import ConfigError, load_config, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
-from dprm.models.interface import REGISTRY, Calibrator
+from dprm.models.interface import Calibrator
 from dprm.models.provenance import data_provenance
+from dprm.models.registry import REGISTRY
 from dprm.threads import torch_threads
 from dprm.version import __version__
 

@@ -1,4 +1,7 @@
-"""The calibrator protocol every method implements, its registry, and verified save / load.
+"""The calibrator protocol every method implements, its predict dispatch and verified save.
+
+The registry is :mod:`dprm.models.registry`; loading a saved directory is
+:mod:`dprm.models.storage`.
 
 Like zuko: ``calibrator(hidden, prm_score)`` returns a :class:`QuantileFunction` you query at
 levels. A calibrator is an ``nn.Module`` holding its fitted state, including the hidden-state
@@ -19,8 +22,6 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-import math
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,38 +32,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from dprm.io import DataError, atomic_dir, read_json, strict_jsonable
+from dprm.io import DataError, atomic_dir, strict_jsonable
 from dprm.metrics import LEVELS_11
 from dprm.threads import torch_threads
 from dprm.version import __version__
 
-#: name -> calibrator class; filled by the ``@register`` decorator of each method module.
-REGISTRY: dict[str, type[Calibrator]] = {}
-#: the calibrator kinds, in the order "least" to "most" information
-KINDS = ("point", "levels", "distribution")
 #: file names of a saved calibrator directory
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 #: the training history (one entry per evaluation; written when the model was fitted here)
 HISTORY_FILE = "history.json"
-#: state-dict names before the PICNN's marginal map was renamed (files saved by dprm <= 0.x)
-LEGACY_STATE_NAMES = {".base.": ".marginal_map.", ".base_scale.": ".marginal_scale."}
 #: trained levels are stored in float32 (0.1 -> 0.10000000149): levels match to this tolerance
 LEVEL_TOLERANCE = 1e-6
-
-
-def register(name: str):
-    """Class decorator adding a calibrator to :data:`REGISTRY` under ``name``."""
-
-    def deco(cls: type[Calibrator]) -> type[Calibrator]:
-        if name in REGISTRY and REGISTRY[name] is not cls:
-            raise ValueError(f"calibrator {name!r} registered twice")
-        if cls.kind not in KINDS:
-            raise ValueError(f"calibrator {name!r}: kind {cls.kind!r} is not one of {KINDS}")
-        cls.method = name
-        REGISTRY[name] = cls
-        return cls
-
-    return deco
 
 
 class QuantileFunction:
@@ -485,7 +465,6 @@ def predict(
         return PREDICT_RULES[model.kind](model, hidden, prm_score, levels, batch_size)
 
 
-# ----------------------------------------------------------------------------- load
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()
@@ -493,131 +472,3 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-#: safetensors dtype names of the tensors a calibrator saves
-_SAFETENSORS_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.bool: "BOOL",
-}
-
-
-def current_state_name(name: str) -> str:
-    """A state-dict entry's name with :data:`LEGACY_STATE_NAMES` applied."""
-    for old, new in LEGACY_STATE_NAMES.items():
-        name = name.replace(old, new)
-    return name
-
-
-def verify_weights(path: Path, model: Calibrator, sha256: str | None) -> None:
-    """Check a weights file against the architecture its config describes, before reading it.
-
-    Checks, each failing with a one-line :class:`DataError` naming ``path``: the file is a
-    complete safetensors file (8-byte header length, JSON header, tensor byte ranges that tile
-    the data section exactly), every tensor of ``model`` is present with its dtype and shape and
-    there are no others, and the bytes hash to ``sha256`` when the config recorded one.
-    """
-    size = path.stat().st_size
-    if size < 8:
-        raise DataError(path, f"not a safetensors file ({size} bytes; truncated or empty)")
-    with open(path, "rb") as handle:
-        (header_len,) = struct.unpack("<Q", handle.read(8))
-        if header_len > size - 8:
-            raise DataError(path, f"header of {header_len} bytes exceeds the file ({size} bytes)")
-        try:
-            header = json.loads(handle.read(header_len))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise DataError(path, "safetensors header is not valid JSON (file corrupt)") from None
-    if not isinstance(header, dict):
-        raise DataError(path, "safetensors header is not a JSON object (file corrupt)")
-    header.pop("__metadata__", None)
-    header = {current_state_name(name): entry for name, entry in header.items()}
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(header))
-    unexpected = sorted(set(header) - set(expected))
-    if missing or unexpected:
-        raise DataError(
-            path,
-            f"weights do not match {model.method!r}: missing {missing}, unexpected {unexpected}",
-        )
-    ends = []
-    for name, tensor in expected.items():
-        entry = header[name]
-        if not isinstance(entry, dict) or {"dtype", "shape", "data_offsets"} - set(entry):
-            raise DataError(path, f"tensor {name!r}: malformed header entry")
-        want_dtype = _SAFETENSORS_DTYPES.get(tensor.dtype, str(tensor.dtype))
-        shape = list(entry["shape"])
-        if name in model.data_sized and len(shape) == tensor.dim():
-            tensor = tensor.new_empty(shape)
-        if entry["dtype"] != want_dtype or shape != list(tensor.shape):
-            raise DataError(
-                path,
-                f"tensor {name!r} is {entry['dtype']} {list(entry['shape'])}, the config "
-                f"describes {want_dtype} {list(tensor.shape)}",
-            )
-        start, stop = entry["data_offsets"]
-        nbytes = math.prod(tensor.shape) * tensor.element_size()
-        if stop - start != nbytes:
-            raise DataError(path, f"tensor {name!r}: {stop - start} bytes, expected {nbytes}")
-        ends.append((start, stop))
-    data_bytes = size - 8 - header_len
-    covered = sum(stop - start for start, stop in ends)
-    if (ends and max(stop for _, stop in ends) != data_bytes) or covered != data_bytes:
-        raise DataError(
-            path, f"data section is {data_bytes} bytes, the header describes {covered} (truncated?)"
-        )
-    if sha256 is not None and file_sha256(path) != sha256:
-        raise DataError(
-            path, "content hash differs from the one recorded in config.json (file corrupt)"
-        )
-
-
-def load(directory: str | Path) -> Calibrator:
-    """Load a calibrator directory written by :meth:`Calibrator.save` (no pickle involved).
-
-    The weights are verified first (:func:`verify_weights`): header, tensor shapes against the
-    config, and the content hash recorded at save time.
-
-    Raises:
-        DataError: a missing, corrupt, truncated or mismatched file, named in the message.
-    """
-    from safetensors.torch import load_file
-
-    import dprm.models  # noqa: F401  (fills REGISTRY)
-
-    directory = Path(directory)
-    cfg_path = directory / CONFIG_FILE
-    cfg = read_json(cfg_path)
-    if not isinstance(cfg, dict):
-        raise DataError(cfg_path, "expected a JSON object")
-    method = cfg.get("method")
-    if method not in REGISTRY:
-        raise DataError(
-            cfg_path, f"key 'method': unknown calibrator {method!r}; known: {sorted(REGISTRY)}"
-        )
-    hidden_dim = cfg.get("hidden_dim")
-    if not isinstance(hidden_dim, int) or isinstance(hidden_dim, bool) or hidden_dim < 1:
-        raise DataError(
-            cfg_path, f"key 'hidden_dim': expected a positive integer, found {hidden_dim!r}"
-        )
-    try:  # a negative or zero width inside the config: torch's RuntimeError, said in one line
-        model = REGISTRY[method].from_config(hidden_dim, cfg.get("config", {}))
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise DataError(
-            cfg_path, f"config does not describe a {method!r} calibrator: {err}"
-        ) from None
-    weights = directory / WEIGHTS_FILE
-    if not weights.exists():
-        raise DataError(weights, "file not found")
-    verify_weights(weights, model, cfg.get("weights_sha256"))
-    state = {current_state_name(k): v for k, v in load_file(str(weights)).items()}
-    model.load_state_dict(state, strict=True)
-    model.info = cfg.get("info", {})
-    model.source = str(directory)
-    model.eval()
-    return model

@@ -14,8 +14,8 @@ from typing import ClassVar
 from torch import Tensor
 
 from dprm.metrics import pinball_rho
-from dprm.models.interface import register
 from dprm.models.map_calibrator import MapNetConfig, QuantileMapCalibrator
+from dprm.models.registry import register
 from dprm.models.training import Batch
 
 

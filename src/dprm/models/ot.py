@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from dprm.config import ConfigError, in_range
-from dprm.models.interface import QuantileFunction, register
+from dprm.models.interface import QuantileFunction
 from dprm.models.map_calibrator import (
     MapNetConfig,
     MapQuantiles,
@@ -66,6 +66,7 @@ from dprm.models.map_calibrator import (
     build_net,
 )
 from dprm.models.picnn import MonotoneInterpolant, QuantileMapNet, marginal_quantile_knots
+from dprm.models.registry import register
 from dprm.models.training import Batch, Trainer
 
 #: the readings of the transport's source (module docstring)

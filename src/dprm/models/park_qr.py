@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from dprm.io import DataError
-from dprm.models.interface import Calibrator, FixedLevels, register
+from dprm.models.interface import Calibrator, FixedLevels
+from dprm.models.registry import register
 
 #: the adapters' levels and the calibration-set columns that hold their quantiles
 PARK_LEVELS = (0.1, 0.5, 0.9)

@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from dprm.config import from_dict, in_range, to_dict
 from dprm.metrics import LEVELS_11, pinball_rho
-from dprm.models.interface import FixedLevels, register
+from dprm.models.interface import FixedLevels
+from dprm.models.registry import register
 from dprm.models.training import Batch, TrainConfig, TrainedCalibrator, Trainer
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dprm.models.interface import Calibrator, PointMass, register
+from dprm.models.interface import Calibrator, PointMass
+from dprm.models.registry import register
 
 
 @register("base")

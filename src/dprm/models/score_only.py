@@ -23,7 +23,8 @@ from torch import Tensor
 
 from dprm.config import in_range, to_dict
 from dprm.data.contract import CalibrationSet
-from dprm.models.interface import Calibrator, PointMass, register
+from dprm.models.interface import Calibrator, PointMass
+from dprm.models.registry import register
 
 
 def _binomial_log_loss(p_hat: np.ndarray, k: np.ndarray, n: np.ndarray, eps: float = 1e-6) -> float:

@@ -65,7 +65,8 @@ from dprm.models.fit import (
     fit_split,
     resolve_config,
 )
-from dprm.models.interface import REGISTRY, Standardizer, predict
+from dprm.models.interface import Standardizer, predict
+from dprm.models.registry import REGISTRY
 from dprm.models.training import eligible_from, evaluation_hook, reuse_standardized_rows
 from dprm.version import __version__
 from dprm.workers import ended_on_exit

@@ -77,7 +77,8 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
     Returns:
         one row per (world, split, rule, method, kind, cost) with ``accuracy``, ``accuracy_sd``
         (across seeds), ``gain``, ``gain_sd``, ``headroom``, ``share`` (mean gain / mean
-        headroom), ``share_sd`` (of the per-seed shares), ``seeds``.
+        headroom), ``share_sd`` (of the per-seed shares), ``seeds``, ``falls_back_to`` (the peers
+        ``auto-seq`` fell back to under a shift; "" where it ran).
     """
     keys = [k for k in ("world", "split") if k in pays.columns]
     keys += ["rule", "method", "kind", "cost"]
@@ -90,6 +91,8 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
     )
     if "headroom_pop" not in pays.columns:  # sets without oracle-pop rows (real data, v1)
         pays = pays.assign(headroom_pop=np.nan)
+    if "falls_back_to" not in pays.columns:  # pays.csv files written before the fallback
+        pays = pays.assign(falls_back_to="")
     grouped = pays.groupby(keys, sort=False, dropna=False)
     out = grouped.agg(
         accuracy=("accuracy", "mean"),
@@ -100,6 +103,7 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
         headroom_pop=("headroom_pop", "mean"),
         share_sd=("_share", "std"),
         seeds=("accuracy", "count"),
+        falls_back_to=("falls_back_to", _peers),
     ).reset_index()
     out["share"] = np.where(
         out["headroom"] > 1e-9, out["gain"] / out["headroom"].where(out["headroom"] > 1e-9), np.nan
@@ -108,6 +112,11 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
     pop = out["headroom_pop"]
     out["share_pop"] = np.where(pop > 1e-9, out["gain"] / pop.where(pop > 1e-9), np.nan)
     return out
+
+
+def _peers(values: pd.Series) -> str:
+    """The peers ``auto-seq`` fell back to across seeds ("" where it always ran)."""
+    return ", ".join(sorted({v for v in values if isinstance(v, str) and v}))
 
 
 def _fmt(value: float, sd: float, spec: str, unit: str = "") -> str:
@@ -133,6 +142,8 @@ def _cell(r: pd.Series) -> str:
         if np.isfinite(r.get("share_pop", np.nan)):
             text += f"; {100 * r['share_pop']:+.0f}% pop."
         text += ")"
+    if isinstance(r.get("falls_back_to"), str) and r["falls_back_to"]:
+        text += f" falls back to {r['falls_back_to']}"
     return text
 
 
@@ -299,7 +310,8 @@ def reference_lines(
         if sub.empty:
             continue
         style, name = styles[sweep]
-        mean = sub.groupby("level", sort=True)[["cost", "accuracy"]].mean().sort_values("cost")
+        mean = sub.groupby("target_cost", sort=True)[["cost", "accuracy"]].mean()
+        mean = mean.sort_values("cost")
         x, y = mean["cost"].to_numpy(float), mean["accuracy"].to_numpy(float)
         if xrange is not None:
             lo, hi = max(xrange[0], x.min()), min(xrange[1], x.max())

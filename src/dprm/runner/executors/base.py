@@ -32,13 +32,6 @@ def is_driver_unit(unit: Unit) -> bool:
     return bool(unit.resources.get("driver"))
 
 
-def run_in_driver(units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
-    """Run cheap units here, one after the other (merges, question files)."""
-    from dprm.runner.executors.local import LocalExecutor
-
-    LocalExecutor(1).run("driver", units, record, fail, bar)
-
-
 def report(unit: Unit, result, record: Record, fail: Fail, bar: Any) -> None:
     """Record a finished unit (``result()`` returns :func:`call`'s dict) or its failure."""
     try:

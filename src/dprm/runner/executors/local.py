@@ -72,6 +72,11 @@ class LocalExecutor:
         pool.shutdown()
 
 
+def run_in_driver(units: list[Unit], record: Record, fail: Fail, bar: Any) -> None:
+    """Run cheap units here, one after the other (merges, question files)."""
+    LocalExecutor(1).run("driver", units, record, fail, bar)
+
+
 def _pin(queue) -> None:
     """Worker initializer: take one GPU id for the life of the process."""
     os.environ["CUDA_VISIBLE_DEVICES"] = queue.get()

@@ -30,7 +30,8 @@ from typing import Any
 
 import ray
 
-from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report, run_in_driver
+from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report
+from dprm.runner.executors.local import run_in_driver
 from dprm.runner.units import Fail, Record, Unit
 
 

@@ -1,4 +1,4 @@
-"""BoN contract v2 (reader / writer) and the twin's answers and candidate states (synth_bon)."""
+"""BoN contract v2 (reader / writer) and the twin's answers and candidate states (dprm.data.synth.bon)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dprm.data.synth import (
     assemble_latent,
     resolve_preset,
 )
-from dprm.data.synth_bon import (
+from dprm.data.synth.bon import (
     GOLD,
     candidate_latents,
     draw_answers,

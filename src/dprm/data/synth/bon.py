@@ -1,6 +1,6 @@
 """BoN contract v2 for the twin worlds: final answers, candidate states and step scores.
 
-:func:`dprm.data.synth.write_world` draws each test question's pool of 64 candidates (their
+:func:`dprm.data.write_world` draws each test question's pool of 64 candidates (their
 correctness and final PRM score, contract v1). This module adds what contract v2 carries, from
 its own random stream (so every v1 column stays bit for bit what it was):
 
@@ -16,12 +16,12 @@ its own random stream (so every v1 column stays bit for bit what it was):
   about 70 % of wrong answers), a_q = 0 gives alpha = 2 (about 1/3), a_q = 4 gives alpha = 5.4.
 * **candidate states from the same generative model.** A candidate is a complete trajectory of
   the question: its length T, walk w_{T-1}, style c and nuisance draws follow
-  :func:`dprm.data.synth.draw_generator`, and its correctness must agree with them. Given the
+  :func:`dprm.data.draw_generator`, and its correctness must agree with them. Given the
   candidate's correctness (drawn in v1 from Bernoulli(p_q)), (w, c) is drawn from its posterior
   by sampling-importance-resampling (``N_PROPOSALS`` prior proposals weighted by
   sigmoid(l) or 1 - sigmoid(l), l = a_q + walk w + 0.5 sin(1.5 c)). The PRM reads it as on the
   calibration records (o_1 the question's reading, o_2 = walk w + e with the same noise), and
-  the hidden state is the world's own :class:`dprm.data.synth.Embedding` of those features at
+  the hidden state is the world's own :class:`dprm.data.Embedding` of those features at
   the last prefix step T - 1. So a calibrator's estimate on a candidate state is exactly as
   informative as the twin makes any final-step state.
 * **step scores**: the candidate's final score's logit, walked back with N(0, STEP_SCORE_WALK^2)
@@ -33,6 +33,24 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from dprm.data.contract import SetWriter
+from dprm.data.synth.draws import (
+    LENGTH_SPREAD,
+    LINEAR_COLS,
+    N_NUISANCE,
+    N_SIGNAL,
+    QUIRK_COL,
+    RAW_COLS,
+    REFERENCE_STEP,
+    STYLE_WEIGHT,
+    assemble_latent,
+    draw_generator,
+    draw_pool,
+    draw_prm,
+    simulate,
+)
+from dprm.data.synth.presets import SIZES, stable_seed
 
 #: wrong-answer concentration alpha_q = ALPHA_0 exp(ALPHA_SLOPE a_q), clipped
 ALPHA_0 = 2.0
@@ -95,10 +113,10 @@ def candidate_latents(
 
     Args:
         rng: the v2 stream.
-        gen, prm: the world's :class:`~dprm.data.synth.SynthGenerator` / ``SynthPRM``.
+        gen, prm: the world's :class:`~dprm.data.SynthGenerator` / ``SynthPRM``.
         question_logit: a_q [Q].
         question_latent: the question-only latents [Q, LATENT_DIM] (twin v2 layout,
-            :func:`dprm.data.synth.assemble_latent`): o_1, the question parts of the masking
+            :func:`dprm.data.assemble_latent`): o_1, the question parts of the masking
             noise and of the quirk, the nuisance.
         correct: [Q, K] candidate correctness.
         linear_share: the cell's lambda (the share of the readings in the linear channel).
@@ -125,10 +143,9 @@ def candidate_latents(
     kappa = prm.visibility
     tau2 = reference_step * gen.walk**2 * (1 - kappa) / kappa
     o2 = gen.walk * w + np.sqrt(tau2) * rng.standard_normal((q_count, k))
-    from dprm.data import synth  # the latent layout is synth's (imported late: synth imports us)
 
     q_lat = np.asarray(question_latent, dtype=np.float64)
-    z_question = q_lat[:, synth.RAW_COLS]  # (o_1 / 4, 0, 0) at step 0
+    z_question = q_lat[:, RAW_COLS]  # (o_1 / 4, 0, 0) at step 0
     readings = np.repeat(z_question[:, None, :], k, axis=1)  # [Q, K, N_SIGNAL]
     readings[..., 1] = o2 / 2
     readings[..., 2] = c
@@ -136,21 +153,18 @@ def candidate_latents(
     # channel m = sqrt(lam) z + sqrt(1 - lam) xi) plus a record part, / sqrt(2) each
     lam = float(np.clip(linear_share, 0.0, 1.0))
     xi_question = (
-        (q_lat[:, synth.LINEAR_COLS] - np.sqrt(lam) * z_question) / np.sqrt(1 - lam)
+        (q_lat[:, LINEAR_COLS] - np.sqrt(lam) * z_question) / np.sqrt(1 - lam)
         if lam < 1
         else np.zeros_like(z_question)
     )
-    masking = xi_question[:, None, :] + rng.standard_normal((q_count, k, synth.N_SIGNAL)) / np.sqrt(
-        2
-    )
+    masking = xi_question[:, None, :] + rng.standard_normal((q_count, k, N_SIGNAL)) / np.sqrt(2)
     key = 2.0 * (rng.random((q_count, k)) < 0.5) - 1  # a fresh key per record, as from step 1
-    quirk = q_lat[:, None, synth.QUIRK_COL] + rng.standard_normal((q_count, k)) / np.sqrt(2)
-    nuisance = q_lat[:, None, synth.QUIRK_COL + 1 :] + (
-        rng.normal(0, 0.7, (q_count, k, synth.N_NUISANCE))
-        + rng.normal(0, 0.3, (q_count, k, synth.N_NUISANCE))
+    quirk = q_lat[:, None, QUIRK_COL] + rng.standard_normal((q_count, k)) / np.sqrt(2)
+    nuisance = q_lat[:, None, QUIRK_COL + 1 :] + (
+        rng.normal(0, 0.7, (q_count, k, N_NUISANCE)) + rng.normal(0, 0.3, (q_count, k, N_NUISANCE))
     )
     n = q_count * k
-    latent = synth.assemble_latent(
+    latent = assemble_latent(
         readings.reshape(n, -1),
         masking.reshape(n, -1),
         key.reshape(n),
@@ -197,14 +211,13 @@ def add_v2(
         p_q: [Q] the questions' true success probabilities sigmoid(a_q).
         question_latent: [Q, LATENT_DIM] the question-only latents.
         correct: [Q, K] candidate correctness.
-        embed: the world's :class:`~dprm.data.synth.Embedding`.
-        world: the :class:`~dprm.data.synth.WorldSize`.
+        embed: the world's :class:`~dprm.data.Embedding`.
+        world: the :class:`~dprm.data.WorldSize`.
         linear_share: the cell's lambda (twin v2).
 
     Returns:
         ``responses`` with ``answer`` and ``step_scores`` added.
     """
-    from dprm.data import synth
 
     rng = bon_stream(seed, split_index)
     p = np.clip(np.asarray(p_q, dtype=np.float64), 1e-12, 1 - 1e-12)
@@ -220,10 +233,10 @@ def add_v2(
         linear_share,
         world.max_steps,
         world.min_steps,
-        synth.REFERENCE_STEP,
-        synth.STYLE_WEIGHT,
-        synth.LENGTH_SPREAD,
-        synth.SIZES["paper"].max_steps,
+        REFERENCE_STEP,
+        STYLE_WEIGHT,
+        LENGTH_SPREAD,
+        SIZES["paper"].max_steps,
     )
     target = writer.open_response_hidden(len(latent))
     for start in range(0, len(latent), chunk_rows):
@@ -238,23 +251,21 @@ def add_v2(
 def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed, provenance):
     """The training split's BoN set (v2): pools for learning a selection-accuracy model.
 
-    Same model as the test splits' pools in :func:`dprm.data.synth.write_world` (question-only
+    Same model as the test splits' pools in :func:`dprm.data.write_world` (question-only
     draws, correct ~ Bernoulli(p_q), final score separated by ``bon_separation``), one pool per
     training-split question count, from streams of its own so the calibration records and the
     test splits are unchanged. Question ids ``train-b####`` are disjoint from ``train-q####``.
     """
-    from dprm.data import synth
-    from dprm.data.contract import SetWriter
 
     rng = np.random.default_rng([seed, split_index, 21])
-    prm_rng = np.random.default_rng([seed, split_index, 22, synth._stable_seed("prm", prm.name)])
-    mask_rng = np.random.default_rng([seed, split_index, 23, synth._stable_seed("prm", prm.name)])
+    prm_rng = np.random.default_rng([seed, split_index, 22, stable_seed("prm", prm.name)])
+    mask_rng = np.random.default_rng([seed, split_index, 23, stable_seed("prm", prm.name)])
     n_q = split.n_questions
-    draws = synth.draw_generator(rng, gen, split, world, n_q, question_only=True)
-    rec = synth.simulate(
-        gen, prm, cell, split.kind, draws, synth.draw_prm(prm_rng, draws, mask_rng), world.max_steps
+    draws = draw_generator(rng, gen, split, world, n_q, question_only=True)
+    rec = simulate(
+        gen, prm, cell, split.kind, draws, draw_prm(prm_rng, draws, mask_rng), world.max_steps
     )
-    questions, responses, correct = synth.draw_pool(
+    questions, responses, correct = draw_pool(
         rng, prm_rng, prm, cell, rec, draws.question, split.name, world.pool_size
     )
     p_q = rec.true_p
@@ -282,7 +293,7 @@ def write_train_bon(path, seed, split_index, gen, prm, cell, split, world, embed
 
 def fresh_pool_stream(seed: int, split_index: int, pool: int) -> np.random.Generator:
     """The stream of fresh pool ``pool`` of a test split (population oracle): separate from
-    every stream :func:`dprm.data.synth.write_world` uses, so the written world is unchanged."""
+    every stream :func:`dprm.data.write_world` uses, so the written world is unchanged."""
     return np.random.default_rng([seed, split_index, 30, pool])
 
 
@@ -290,36 +301,35 @@ def draw_fresh_pool(bq, pool: int, *, step_scores_too: bool = False):
     """One fresh candidate pool for each of a test split's questions, their latents fixed.
 
     Same generative model as the written pools: correct ~ Bernoulli(p_q) and the final score as
-    :func:`dprm.data.synth.draw_pool`; answers as :func:`draw_answers` (a fresh draw of the
+    :func:`dprm.data.draw_pool`; answers as :func:`draw_answers` (a fresh draw of the
     question's wrong-answer distribution: the twin draws it with the pool, it is not a stored
     question latent); with ``step_scores_too``, per-step scores as :func:`step_scores` over
     lengths drawn as the candidates' (slow: a Python loop over candidates). Candidate hidden
     states are not drawn.
 
     Args:
-        bq: :class:`dprm.data.synth.BonQuestions` of the split.
+        bq: :class:`dprm.data.BonQuestions` of the split.
         pool: the pool's index (its own stream, :func:`fresh_pool_stream`).
 
     Returns:
         (questions, responses): data frames shaped like a BoN set's (v2 columns ``answer`` and,
         with ``step_scores_too``, ``step_scores``), question ids as in the written set.
     """
-    from dprm.data import synth
 
     rng = fresh_pool_stream(bq.seed, bq.split_index, pool)
     prm_rng = np.random.default_rng(rng.integers(2**63))
     split = bq.world.splits[bq.split_index]
     q_count = len(bq.rec.true_p)
-    questions, responses, correct = synth.draw_pool(
+    questions, responses, correct = draw_pool(
         rng, prm_rng, bq.prm, bq.cell, bq.rec, np.arange(q_count), split.name,
         bq.world.pool_size,
     )  # fmt: skip
     p = np.clip(np.asarray(bq.rec.true_p, dtype=np.float64), 1e-12, 1 - 1e-12)
     responses["answer"] = draw_answers(rng, correct, np.log(p) - np.log1p(-p)).ravel()
     if step_scores_too:
-        typical = bq.gen.mean_steps * bq.world.max_steps / synth.SIZES["paper"].max_steps
+        typical = bq.gen.mean_steps * bq.world.max_steps / SIZES["paper"].max_steps
         length = np.clip(
-            np.round(typical * np.exp(synth.LENGTH_SPREAD * rng.standard_normal(correct.shape))),
+            np.round(typical * np.exp(LENGTH_SPREAD * rng.standard_normal(correct.shape))),
             bq.world.min_steps,
             bq.world.max_steps,
         ).astype(np.int64)
@@ -333,7 +343,7 @@ def highest_last_population_curve(
 ) -> np.ndarray:
     """Exact population accuracy of the highest-final-score pick from n i.i.d. candidates.
 
-    Under :func:`dprm.data.synth.draw_pool` a candidate's score logit is
+    Under :func:`dprm.data.draw_pool` a candidate's score logit is
     shift_q + separation (2c - 1) + score_sd Z with c ~ Bernoulli(p_q); the question's shift is
     common to its candidates and cancels. With u = logit / score_sd,
     P(pick correct | n) = int n p phi(u - a) F(u)^(n - 1) du, a = separation / score_sd,
