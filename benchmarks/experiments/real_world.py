@@ -1,6 +1,8 @@
 """The arithmetic world's results page: docs/results/real-world.md and its CSVs.
 
     python benchmarks/experiments/real_world.py [--recipe examples/arith.toml] [--work runs/real-world]
+    python benchmarks/experiments/real_world.py --render   # re-render from the stored CSVs
+    python benchmarks/experiments/real_world.py --smoke --work /tmp/rw  # a tiny hand-made run
 
 Runs (or resumes) ``dprm run RECIPE --out WORK`` (the real pipeline on the shipped generator and
 PRM: generation, Monte Carlo rollout labels, PRM embedding, every calibrator over the recipe's
@@ -12,38 +14,59 @@ seeds, BoN pools, IAS), then reads ``WORK/results.json`` and writes
   ``auto-seq``, oracle) per split, calibrator and seed;
 - ``docs/results/real-world/world.json``: the generator's measured behaviour
   (``tools/world_stats.py``) when ``--stats`` names its JSON;
-- ``docs/results/real-world.md``: mean ± standard deviation over seeds of both, headed by the
-  command that regenerates it, the commit, the date and the machine.
+- ``docs/results/real-world/source.json``: the command, commit, date and machine of the run,
+  the recipe, the run directory and the report stage's wall time;
+
+then renders ``docs/results/real-world.md`` from those files alone (mean ± standard deviation
+over seeds), the same way ``--render`` does. ``--smoke`` writes a tiny hand-made
+``results.json`` instead of running a recipe and renders it into ``DPRM_RESULTS_DIR``
+(default: ``WORK/results``), never into docs/results.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_page as rp  # noqa: E402
+
+ROOT = rp.ROOT
+PAGE = "real-world"
+TITLE = "Results on the arithmetic world (models trained here)"
+SCRIPT = "python benchmarks/experiments/real_world.py"
 CAL_COLUMNS = ("brier", "pos_brier", "ece", "wql")
 BON_COSTS = (0.1, 0.25)
+INTRO = (
+    "The world, its models and their provenance: [docs/real-world.md](../real-world.md). "
+    "Every number below comes from the trained generator and PRM through the real pipeline "
+    "(`dprm run`), held out: calibrators train on `arith-train` and are scored on `arith-id` "
+    "and `arith-ood`. On real data the reference of every metric is the Monte Carlo "
+    "success estimate of each prefix (the recipe's rollouts), so Brier is the squared error "
+    "to the Monte Carlo truth. Mean ± standard deviation over calibrator seeds (the data, "
+    "one draw of generation and rollouts, is shared by the seeds)."
+)
+BON_INTRO = (
+    "Accuracy of the selected answer (rule: the PRM's highest last-step score) at a "
+    "given cost (the share of the full budget of N = the pool size per question); "
+    "`C` is the C rule, `auto` / `auto-seq` the learnt allocations; uniform and oracle "
+    "do not depend on the calibrator. Mean ± sd over seeds; `nan`: the C rule has no "
+    "setting that spends exactly that cost on these questions. Pools of the recipe's "
+    "`[bon] n` candidates for its `[questions] limit` questions per split: a small "
+    "sample, so differences of a few points are noise."
+)
 
 
 def run_recipe(recipe: Path, work: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     cmd = [sys.executable, "-m", "dprm.cli", "run", str(recipe), "--out", str(work)]
     subprocess.run(cmd, check=True, env=env)
-
-
-def commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
 
 
 def summary(frame: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
@@ -65,60 +88,27 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--recipe", type=Path, default=ROOT / "examples" / "arith.toml")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "real-world")
-    parser.add_argument("--stats", type=Path, default=None, help="tools/world_stats.py --json")
-    parser.add_argument("--no-run", action="store_true", help="only read WORK/results.json")
-    args = parser.parse_args(argv)
-    if not args.no_run:
-        run_recipe(args.recipe, args.work)
-    results = json.loads((args.work / "results.json").read_text(encoding="utf-8"))
-    out_dir = DOCS / "real-world"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    metrics = pd.DataFrame(results["metrics"])
-    metrics.to_csv(out_dir / "calibration.csv", index=False)
-    ias = pd.DataFrame(results["pays"])
-    ias.to_csv(out_dir / "bon.csv", index=False)
-    if args.stats is not None:
-        (out_dir / "world.json").write_text(args.stats.read_text(encoding="utf-8"))
+def render() -> Path:
+    """Write the page from ``docs/results/real-world/`` (CSVs and ``source.json``) alone."""
+    folder = rp.folder(PAGE)
+    source = rp.read_source(PAGE)
+    metrics = pd.read_csv(folder / "calibration.csv")
+    ias = pd.read_csv(folder / "bon.csv")
     cal_cols = [c for c in CAL_COLUMNS if c in metrics.columns]
     keys = [k for k in ("dataset", "method") if k in metrics.columns]
     held_out = metrics[metrics["dataset"].isin(["id", "ood"])] if "dataset" in metrics else metrics
-    cal = summary(held_out, keys, cal_cols)
-    recipe_rel = args.recipe.resolve().relative_to(ROOT)
-    command = f"python benchmarks/experiments/real_world.py --recipe {recipe_rel}"
-    try:
-        work_rel = args.work.resolve().relative_to(ROOT)
-    except ValueError:
-        work_rel = args.work
-    command += f" --work {work_rel}"
-    if args.stats is not None:
-        command += " --stats STATS.json"
+    seeds = sorted(metrics["seed"].unique().tolist()) if "seed" in metrics else "?"
     lines = [
-        "# Results on the arithmetic world (models trained here)",
+        f"Seeds: {seeds}.",
         "",
-        f"Regenerate: `{command}`  ",
-        f"Commit: `{commit()}`; date: {datetime.date.today().isoformat()}; machine: "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}; "
-        f"seeds: {sorted(metrics['seed'].unique().tolist()) if 'seed' in metrics else '?'}.",
+        INTRO,
         "",
-        "The world, its models and their provenance: [docs/real-world.md](../real-world.md). "
-        "Every number below comes from the trained generator and PRM through the real pipeline "
-        "(`dprm run`), held out: calibrators train on `arith-train` and are scored on `arith-id` "
-        "and `arith-ood`. On real data the reference of every metric is the Monte Carlo "
-        "success estimate of each prefix (the recipe's rollouts), so Brier is the squared error "
-        "to the Monte Carlo truth. Mean ± standard deviation over calibrator seeds (the data, "
-        "one draw of generation and rollouts, is shared by the seeds).",
-        "",
-        f"The run behind this page: `dprm run {recipe_rel} --out {work_rel}` "
-        f"({results['run'].get('wall_time_s', '?')} s of report-stage wall time recorded in "
-        "its results.json).",
+        f"The run behind this page: `dprm run {source['recipe']} --out {source['work']}` "
+        f"({source['wall_time_s']} s of report-stage wall time recorded in its results.json).",
         "",
         "## Calibration (held out)",
         "",
-        markdown(cal),
+        markdown(summary(held_out, keys, cal_cols)),
         "",
         "CSV: [real-world/calibration.csv](real-world/calibration.csv) (every seed).",
         "",
@@ -126,16 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     if not ias.empty:
-        lines += [
-            "Accuracy of the selected answer (rule: the PRM's highest last-step score) at a "
-            "given cost (the share of the full budget of N = the pool size per question); "
-            "`C` is the C rule, `auto` / `auto-seq` the learnt allocations; uniform and oracle "
-            "do not depend on the calibrator. Mean ± sd over seeds; `nan`: the C rule has no "
-            "setting that spends exactly that cost on these questions. Pools of the recipe's "
-            "`[bon] n` candidates for its `[questions] limit` questions per split: a small "
-            "sample, so differences of a few points are noise.",
-            "",
-        ]
+        lines += [BON_INTRO, ""]
         for cost in BON_COSTS:
             at = ias[(ias["cost"] - cost).abs() < 1e-9]
             if at.empty:
@@ -144,12 +125,84 @@ def main(argv: list[str] | None = None) -> int:
             wide = table.pivot_table(
                 index=["kind", "method"], columns="split", values="accuracy", aggfunc="first"
             ).reset_index()
+            wide.columns.name = None
             lines += [f"### cost {cost:g}", "", markdown(wide), ""]
     else:
         lines += ["(no best-of-N rows: the run wrote none)", ""]
-    lines += ["CSV: [real-world/bon.csv](real-world/bon.csv) (every seed).", ""]
-    (DOCS / "real-world.md").write_text("\n".join(lines), encoding="utf-8")
-    print(DOCS / "real-world.md")
+    lines += ["CSV: [real-world/bon.csv](real-world/bon.csv) (every seed)."]
+    return rp.write_page(PAGE, TITLE, f"{SCRIPT} --render", "\n".join(lines))
+
+
+def _relative(path: Path) -> Path:
+    try:
+        return path.resolve().relative_to(ROOT)
+    except ValueError:
+        return path
+
+
+def store(results: dict, recipe: Path, work: Path, stats: Path | None) -> None:
+    """Write the CSVs and ``source.json`` of the page from a run's ``results.json``."""
+    folder = rp.folder(PAGE)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, key in (("calibration.csv", "metrics"), ("bon.csv", "pays")):
+        tmp = folder / f"{name}.tmp"
+        pd.DataFrame(results[key]).to_csv(tmp, index=False)
+        os.replace(tmp, folder / name)
+    if stats is not None:
+        (folder / "world.json").write_text(stats.read_text(encoding="utf-8"), encoding="utf-8")
+    command = f"{SCRIPT} --recipe {_relative(recipe)} --work {_relative(work)}"
+    if stats is not None:
+        command += " --stats STATS.json"
+    rp.record_source(PAGE, command)
+    source = rp.read_source(PAGE)
+    source.update(
+        recipe=str(_relative(recipe)),
+        work=str(_relative(work)),
+        wall_time_s=results["run"].get("wall_time_s", "?"),
+    )
+    (folder / "source.json").write_text(json.dumps(source, indent=2) + "\n")
+
+
+def smoke_results() -> dict:
+    """A tiny hand-made ``results.json``: two calibrators, two seeds, one BoN cost per split."""
+    metrics, pays = [], []
+    for seed in (0, 1):
+        for dataset in ("train", "id", "ood"):
+            for k, method in enumerate(("base", "ot")):
+                value = 0.05 + 0.01 * k + 0.001 * seed
+                metrics.append({"dataset": dataset, "method": method, "seed": seed,
+                                "brier": value, "pos_brier": value / 2, "ece": value / 3,
+                                "wql": None if method == "base" else value / 4})  # fmt: skip
+        for split in ("id", "ood"):
+            for kind, method in (("uniform", "uniform"), ("auto-seq", "ot")):
+                pays.append({"split": split, "kind": kind, "method": method, "cost": 0.1,
+                             "accuracy": 0.2 + 0.01 * seed, "seed": seed})  # fmt: skip
+    return {"metrics": metrics, "pays": pays, "run": {"wall_time_s": 1.0}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", type=Path, default=ROOT / "examples" / "arith.toml")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "real-world")
+    parser.add_argument("--stats", type=Path, default=None, help="tools/world_stats.py --json")
+    parser.add_argument("--no-run", action="store_true", help="only read WORK/results.json")
+    parser.add_argument("--render", action="store_true", help="re-render from the stored CSVs")
+    parser.add_argument("--smoke", action="store_true", help="a tiny hand-made run, rendered")
+    args = parser.parse_args(argv)
+    if args.render:
+        print(render())
+        return 0
+    if args.smoke:
+        if "DPRM_RESULTS_DIR" not in os.environ:
+            rp.RESULTS = args.work / "results"
+        store(smoke_results(), args.recipe, args.work, None)
+        print(render())
+        return 0
+    if not args.no_run:
+        run_recipe(args.recipe, args.work)
+    results = json.loads((args.work / "results.json").read_text(encoding="utf-8"))
+    store(results, args.recipe, args.work, args.stats)
+    print(render())
     return 0
 
 
