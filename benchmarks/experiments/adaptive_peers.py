@@ -12,7 +12,10 @@ CSVs.
 Any BoN set works: ``--bon TEST --train-bon TRAIN --calibrator DIR`` runs one set instead of
 the twin grid (e.g. a recipe's BoN sets), with a table of its own.
 
-Run: ``PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py --root /tmp/peers``.
+Run: ``PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py --root /tmp/peers``; it
+stores the CSVs and ``source.json`` (commit, date, machine, settings) in
+docs/results/adaptive-peers/ and renders the page from them, as ``--render`` does (seconds).
+``--smoke`` aggregates and renders a hand-made cells table under ``--root``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_page as rp  # noqa: E402
+
+REPO = rp.ROOT
+PAGE = "adaptive-peers"
+TITLE = "Adaptive best-of-N against its peers"
+SCRIPT = "PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py"
 PRESETS = ("llama-3.1-8b__qwen-prm",)
 WORLD_SEEDS = (11, 12, 13)  # world draws: the preset's world at these world seeds
 RULES = ("highest-last", "majority")
@@ -303,17 +310,6 @@ def calibration_share(agg: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
     return lines, frame
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
-                             capture_output=True, text=True)  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=REPO, capture_output=True, text=True).stdout.strip()  # fmt: skip
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _size_text(size: str) -> str:
     from dprm.data.synth import SIZES
 
@@ -324,33 +320,40 @@ def _size_text(size: str) -> str:
     return ", ".join(parts) + f", pools of {world.pool_size}"
 
 
-def write_page(cells, curves, agg, out_md: Path, out_dir: Path, command: str, elapsed: float,
-               args) -> None:  # fmt: skip
-    head_lines, head = headline(agg)
-    share_lines, share = calibration_share(agg)
+def store(cells, curves, agg, name: str, command: str, settings: dict) -> None:
+    """Write the page's CSVs and ``source.json`` (command, commit, date, machine, settings)."""
+    out_dir = rp.folder(name)
     _atomic_csv(cells, out_dir / "cells.csv")
     _atomic_csv(curves, out_dir / "curves.csv")
     _atomic_csv(agg, out_dir / "summary.csv")
-    _atomic_csv(head, out_dir / "headline.csv")
-    _atomic_csv(share, out_dir / "calibration_share.csv")
+    _atomic_csv(headline(agg)[1], out_dir / "headline.csv")
+    _atomic_csv(calibration_share(agg)[1], out_dir / "calibration_share.csv")
+    rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")
+    source = {**rp.read_source(name), "settings": settings}
+    _atomic_text(json.dumps(source, indent=2) + "\n", out_dir / "source.json")
+
+
+def render(name: str = PAGE) -> Path:
+    """Write ``docs/results/<name>.md`` from ``cells.csv``, ``summary.csv`` and ``source.json``
+    in ``docs/results/<name>/`` alone."""
+    out_dir = rp.folder(name)
+    settings = rp.read_source(name)["settings"]
+    cells = pd.read_csv(out_dir / "cells.csv")
+    agg = pd.read_csv(out_dir / "summary.csv")
+    agg["falls_back_to"] = agg["falls_back_to"].fillna("")
+    head_lines, _ = headline(agg)
+    share_lines, _ = calibration_share(agg)
     auc = cells.groupby(["world", "split", "world_seed"])["shift_auc"].first().reset_index()
     fallbacks = cells.groupby(["world", "rule", "world_seed"])["fallback"].first().reset_index()
     lines = [
-        "# Adaptive best-of-N against its peers",
-        "",
-        "Regenerate: `" + command + "`",
-        "",
-        f"Commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"{platform.machine()} {platform.system()} with {os.cpu_count()} cores (shared); "
-        f"the run took {elapsed / 60:.1f} min.",
-        "",
-        f"Worlds: {', '.join(sorted(cells['world'].unique()))}; size `{args.size}` "
-        f"({_size_text(args.size)}); world draws "
+        f"Worlds: {', '.join(sorted(cells['world'].unique()))}; size `{settings['size']}` "
+        f"({settings['size_text']}); world draws "
         f"(world seeds) {', '.join(str(s) for s in sorted(cells['world_seed'].unique()))}, each "
-        f"with its own calibrator seed (`{CALIBRATOR}`, seeds 0, 1, 2) and draw-order seed; "
-        f"{args.trials} draw orders per test question, {args.train_trials} per training "
-        f"question for the choices made on the training pools (auto-seq's floor share, the "
-        f"fallback peer), {args.bootstrap} bootstrap resamples of the questions.",
+        f"with its own calibrator seed (`{settings['calibrator']}`, seeds 0, 1, 2) and "
+        f"draw-order seed; {settings['trials']} draw orders per test question, "
+        f"{settings['train_trials']} per training question for the choices made on the training "
+        f"pools (auto-seq's floor share, the fallback peer), {settings['bootstrap']} bootstrap "
+        f"resamples of the questions.",
         "",
         "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
         "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
@@ -370,9 +373,10 @@ def write_page(cells, curves, agg, out_md: Path, out_dir: Path, command: str, el
         "linear along the curve (— : outside the method's range, e.g. ESC's least cost is one "
         "window). ± = standard error over the world draws (sd / √draws; each draw has its own "
         "questions, pools, calibrator seed and orders); the bootstrap standard errors within a "
-        "draw are in `summary.csv` (`*_se_boot`). The split `subtle` (auto-seq[calibrated] only) is the ID pools with the "
-        "calibrated and raw-PRM question priors permuted across questions: a calibrator that is "
-        "wrong about every question while the question states look as in training.",
+        "draw are in `summary.csv` (`*_se_boot`). The split `subtle` (auto-seq[calibrated] "
+        "only) is the ID pools with the calibrated and raw-PRM question priors permuted across "
+        "questions: a calibrator that is wrong about every question while the question states "
+        "look as in training.",
         "",
         "## Done-when check: samples to reach uniform-64 (and -16)",
         "",
@@ -404,7 +408,34 @@ def write_page(cells, curves, agg, out_md: Path, out_dir: Path, command: str, el
     ]  # fmt: skip
     for world, grp in agg.groupby("world", sort=False):
         lines += [f"## {world}", "", *world_table(grp), ""]
-    _atomic_text("\n".join(lines), out_md)
+    return rp.write_page(name, TITLE, f"{SCRIPT} --render{_name_arg(name)}", "\n".join(lines))
+
+
+def _name_arg(name: str) -> str:
+    return "" if name == PAGE else f" --out docs/results/{name}.md"
+
+
+def smoke_cells() -> pd.DataFrame:
+    """A hand-made ``cells.csv`` of one world draw: two methods per rule and split."""
+    rows = []
+    for world_seed in (11, 12):
+        for rule, peer in (("highest-last", "score-raw"), ("majority", "vote-lead")):
+            for split in ("id", "ood"):
+                shifted = split == "ood"
+                for k, method in enumerate(("uniform", peer, "auto-seq[calibrated]",
+                                            "auto-seq[truth]")):  # fmt: skip
+                    row = {"rule": rule, "method": method, "world": "smoke",
+                           "world_seed": world_seed, "calibrator_seed": 0, "split": split,
+                           "falls_back_to": peer if shifted and method.startswith("auto")
+                           else "", "fallback": peer, "shifted": shifted,
+                           "target_u64": 0.5, "target_u16": 0.4,
+                           "shift_auc": 0.9 if shifted else 0.5}  # fmt: skip
+                    for j, fig in enumerate(FIGURES):
+                        value = 60.0 - 10 * k if fig.startswith("draws") else 0.4 + 0.05 * k
+                        row[fig] = value + 0.1 * j + 0.01 * world_seed
+                        row[f"{fig}_se"] = 0.01
+                    rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def main() -> None:
@@ -420,11 +451,28 @@ def main() -> None:
     parser.add_argument("--bon", type=Path, help="one test BoN set instead of the twin grid")
     parser.add_argument("--train-bon", type=Path, help="with --bon: its training BoN set")
     parser.add_argument("--calibrator", type=Path, help="with --bon: a saved calibrator")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "adaptive-peers.md")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the page (default: docs/results/adaptive-peers.md, honouring "
+                             "DPRM_RESULTS_DIR); its CSVs go to the folder of its name")  # fmt: skip
+    parser.add_argument("--render", action="store_true", help="re-render from the stored CSVs")
+    parser.add_argument("--smoke", action="store_true",
+                        help="aggregate and render a hand-made cells table into --root")  # fmt: skip
     args = parser.parse_args()
     args.rules = tuple(args.rules.split(","))
+    name = PAGE
+    if args.out is not None:
+        rp.RESULTS, name = args.out.parent, args.out.stem
+    elif args.smoke and "DPRM_RESULTS_DIR" not in os.environ:
+        rp.RESULTS = args.root / "results"
+    if args.render:
+        print(render(name))
+        return
     t0 = time.time()
-    if args.bon is not None:
+    if args.smoke:
+        cells = smoke_cells()
+        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "level": [1.0],
+                               "draws": [1.0], "accuracy": [0.4]})  # fmt: skip
+    elif args.bon is not None:
         if args.train_bon is None or args.calibrator is None:
             parser.error("--bon needs --train-bon and --calibrator")
         from dprm.data import read_bon_set
@@ -446,12 +494,18 @@ def main() -> None:
                 curve_frames.append(cv)
         cells, curves = pd.concat(frames, ignore_index=True), pd.concat(curve_frames)
     agg = aggregate(cells)
-    command = "PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py " + " ".join(
-        a for a in sys.argv[1:]
-    )
-    out_dir = args.out.with_suffix("")
-    write_page(cells, curves, agg, args.out, out_dir, command.strip(), time.time() - t0, args)
-    print(f"wrote {args.out} in {(time.time() - t0) / 60:.1f} min")
+    command = " ".join(["PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py",
+                        *sys.argv[1:]])  # fmt: skip
+    settings = {
+        "size": args.size, "size_text": _size_text(args.size), "calibrator": CALIBRATOR,
+        "trials": args.trials, "train_trials": args.train_trials, "bootstrap": args.bootstrap,
+        "elapsed_min": round((time.time() - t0) / 60, 1),
+    }  # fmt: skip
+    if args.smoke:
+        settings.update(size="smoke", size_text="a hand-made cells table, no world")
+    store(cells, curves, agg, name, command.strip(), settings)
+    path = render(name)
+    print(f"wrote {path} in {(time.time() - t0) / 60:.1f} min")
 
 
 if __name__ == "__main__":
