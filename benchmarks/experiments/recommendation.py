@@ -9,6 +9,7 @@ Brier and WQL on ``id/calib`` and ``ood/calib`` (the calibration table), and the
 ``--ot-fixed-warmup`` adds ``ot`` with the former fixed 400-step warm-up (warmup_fraction 1).
 
     python benchmarks/experiments/recommendation.py --seeds 0 1 2 --threads 1
+    python benchmarks/experiments/recommendation.py --smoke   # tiny world, qr, seed 0, 20 steps
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--ot-fixed-warmup", action="store_true")
     parser.add_argument("--work", default=None, help="folder for the world (default: a temp dir)")
+    parser.add_argument("--size", default="demo", help="world size (tiny for a quick look)")
+    parser.add_argument("--max-steps", type=int, default=0, help="step cap (0: the demo grid's)")
+    parser.add_argument("--smoke", action="store_true", help="tiny world, qr, seed 0, 20 steps")
     args = parser.parse_args()
+    if args.smoke:
+        args.size, args.max_steps, args.methods, args.seeds = "tiny", 20, "qr", [0]
 
     from dprm.data import read_bon_set, read_calibration_set
     from dprm.data.synth import write_world
@@ -41,13 +47,16 @@ def main() -> None:
 
     folder = Path(args.work or tempfile.mkdtemp(prefix="recommend-")) / args.world
     if not (folder / "ood" / "bon" / "meta.json").exists():
-        write_world(folder, args.world, size="demo", progress=False, overwrite=True)
+        write_world(folder, args.world, size=args.size, progress=False, overwrite=True)
     train = read_calibration_set(folder / "train" / "calib")
     calib = {s: read_calibration_set(folder / s / "calib") for s in ("id", "ood")}
     bon = {s: read_bon_set(folder / s / "bon") for s in ("id", "ood", "train")}
-    variants = {m: (m, dict(DEMO_OVERRIDES.get(m, {}))) for m in args.methods.split(",")}
+    cap = {"max_steps": args.max_steps} if args.max_steps else {}
+    variants = {m: (m, dict(DEMO_OVERRIDES.get(m, {})) | cap) for m in args.methods.split(",")}
     if args.ot_fixed_warmup:
-        variants["ot (fixed 400 warm-up)"] = ("ot", DEMO_OVERRIDES["ot"] | {"warmup_fraction": 1})
+        variants["ot (fixed 400 warm-up)"] = (
+            "ot", DEMO_OVERRIDES["ot"] | {"warmup_fraction": 1} | cap
+        )  # fmt: skip
     rows: dict[str, dict[str, list[float]]] = {}
     for name, (method, overrides) in variants.items():
         for seed in args.seeds:
@@ -67,7 +76,7 @@ def main() -> None:
                     cell.setdefault(f"{split} auto {cost:g}", []).append(float(gain.iloc[0]))
             print(name, seed, {k: round(v[-1], 4) for k, v in cell.items()}, flush=True)
     columns = list(next(iter(rows.values())))
-    print(f"\nworld {args.world} (demo size), seeds {args.seeds}: held out; Brier / WQL lower is "
+    print(f"\nworld {args.world} ({args.size} size), seeds {args.seeds}: held out; Brier / WQL lower is "
           "better; 'auto c' = auto's accuracy minus uniform best-of-N at equal cost c")  # fmt: skip
     print("method\t" + "\t".join(columns))
     for name, cell in rows.items():

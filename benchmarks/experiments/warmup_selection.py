@@ -7,6 +7,7 @@ method and warm-up, the kept step, the validation calibration area of the kept c
 the held-out (``id/calib``) Brier and WQL of the model, as mean and spread over the seeds.
 
     python benchmarks/experiments/warmup_selection.py --seeds 0 1 2 --threads 1
+    python benchmarks/experiments/warmup_selection.py --smoke   # tiny world, qr, seed 0, 20 steps
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ def main() -> None:
     parser.add_argument("--worlds", default="qwen-2.5-7b__qwen-prm")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--work", default=None, help="folder for the worlds (default: a temp dir)")
+    parser.add_argument("--size", default="demo", help="world size (tiny for a quick look)")
+    parser.add_argument("--max-steps", type=int, default=0, help="step cap (0: the demo grid's)")
+    parser.add_argument("--smoke", action="store_true", help="tiny world, qr, seed 0, 20 steps")
     args = parser.parse_args()
+    if args.smoke:
+        args.size, args.max_steps, args.methods, args.seeds = "tiny", 20, "qr", [0]
 
     import torch
 
@@ -40,15 +46,16 @@ def main() -> None:
     for world in args.worlds.split(","):
         folder = work / world
         if not (folder / "train" / "calib").exists():
-            write_world(folder, world, size="demo", progress=False, overwrite=True)
+            write_world(folder, world, size=args.size, progress=False, overwrite=True)
         train = read_calibration_set(folder / "train" / "calib")
         held_out = read_calibration_set(folder / "id" / "calib")
         for method in args.methods.split(","):
-            cap = int(DEMO_OVERRIDES[method]["max_steps"])
+            cap = args.max_steps or int(DEMO_OVERRIDES[method]["max_steps"])
             warmups = {"400 (fixed)": 400, "cap/4": cap // 4, "none": 0}
             for rule, warmup in warmups.items():
                 for seed in args.seeds:
-                    overrides = dict(DEMO_OVERRIDES[method]) | {"warmup_steps": warmup}
+                    overrides = dict(DEMO_OVERRIDES[method]) | {"warmup_steps": warmup,
+                                                                "max_steps": cap}  # fmt: skip
                     model = fit(method, train, overrides=overrides, seed=seed, progress=False)
                     metrics = evaluate_calibrator(model, held_out)
                     training = model.info.get("training", {})

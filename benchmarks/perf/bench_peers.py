@@ -7,16 +7,32 @@ CPU seconds per method (process time: robust to a shared machine) and auto-seq's
 
 Run: ``PYTHONPATH=src python benchmarks/perf/bench_peers.py --bon WORLD/id/bon --train-bon
 WORLD/train/bon --calibrator WORLD/models/binomial-s0`` (default: the largest ID set a
-``benchmarks/experiments/adaptive_peers.py`` run left under ``--root``).
+``benchmarks/experiments/adaptive_peers.py`` run left under ``--root``). ``--smoke`` writes a
+tiny world into a temporary folder and fits ``binomial`` for 20 steps on it first.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+
+def smoke_world() -> tuple[Path, Path, Path]:
+    """(ID BoN set, training BoN set, calibrator) of a tiny world in a temporary folder."""
+    import dprm
+    from dprm.data import read_calibration_set
+    from dprm.data.synth import write_world
+
+    world = Path(tempfile.mkdtemp(prefix="bench-peers-")) / "w"
+    write_world(world, "llama-3.1-8b__qwen-prm", size="tiny", progress=False)
+    model = dprm.fit("binomial", read_calibration_set(world / "train" / "calib"), seed=0,
+                     overrides={"max_steps": 20}, progress=False)  # fmt: skip
+    model.save(world / "models" / "binomial-s0")
+    return world / "id" / "bon", world / "train" / "bon", world / "models" / "binomial-s0"
 
 
 def main() -> None:
@@ -27,6 +43,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/adaptive-peers"))
     parser.add_argument("--rule", default="majority")
     parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="a tiny world, binomial 20 steps")
     args = parser.parse_args()
     import torch
 
@@ -42,6 +59,8 @@ def main() -> None:
     from dprm.ias.sequential import SequentialAuto
     from dprm.models import load
 
+    if args.smoke:
+        args.bon, args.train_bon, args.calibrator = smoke_world()
     if args.bon is None:
         worlds = sorted(args.root.glob("*/id/bon"), key=lambda p: -len(list(p.iterdir())))
         if not worlds:
@@ -83,7 +102,7 @@ def main() -> None:
         peer = PEERS[name]
         peer.budgets(view, peer.levels(view, scores))
         took = time.process_time() - t0
-        print(f"{name:24s} {took:8.3f} s  auto-seq / {name}: {t_seq / took:8.1f}x")
+        print(f"{name:24s} {took:8.3f} s  auto-seq / {name}: {t_seq / max(took, 1e-9):8.1f}x")
 
 
 if __name__ == "__main__":

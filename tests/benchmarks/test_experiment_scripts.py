@@ -21,6 +21,11 @@ EXPERIMENTS = [
     pytest.param("regime_map.py", ["--smoke", "--out", "{tmp}/fits.csv"], marks=slow),
     pytest.param("ias_pays_grid.py", ["--smoke", "--root", "{tmp}/grid"], marks=slow),
     ("performance.py", ["--smoke", "--out", "{tmp}/perf"]),
+    ("adaptive_peers.py", ["--smoke", "--root", "{tmp}/peers"]),
+    ("real_world.py", ["--smoke", "--work", "{tmp}/real-world"]),
+    ("warmup_selection.py", ["--smoke", "--work", "{tmp}/warmup"]),
+    pytest.param("recommendation.py", ["--smoke", "--work", "{tmp}/recommend"], marks=slow),
+    pytest.param("world_training.py", ["--smoke", "--work", "{tmp}/world"], marks=slow),
     pytest.param(
         "twin_residuals.py",
         ["--size", "tiny", "--generators", "llama-3.2-1b", "--prms", "qwen-prm"],
@@ -55,6 +60,8 @@ PAGES = {
     "regime-map": "regime_map.py",
     "adaptive-compute": "ias_pays_grid.py",
     "performance": "performance.py",
+    "adaptive-peers": "adaptive_peers.py",
+    "real-world": "real_world.py",
 }
 
 

@@ -27,6 +27,8 @@ PERF = [
         ["--steps", "5", "--repeats", "1", "--size", "tiny", "--no-torch-default"],
         marks=slow,
     ),
+    pytest.param("bench_peers.py", ["--smoke"], marks=slow),
+    pytest.param("bench_api_vs_cli.py", ["--max-steps", "5", "--repeats", "1"], marks=slow),
     pytest.param(
         "bench_executors.py", ["--train", "2", "--test", "1", "--shards", "1"], marks=slow
     ),  # fmt: skip
