@@ -274,20 +274,11 @@ def calibration_share(agg: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
             )
             head = truth - best_acc
             share = (cal - best_acc) / head if head > 1e-9 else np.nan
-            rows.append(
-                {
-                    "world": world,
-                    "rule": rule,
-                    "split": split,
-                    "cost": c,
-                    "calibrated": cal,
-                    "truth": truth,
-                    "best_free": best,
-                    "best_free_acc": best_acc,
-                    "share": share,
-                    "falls_back_to": by.loc["auto-seq[calibrated]", "falls_back_to"],
-                }
-            )
+            rows.append({
+                "world": world, "rule": rule, "split": split, "cost": c, "calibrated": cal,
+                "truth": truth, "best_free": best, "best_free_acc": best_acc, "share": share,
+                "falls_back_to": by.loc["auto-seq[calibrated]", "falls_back_to"],
+            })  # fmt: skip
     frame = pd.DataFrame(rows)
     lines = [
         "| world | rule | split | cost | auto-seq[calibrated] | auto-seq[truth] | best "
@@ -408,15 +399,12 @@ def render(name: str = PAGE) -> Path:
     ]  # fmt: skip
     for world, grp in agg.groupby("world", sort=False):
         lines += [f"## {world}", "", *world_table(grp), ""]
-    return rp.write_page(name, TITLE, f"{SCRIPT} --render{_name_arg(name)}", "\n".join(lines))
-
-
-def _name_arg(name: str) -> str:
-    return "" if name == PAGE else f" --out docs/results/{name}.md"
+    again = f"{SCRIPT} --render" + ("" if name == PAGE else f" --out docs/results/{name}.md")
+    return rp.write_page(name, TITLE, again, "\n".join(lines))
 
 
 def smoke_cells() -> pd.DataFrame:
-    """A hand-made ``cells.csv`` of one world draw: two methods per rule and split."""
+    """A hand-made ``cells.csv``: two world draws, four methods per rule and split."""
     rows = []
     for world_seed in (11, 12):
         for rule, peer in (("highest-last", "score-raw"), ("majority", "vote-lead")):
@@ -470,8 +458,7 @@ def main() -> None:
     t0 = time.time()
     if args.smoke:
         cells = smoke_cells()
-        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "level": [1.0],
-                               "draws": [1.0], "accuracy": [0.4]})  # fmt: skip
+        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "level": [1.0]})
     elif args.bon is not None:
         if args.train_bon is None or args.calibrator is None:
             parser.error("--bon needs --train-bon and --calibrator")
