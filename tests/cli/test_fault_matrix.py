@@ -287,6 +287,8 @@ def _recipe(tmp_path, monkeypatch, out: Path) -> Path:
     path.write_text("[run]\n")
     recipe = types.SimpleNamespace(run=types.SimpleNamespace(out=str(out)))
     monkeypatch.setattr(dprm.recipe, "load_recipe", lambda p: recipe)
+    # a stand-in recipe has no stages, so nothing for the preflight to check
+    monkeypatch.setattr("dprm.recipe.preflight.missing_requirements", lambda *a, **k: [])
     return path
 
 

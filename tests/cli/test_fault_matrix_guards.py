@@ -278,6 +278,8 @@ def test_run_out_inside_another_output_is_refused(tmp_path, monkeypatch, capsys,
         lambda p: types.SimpleNamespace(run=types.SimpleNamespace(out=str(tmp_path / "x"))),
     )
     monkeypatch.setattr(dprm.recipe, "run_recipe", lambda *a, **k: pytest.fail("ran"))
+    # a stand-in recipe has no stages, so nothing for the preflight to check
+    monkeypatch.setattr("dprm.recipe.preflight.missing_requirements", lambda *a, **k: [])
     nested = out / "worlds" / "mine"
     before = snapshot(out)
     assert main(["run", str(recipe), "--out", str(nested), "--quiet"]) == 2
