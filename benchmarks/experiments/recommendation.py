@@ -1,7 +1,7 @@
 """Which calibrator for calibration tables, which for IAS: measured on a development world.
 
 Fits ``ot``, ``qr``, ``mono`` and ``binomial`` at the demo grid's step caps
-(``dprm.report.grid.DEMO_OVERRIDES``, the current selection rule) on the training split of a
+(``dprm.orchestrate.grid.DEMO_OVERRIDES``, the current selection rule) on the training split of a
 demo-size development world (never the paper grid), for each seed; scores each held out:
 Brier and WQL on ``id/calib`` and ``ood/calib`` (the calibration table), and the accuracy of
 ``auto`` against uniform best-of-N at equal cost 0.05 / 0.1 / 0.25 on ``id/bon`` and
@@ -43,7 +43,7 @@ def main() -> None:
     from dprm.ias import run_ias
     from dprm.ias.pays import pays_table
     from dprm.models.fit import fit
-    from dprm.report.grid import DEMO_OVERRIDES
+    from dprm.orchestrate.grid import DEMO_OVERRIDES
 
     folder = Path(args.work or tempfile.mkdtemp(prefix="recommend-")) / args.world
     if not (folder / "ood" / "bon" / "meta.json").exists():

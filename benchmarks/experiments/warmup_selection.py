@@ -1,6 +1,6 @@
 """Checkpoint selection against the step cap: which warm-up keeps the better checkpoint?
 
-Fits qr, mono and binomial at the demo grid's step caps (``dprm.report.grid.DEMO_OVERRIDES``)
+Fits qr, mono and binomial at the demo grid's step caps (``dprm.orchestrate.grid.DEMO_OVERRIDES``)
 on development worlds (demo size, the demo grid's generators with qwen-prm; never the paper
 grid) with three warm-ups: the fixed 400 steps, a quarter of the step cap, and none. Prints, per
 method and warm-up, the kept step, the validation calibration area of the kept checkpoint and
@@ -39,7 +39,7 @@ def main() -> None:
     from dprm.data.synth import write_world
     from dprm.evaluation import evaluate_calibrator
     from dprm.models.fit import fit
-    from dprm.report.grid import DEMO_OVERRIDES
+    from dprm.orchestrate.grid import DEMO_OVERRIDES
 
     work = Path(args.work or tempfile.mkdtemp(prefix="warmup-"))
     rows = []

@@ -149,7 +149,7 @@ def test_reproduce_tune_trials_and_seeds_reach_the_run_config(tmp_path, monkeypa
     is a count, and 0 is refused by the parser (it used to crash with an IndexError)."""
     import types
 
-    import dprm.report.reproduce
+    import dprm.orchestrate.reproduce
 
     seen = {}
 
@@ -157,7 +157,7 @@ def test_reproduce_tune_trials_and_seeds_reach_the_run_config(tmp_path, monkeypa
         seen["config"] = config
         return types.SimpleNamespace(failures=[], report=Path(out) / "report.md")
 
-    monkeypatch.setattr(dprm.report.reproduce, "reproduce", fake)
+    monkeypatch.setattr(dprm.orchestrate.reproduce, "reproduce", fake)
     argv = ["reproduce", "--grid", "demo", "--out", str(tmp_path / "o"), "--quiet"]
     assert main([*argv, "--tune-trials", "4", "--seeds", "2"]) == 0
     assert seen["config"].tune_trials == 4 and list(seen["config"].seeds) == [0, 1]
@@ -171,7 +171,7 @@ def test_reproduce_sequential_reaches_the_run_config(tmp_path, monkeypatch, caps
     without it they stay off, and --help says what it adds and that it is slower."""
     import types
 
-    import dprm.report.reproduce
+    import dprm.orchestrate.reproduce
 
     seen = []
 
@@ -179,7 +179,7 @@ def test_reproduce_sequential_reaches_the_run_config(tmp_path, monkeypatch, caps
         seen.append(config)
         return types.SimpleNamespace(failures=[], report=Path(out) / "report.md")
 
-    monkeypatch.setattr(dprm.report.reproduce, "reproduce", fake)
+    monkeypatch.setattr(dprm.orchestrate.reproduce, "reproduce", fake)
     argv = ["reproduce", "--grid", "demo", "--out", str(tmp_path / "o"), "--quiet"]
     assert main([*argv, "--sequential"]) == 0
     assert main(argv) == 0

@@ -272,10 +272,10 @@ def fake_pipelines(monkeypatch):
         calls.append(out)
         return types.SimpleNamespace(failures=[], report=out / "report.md")
 
+    import dprm.orchestrate.reproduce
     import dprm.recipe
-    import dprm.report.reproduce
 
-    monkeypatch.setattr(dprm.report.reproduce, "reproduce", fake)
+    monkeypatch.setattr(dprm.orchestrate.reproduce, "reproduce", fake)
     monkeypatch.setattr(dprm.recipe, "run_recipe", lambda recipe, out, **kw: fake(out))
     return calls
 

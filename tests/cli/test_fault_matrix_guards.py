@@ -244,9 +244,9 @@ def fake_reproduce(monkeypatch):
         calls.append(out)
         return types.SimpleNamespace(failures=[], report=out / "report.md")
 
-    import dprm.report.reproduce
+    import dprm.orchestrate.reproduce
 
-    monkeypatch.setattr(dprm.report.reproduce, "reproduce", fake)
+    monkeypatch.setattr(dprm.orchestrate.reproduce, "reproduce", fake)
     return calls
 
 

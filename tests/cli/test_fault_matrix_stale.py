@@ -276,8 +276,8 @@ def test_reproduce_starts_a_search_over_when_its_data_changed(tmp_path):
 
     from dprm.data import read_calibration_set
     from dprm.models.tune import storage_url, tuned_overrides
-    from dprm.report.grid import resolve
-    from dprm.report.reproduce import reproduce
+    from dprm.orchestrate.grid import resolve
+    from dprm.orchestrate.reproduce import reproduce
 
     steps = {"qr": {"max_steps": 10, "eval_every": 10}}
     config = resolve("tiny", methods=["qr"], overrides=steps, keep_worlds=True, tune_trials=2)

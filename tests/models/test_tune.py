@@ -118,7 +118,7 @@ def test_interrupted_search_resumes_without_repeating_finished_trials(data, tmp_
         raise KeyboardInterrupt  # Ctrl-C in the middle of a trial
 
     with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(T, "fit_split", interrupted_fit)
+        patch.setattr(T.objective, "fit_split", interrupted_fit)
         T.run_study("qr", split, data, tmp_path, settings, progress=False)
 
     T.tune(data, tmp_path, methods=["qr"], settings=settings, progress=False)
@@ -172,13 +172,13 @@ def test_ot_trials_train_one_map_and_the_refit_bags_the_default_ensemble(
     from dprm.models.ot import OTConfig
 
     seen = []
-    real_fit_split = T.fit_split
+    real_fit_split = T.objective.fit_split
 
     def spy(*args, **kwargs):
         seen.append(kwargs["overrides"].get("ensemble_size"))
         return real_fit_split(*args, **kwargs)
 
-    monkeypatch.setattr(T, "fit_split", spy)
+    monkeypatch.setattr(T.objective, "fit_split", spy)
     settings = dataclasses.replace(FAST, trials=1)
     best = T.tune(data, tmp_path, methods=["ot"], settings=settings, progress=False)
     assert seen == [1]  # the trial: one map
@@ -309,14 +309,14 @@ def test_trials_sharing_the_standardised_rows_compute_what_they_compute_alone(
 _HANGING_TUNE = """
 import pathlib, sys, time
 from dprm.models import tune as T
-real_fit_split, calls = T.fit_split, []
+real_fit_split, calls = T.objective.fit_split, []
 def fit_split(*args, **kwargs):
     calls.append(1)
     if len(calls) == 3:
         pathlib.Path(sys.argv[1]).write_text("third trial running")
         time.sleep(300)
     return real_fit_split(*args, **kwargs)
-T.fit_split = fit_split
+T.objective.fit_split = fit_split
 from dprm.cli import main
 sys.exit(main(sys.argv[2:]))
 """
@@ -480,12 +480,12 @@ def test_a_study_is_keyed_by_the_content_of_its_data(tiny_world, tmp_path):
 
     data = read_calibration_set(tiny_world()["train/calib"])
     settings = T.TuneSettings(trials=1, max_steps=5)
-    on_disk = T._fingerprint(data, "qr", settings)
+    on_disk = T.study_fingerprint(data, "qr", settings)
     assert on_disk["data_digest"].startswith("dir:")
     memory = CalibrationSet(data.records, data.hidden.copy(), data.meta, None)
-    before = T._fingerprint(memory, "qr", settings)["data_digest"]
+    before = T.study_fingerprint(memory, "qr", settings)["data_digest"]
     memory.hidden[0, 0] += 1
-    assert T._fingerprint(memory, "qr", settings)["data_digest"] != before
+    assert T.study_fingerprint(memory, "qr", settings)["data_digest"] != before
 
     T.create_storage(tmp_path)
     study = T.open_study(tmp_path, "qr", on_disk, settings, restart=False)

@@ -1,7 +1,8 @@
-"""Import layers around dprm.recipe: cli -> recipe -> report / live -> ... (AST check).
+"""Import layers around dprm.recipe: cli -> recipe -> orchestrate -> report / live -> ... (AST check).
 
-Function-level imports count too. dprm.recipe never imports the CLI; nothing below it (report,
-live, ias, evaluation, models, llm, data, core) imports dprm.recipe.
+Function-level imports count too. dprm.recipe never imports the CLI nor the renderer (it runs
+through dprm.orchestrate); nothing below it (orchestrate, report, live, ias, evaluation, models,
+llm, data, core) imports dprm.recipe, and dprm.report never imports dprm.orchestrate.
 """
 
 from __future__ import annotations
@@ -35,3 +36,21 @@ def test_lower_layers_do_not_import_recipe():
             continue
         bad = sorted(n for n in _imports(path) if n.startswith("dprm.recipe"))
         assert not bad, f"{rel} imports {bad}"
+
+
+def _importers(package: str, prefix: str) -> list[str]:
+    return sorted(
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in (SRC / package).rglob("*.py")
+        for name in _imports(path)
+        if name == prefix or name.startswith(prefix + ".")
+    )
+
+
+def test_recipe_runs_through_orchestrate_not_the_renderer():
+    assert not _importers("recipe", "dprm.report")
+    assert _importers("recipe", "dprm.orchestrate")  # the shared stages and report machinery
+
+
+def test_report_only_renders():
+    assert not _importers("report", "dprm.orchestrate")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dprm.report.grid import resolve
+from dprm.orchestrate.grid import resolve
 from dprm.runner.pipeline import Pipeline
 from dprm.runner.units import Unit
 

@@ -24,8 +24,8 @@ def _reproduce(args: argparse.Namespace) -> int:
     import dataclasses
 
     from dprm.cli._common import claim_run_folder, end_on_termination, report_failures
-    from dprm.report.grid import resolve
-    from dprm.report.reproduce import reproduce
+    from dprm.orchestrate.grid import resolve
+    from dprm.orchestrate.reproduce import reproduce
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     # every override is checked against its method's config class here, before any work

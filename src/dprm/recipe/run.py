@@ -1,9 +1,9 @@
 """``dprm run RECIPE.toml``: a recipe's data stages, then the stages and report of ``reproduce``.
 
-One machinery for both commands: :func:`dprm.report.reproduce.run_world_stages` runs the
+One machinery for both commands: :func:`dprm.orchestrate.reproduce.run_world_stages` runs the
 recipe's real-data stages (:class:`dprm.recipe.stages.RecipeStages`) and then the same train /
-evaluate / IAS stages (:data:`dprm.report.stages.MODEL_STAGES`) on the worlds they wrote;
-:func:`dprm.report.reproduce.finish_run` writes tables, figures, ``results.json`` and
+evaluate / IAS stages (:data:`dprm.orchestrate.stages.MODEL_STAGES`) on the worlds they wrote;
+:func:`dprm.orchestrate.reproduce.finish_run` writes tables, figures, ``results.json`` and
 ``report.md``. The executor decides only where units run (:mod:`dprm.runner.executors`).
 
 The run directory also holds ``recipe.json``: the resolved recipe, the dprm version and the
@@ -17,12 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dprm.io import write_json
+from dprm.orchestrate.reproduce import Outcome, finish_run, run_world_stages
+from dprm.orchestrate.stages import MODEL_STAGES
 from dprm.recipe.spec import Recipe
 from dprm.recipe.stages import RecipeStages, world_data
-from dprm.report.grid import REAL_DATA
-from dprm.report.reproduce import Outcome, finish_run, run_world_stages
-from dprm.report.stages import MODEL_STAGES
-from dprm.runner.config import RunConfig, config_dict
+from dprm.runner.config import REAL_DATA, RunConfig, config_dict
 from dprm.runner.executors import make_executor
 from dprm.runner.pipeline import Pipeline
 from dprm.runner.units import Executor

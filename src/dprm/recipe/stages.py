@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from dprm.digests import model_digest
 from dprm.io import DataError
 from dprm.recipe.spec import SPLITS, Recipe
-from dprm.report.grid import IAS_SPLITS
+from dprm.runner.layout import IAS_SPLITS
 from dprm.runner.units import Unit
 
 if TYPE_CHECKING:

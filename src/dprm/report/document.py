@@ -15,10 +15,9 @@ import pandas as pd
 
 from dprm.io import atomic_path, read_json, write_json
 from dprm.report.checks import frontier_checks, greedy_checks, table_checks
-from dprm.report.grid import IAS_SPLITS
 from dprm.report.pays import pays_rows
 from dprm.report.tables import display
-from dprm.runner.layout import REFERENCE, Layout
+from dprm.runner.layout import IAS_SPLITS, REFERENCE, Layout
 
 if TYPE_CHECKING:
     from dprm.runner.pipeline import Pipeline

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dprm.report.grid import REAL_DATA
 from dprm.report.tables import caption, dataset_label, display, subset, to_markdown
+from dprm.runner.config import REAL_DATA
 
 SPLITS = ("train", "id", "ood")
 

@@ -2,7 +2,7 @@
 (``pays.csv`` rows, :func:`dprm.ias.pays.pays_table`), a reading generated from its numbers,
 and the uniform / oracle reference lines of the IAS figures.
 
-Rows come from the IAS stage's units (:mod:`dprm.report.stages`): the reference unit of each
+Rows come from the IAS stage's units (:mod:`dprm.orchestrate.ias_units`): the reference unit of each
 (world, split) holds uniform, oracle and (synthetic sets) ``oracle-p`` per selection rule, plus
 Base's and the truth's ``auto`` and C rows; each calibrator's unit holds its own ``auto`` and C
 rows (and ``auto-seq`` rows with ``RunConfig.ias_sequential``). :func:`pays_rows` joins the

@@ -1,11 +1,14 @@
 """The resolved configuration of one run: what decides the outputs of its train / evaluate / IAS
-stages (stored in ``run.json``). :mod:`dprm.report.grid` resolves one from a grid, a recipe from
+stages (stored in ``run.json``). :mod:`dprm.orchestrate.grid` resolves one from a grid, a recipe from
 its tables (:func:`dprm.recipe.run.run_config`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+#: the ``size`` of a run whose worlds hold real data (a recipe's), not synthetic worlds
+REAL_DATA = "real"
 
 
 @dataclass

@@ -15,6 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: the calibration split calibrators are trained and early-stopped on (80/20 by question inside):
+#: ``train`` (MATH-train-like), disjoint in questions from ``id`` and ``ood``
+TRAIN_SPLIT = "train"
+#: calibration splits every calibrator is evaluated on: ``train`` = ID under the paper's protocol
+#: (training questions included, as the paper did), ``id`` = ID held out (MATH500-like, no
+#: calibrator trained or early-stopped on it), ``ood`` = AIME-like, held out in both protocols
+EVAL_SPLITS = ("train", "id", "ood")
+#: BoN splits of the IAS sweeps (both held out)
+IAS_SPLITS = ("id", "ood")
+#: the files synth writes for a world: (split, kind)
+WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
 #: the reference "method" of the IAS stage (Base and the synthetic truth, plus plain best-of-n)
 REFERENCE = "_reference"
 

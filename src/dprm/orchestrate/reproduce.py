@@ -1,8 +1,9 @@
 """``dprm reproduce``: synth -> train -> evaluate -> ias -> tables, figures, report.md.
 
-The orchestration only: :mod:`dprm.report.grid` resolves what to run, :mod:`dprm.report.stages`
-builds the units of each stage, :mod:`dprm.runner` runs them resumably (state,
-fingerprints, the on-disk layout, run.json) and :mod:`dprm.report.document` renders the results.
+The orchestration only: :mod:`dprm.orchestrate.grid` resolves what to run,
+:mod:`dprm.orchestrate.stages` lists the units of each stage, :mod:`dprm.runner` runs them
+resumably (state, fingerprints, the on-disk layout, run.json) and :mod:`dprm.report.document`
+renders the results.
 Worlds are processed in batches: ``demo`` keeps all its (small) worlds and runs stage by stage
 over all of them; ``paper`` handles one world at a time and deletes its synthetic data (~700 MB at
 3584 dims) once its evaluations and IAS sweeps are done (regenerated deterministically if a
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dprm.io import read_json
-from dprm.report import stages
+from dprm.orchestrate.stages import WORLD_STAGES
+from dprm.orchestrate.world_units import ensure_world
 from dprm.report.document import write_outputs
 from dprm.runner.config import RunConfig, config_dict
 from dprm.runner.fingerprints import fingerprint
@@ -137,8 +139,8 @@ def reproduce(
     run_world_stages(
         pipe,
         [worlds] if config.keep_worlds else [[w] for w in worlds],
-        stages.WORLD_STAGES,
-        prepare=stages.ensure_world,
+        WORLD_STAGES,
+        prepare=ensure_world,
         after_batch=None if config.keep_worlds else _delete_worlds,
     )
     return finish_run(pipe, started=started, resumed=resumed, summary_config=config_dict(config))

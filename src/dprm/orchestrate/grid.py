@@ -30,19 +30,6 @@ ALL_GENERATORS = (
     "r1-qwen-7b",
 )
 ALL_PRMS = ("qwen-prm", "reasoneval", "shepherd")
-#: the calibration split calibrators are trained and early-stopped on (80/20 by question inside):
-#: ``train`` (MATH-train-like), disjoint in questions from ``id`` and ``ood``
-TRAIN_SPLIT = "train"
-#: calibration splits every calibrator is evaluated on: ``train`` = ID under the paper's protocol
-#: (training questions included, as the paper did), ``id`` = ID held out (MATH500-like, no
-#: calibrator trained or early-stopped on it), ``ood`` = AIME-like, held out in both protocols
-EVAL_SPLITS = ("train", "id", "ood")
-#: BoN splits of the IAS sweeps (both held out)
-IAS_SPLITS = ("id", "ood")
-#: the ``size`` of a run whose worlds hold real data (a recipe's), not synthetic worlds
-REAL_DATA = "real"
-#: the files synth writes for a world: (split, kind)
-WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
 #: demo-only training caps so that ``make demo`` stays within 5 minutes on 2 CPU cores (keys a
 #: method's config does not have are dropped, so a renamed option never breaks the demo)
 #: (every gradient-trained method runs past its 400-step warm-up, so a checkpoint is selected)

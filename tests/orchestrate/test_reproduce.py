@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dprm.report.grid import GRIDS, resolve
-from dprm.report.reproduce import reproduce
+from dprm.orchestrate.grid import GRIDS, resolve
+from dprm.orchestrate.reproduce import reproduce
 from dprm.runner.layout import Layout
 from dprm.runner.pipeline import Pipeline
 from dprm.runner.state import State
@@ -123,17 +123,17 @@ def _tiny_demo(monkeypatch):
 def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatch, capsys):
     """A failed unit -> exit 1, report written and listing the failure."""
     from dprm.cli import main
-    from dprm.report import stages
+    from dprm.orchestrate import calibrator_units
 
     _tiny_demo(monkeypatch)
-    real = stages.train_one
+    real = calibrator_units.train_one
 
     def train_one(calib, method, *args, **kwargs):
         if method == "qr":
             raise RuntimeError("injected failure")
         return real(calib, method, *args, **kwargs)
 
-    monkeypatch.setattr(stages, "train_one", train_one)
+    monkeypatch.setattr(calibrator_units, "train_one", train_one)
     out = tmp_path / "run"
     argv = ["reproduce", "--preset", "demo", "--out", str(out), "--quiet", "--jobs", "1"]
     rc = main(argv + ["--methods", "isotonic,qr", "--set", "qr.max_steps=5"])

@@ -1,4 +1,4 @@
-"""The IAS stage's "does it pay?" rows (dprm.report.stages: pays_plan, sweep_one, ias_units)
+"""The IAS stage's "does it pay?" rows (dprm.orchestrate.ias_units: pays_plan, sweep_one, ias_units)
 and the report section they feed."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ PAYS_SWEEPS = {"uniform", "oracle", "oracle-p", "auto"}
 def pipe_world(tiny_world, tmp_path):
     """A pipeline on ``tmp_path / run`` whose world is a private copy of the tiny synthetic
     world (no trained calibrator: the IAS stage has only its reference units)."""
-    from dprm.report.grid import resolve
+    from dprm.orchestrate.grid import resolve
     from dprm.runner.pipeline import Pipeline
 
     paths = tiny_world(WORLD)
@@ -49,7 +49,7 @@ def _reference_unit(units, split: str):
 
 
 def test_stage_writes_uniform_oracle_and_auto_rows_per_rule(pipe_world):
-    from dprm.report.stages import ias_units
+    from dprm.orchestrate.ias_units import ias_units
 
     pipe, logs = pipe_world
     units = ias_units(pipe, WORLD)
@@ -75,7 +75,7 @@ def test_stage_writes_uniform_oracle_and_auto_rows_per_rule(pipe_world):
 
 
 def test_v1_bon_skips_vote_rules_with_a_log_line(pipe_world):
-    from dprm.report.stages import ias_units
+    from dprm.orchestrate.ias_units import ias_units
 
     pipe, logs = pipe_world
     _make_v1(pipe.world_dir(WORLD) / "ood" / "bon")
@@ -90,7 +90,7 @@ def test_v1_bon_skips_vote_rules_with_a_log_line(pipe_world):
 
 
 def test_missing_train_bon_skips_auto_keeps_uniform_and_oracle(pipe_world):
-    from dprm.report.stages import ias_units
+    from dprm.orchestrate.ias_units import ias_units
 
     pipe, logs = pipe_world
     shutil.rmtree(pipe.world_dir(WORLD) / "train" / "bon")
@@ -104,7 +104,7 @@ def test_missing_train_bon_skips_auto_keeps_uniform_and_oracle(pipe_world):
 
 
 def test_train_bon_is_part_of_the_fingerprint(pipe_world):
-    from dprm.report.stages import ias_units
+    from dprm.orchestrate.ias_units import ias_units
 
     pipe, _ = pipe_world
     before = _reference_unit(ias_units(pipe, WORLD), "id").fingerprint
@@ -119,7 +119,7 @@ def test_train_bon_is_part_of_the_fingerprint(pipe_world):
 
 def test_unknown_rule_or_too_few_vote_trials_is_a_config_error():
     from dprm.config import ConfigError
-    from dprm.report.grid import resolve
+    from dprm.orchestrate.grid import resolve
 
     cfg = resolve("tiny", methods=["ot"])
     with pytest.raises(ConfigError, match="ias_rules"):
@@ -161,7 +161,7 @@ def test_tiny_run_reports_the_pays_table(tiny_run):
 
 
 def test_resume_does_not_redo_the_pays_units(pipe_world):
-    from dprm.report.stages import ias_units
+    from dprm.orchestrate.ias_units import ias_units
 
     pipe, _ = pipe_world
     pipe.run_stage("ias", ias_units(pipe, WORLD))
@@ -181,8 +181,8 @@ TINY_STEPS = {"max_steps": 20, "eval_every": 10}
 def trained_models(tiny_world, tmp_path_factory):
     """The ``models/`` folder of a run that trained OT (reads hidden states) and isotonic (the
     PRM score only) on the tiny world, trained once for this module."""
-    from dprm.report.grid import resolve
-    from dprm.report.stages import train_units
+    from dprm.orchestrate.calibrator_units import train_units
+    from dprm.orchestrate.grid import resolve
     from dprm.runner.pipeline import Pipeline
 
     cfg = resolve("tiny", methods=["ot", "isotonic"], overrides={"ot": dict(TINY_STEPS)})
@@ -215,9 +215,9 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     """``ias_sequential``: a calibrator's unit has its auto-seq rows (reading the draws' final
     answers on a twin world), the report's table and text show them; off: none."""
     from dprm.ias.allocation import REPORT_COSTS
+    from dprm.orchestrate.ias_units import ias_units
     from dprm.report.document_md import pays_lines
     from dprm.report.pays import pays_markdown, pays_rows
-    from dprm.report.stages import ias_units
 
     pipe, logs = trained_world
     off = ias_units(pipe, WORLD)
@@ -266,7 +266,7 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
 def test_sequential_without_candidate_states_skips_a_hidden_state_calibrator(trained_world):
     """A set without candidate hidden states: the calibrator that reads them gets no auto-seq
     rows and a note (no crash); one that reads the PRM score only still gets them."""
-    from dprm.report.stages import ias_units
+    from dprm.orchestrate.ias_units import ias_units
 
     pipe, logs = trained_world
     _make_v1(pipe.world_dir(WORLD) / "ood" / "bon")

@@ -12,20 +12,22 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_train_units_tune_only_when_asked(tmp_path):
-    from dprm.report import stages
-    from dprm.report.grid import resolve
+    from dprm.orchestrate import calibrator_units
+    from dprm.orchestrate.grid import resolve
     from dprm.runner.pipeline import Pipeline
 
     plain = resolve("tiny", methods=["qr", "isotonic"], keep_worlds=False)
     assert plain.tune_trials == 0
     world = plain.worlds[0]
-    units = stages.train_units(Pipeline(tmp_path / "a", plain, progress=False), world)
+    units = calibrator_units.train_units(Pipeline(tmp_path / "a", plain, progress=False), world)
     assert all("tune_trials" not in u.inputs for u in units)  # earlier runs keep their hashes
 
     tuned = resolve("tiny", methods=["qr", "isotonic"], keep_worlds=False, tune_trials=3)
     units = {
         u.key.split("/")[2]: u
-        for u in stages.train_units(Pipeline(tmp_path / "b", tuned, progress=False), world)
+        for u in calibrator_units.train_units(
+            Pipeline(tmp_path / "b", tuned, progress=False), world
+        )
     }
     assert units["qr"].inputs["tune_trials"] == 3
     assert units["qr"].inputs["tune_objective"] == "wql"  # a new default re-runs tuned units
@@ -33,7 +35,7 @@ def test_train_units_tune_only_when_asked(tmp_path):
 
 
 def test_train_one_fits_with_the_searched_parameters(tiny_world, tmp_path):
-    from dprm.report.stages import train_one
+    from dprm.orchestrate.calibrator_units import train_one
 
     calib = str(tiny_world()["train/calib"])
     tune_dir = tmp_path / "tune"

@@ -13,7 +13,7 @@ TINY_METHODS = ["ot", "qr", "isotonic"]
 
 def _tiny_config(**overrides):
     """The tiny grid (one r1-qwen-7b x qwen-prm world) with tiny step budgets."""
-    from dprm.report.grid import resolve
+    from dprm.orchestrate.grid import resolve
 
     steps = {"ot": dict(STEPS), "qr": dict(STEPS)}
     for method, values in overrides.items():
@@ -33,7 +33,7 @@ def tiny_config():
 def tiny_run(tmp_path_factory, tiny_config):
     """(out, config, outcome, logs) of one complete tiny reproduction (do not modify ``out``)."""
     pytest.importorskip("matplotlib")
-    from dprm.report.reproduce import reproduce
+    from dprm.orchestrate.reproduce import reproduce
 
     cfg = tiny_config()
     out = tmp_path_factory.mktemp("tiny") / "run"

@@ -1,0 +1,53 @@
+"""The world-data units of a run: a synthetic world on disk, and the fingerprint of a world's data.
+
+A synthetic world is written deterministically from its name and size (``synth`` units); a world
+of real data (a recipe's) is fingerprinted by the settings that produced it. Every later unit
+names :func:`world_inputs` among its inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dprm.runner.layout import WORLD_SETS
+from dprm.runner.units import Unit
+
+if TYPE_CHECKING:
+    from dprm.runner.pipeline import Pipeline
+
+
+def ensure_world(pipe: Pipeline, world: str) -> Path:
+    """Write the synthetic world if it is not on disk (deterministic from the world name and size)."""
+    from dprm.data.synth import write_world
+
+    path = pipe.world_dir(world)
+    if not all((path / s / k / "meta.json").exists() for s, k in WORLD_SETS):
+        write_world(path, world, size=pipe.config.size, progress=False, overwrite=True)
+    return path
+
+
+def world_inputs(pipe: Pipeline, world: str) -> dict[str, Any]:
+    """The fingerprint of a world's data.
+
+    A synthetic world is generated deterministically from its name and size; a world of real
+    data (a recipe's) is fingerprinted by the settings that produced it (``pipe.world_data``).
+    """
+    if world in pipe.world_data:
+        return {"world": world, "data": pipe.world_data[world]}
+    return {"world": world, "size": pipe.config.size}
+
+
+def synth_units(pipe: Pipeline, world: str) -> list[Unit]:
+    path = pipe.world_dir(world)
+    outputs = [path / s / k / "meta.json" for s, k in WORLD_SETS]
+    # a world deleted after use is only regenerated when a later unit needs it
+    key = f"synth/{world}"
+    if key in pipe.state.data["done"]:
+        outputs = []
+
+    def run() -> dict:
+        ensure_world(pipe, world)
+        return {"size": pipe.config.size}
+
+    return [Unit(key=key, outputs=outputs, run=run, inputs=world_inputs(pipe, world), world=world)]
