@@ -84,8 +84,7 @@ def solve_peer(
     """Run the peer ``config.peer`` over this shard's questions; returns their records
     (``allocation`` = ``peer:<name>``, ``peer_level``, ``budget`` = its draws)."""
     from dprm.ias.rules import answer_key
-    from dprm.live.bon_record import question_record
-    from dprm.live.bon_seq import DrawLog, _Drawer
+    from dprm.live.bon_seq import DrawLog, _Drawer, logged_records, top_up_baseline
     from dprm.live.run_frame import solving
     from dprm.live.runlog import ResultLog
     from dprm.llm.shard import chunked
@@ -146,28 +145,8 @@ def solve_peer(
                 round_index += 1
                 active = [q for q in active if not stops(name, level, seen[q], n_max)]
         budgets = np.array([len(s) for s in seen], dtype=np.int64)
-        base_n = int(config.baseline_n or 0)
-        top_up = [(q, j) for q in range(q_count) for j in range(int(budgets[q]), base_n)]
-        bar.total = int(budgets.sum()) + len(top_up)
-        bar.refresh()
-        for part in chunked(top_up, size):
-            drawer.fetch(part, None)
-    levels = cprm.default_levels
-    q_levels = cprm.quantiles(states, levels)
-    p_hat = cprm.mean(states)
-    records = []
-    for q, row in enumerate(rows):
-        qid = row["question_id"]
-        n = int(budgets[q])
-        cands = []
-        for j in range(max(n, base_n)):
-            d = draws.records[(qid, j)]
-            cands.append({k: d[k] for k in d if k not in ("question_id", "draw")})
-        record = question_record(
-            row, config, states.scores[q], p_hat[q], levels, q_levels[q], cands, n, base_n,
-            allocation=f"peer:{name}", peer_level=float(level),
-        )  # fmt: skip
-        if qid not in log:
-            log.append(record)
-        records.append(log.records[qid])
-    return records
+        top_up_baseline(drawer, bar, budgets, config, size, drawn=int(budgets.sum()))
+    return logged_records(
+        rows, draws, budgets, config, cprm, states, log,
+        lambda q: {"allocation": f"peer:{name}", "peer_level": float(level)},
+    )  # fmt: skip

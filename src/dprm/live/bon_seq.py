@@ -313,12 +313,43 @@ def solve_sequential(
             for (q, _), (r, a) in zip(requests, read(requests, round_index), strict=True):
                 policy.observe(q, r, a)
         budgets = policy.n.copy()
-        base_n = int(config.baseline_n or 0)
-        top_up = [(q, j) for q in range(q_count) for j in range(int(budgets[q]), base_n)]
-        bar.total = total + len(top_up)
-        bar.refresh()
-        for part in chunked(top_up, size):
-            drawer.fetch(part, None)
+        top_up_baseline(drawer, bar, budgets, config, size, drawn=total)
+    return logged_records(
+        rows, draws, budgets, config, cprm, states, log,
+        lambda q: {"allocation": "auto-seq", "floor": int(floor[q]), "floor_share": float(share)},
+    )  # fmt: skip
+
+
+def top_up_baseline(drawer, bar, budgets: np.ndarray, config, size: int, drawn: int) -> None:
+    """Draw what the fixed baseline (``--baseline-n``) needs beyond each question's budget.
+
+    Args:
+        drawer: fetches ``[(question, draw index)]`` parts (:class:`_Drawer`).
+        bar: the run's progress bar (its total grows by the top-up).
+        budgets: ``[Q]`` draws the adaptive allocation spent per question.
+        config: the run's :class:`~dprm.live.run.SolveConfig`.
+        size: draws fetched together.
+        drawn: draws made so far (the bar's total before the top-up).
+    """
+    from dprm.llm.shard import chunked
+
+    base_n = int(config.baseline_n or 0)
+    top_up = [(q, j) for q in range(len(budgets)) for j in range(int(budgets[q]), base_n)]
+    bar.total = drawn + len(top_up)
+    bar.refresh()
+    for part in chunked(top_up, size):
+        drawer.fetch(part, None)
+
+
+def logged_records(rows, draws, budgets: np.ndarray, config, cprm, states, log, allocation):
+    """One record per question (its budget, candidates and quantiles), appended to ``log``
+    where missing; returns the logged records in question order.
+
+    Args:
+        allocation: ``q -> dict`` of the allocation's own fields for question ``q``
+            (``allocation`` and e.g. the auto-seq floor or the peer's level).
+    """
+    base_n = int(config.baseline_n or 0)
     levels = cprm.default_levels
     q_levels = cprm.quantiles(states, levels)
     p_hat = cprm.mean(states)
@@ -332,7 +363,7 @@ def solve_sequential(
             cands.append({k: d[k] for k in d if k not in ("question_id", "draw")})
         record = question_record(
             row, config, states.scores[q], p_hat[q], levels, q_levels[q], cands, n, base_n,
-            allocation="auto-seq", floor=int(floor[q]), floor_share=float(share),
+            **allocation(q),
         )  # fmt: skip
         if qid not in log:
             log.append(record)
