@@ -239,8 +239,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --train-bon: also the sequential allocation, sweep='auto-seq' (reads each "
         "drawn candidate's calibrated estimate and, on v2 sets, its final answer; every rule; "
-        "its floor share chosen on the training pools; uniform under a detected shift; Monte "
-        "Carlo over draw orders)",
+        "its floor share chosen on the training pools; under a detected shift the best "
+        "calibrator-free peer chosen on the training pools (uniform without final answers); "
+        "Monte Carlo over draw orders)",
     )
     parser.add_argument(
         "--peers",
