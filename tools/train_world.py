@@ -90,11 +90,15 @@ def build_tokenizer():
 
 def save_tokenizer(tok, out: Path) -> None:
     """``save_pretrained`` plus the chat template inside ``tokenizer_config.json`` too (older
-    transformers and vLLM read it there; newer ones write ``chat_template.jinja``)."""
+    transformers and vLLM read it there; newer ones write ``chat_template.jinja``), and a
+    tokenizer class the declared transformers floor can load."""
     tok.save_pretrained(out)
     config_path = out / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config["chat_template"] = CHAT_TEMPLATE
+    # a class every supported transformers knows (4.48 has no "TokenizersBackend", the name
+    # newer releases write)
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config_path.write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
 
 
