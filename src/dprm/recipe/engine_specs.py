@@ -22,6 +22,10 @@ class GeneratorSpec:
         park_name: its folder in Park's released labels (``""``: ``name``).
         gpus: GPUs per engine (Ray actor / SLURM task); 0 on CPU.
         tensor_parallel_size: vLLM GPUs per model replica.
+        max_model_len: vLLM's prompt + completion token limit (None: from the model, the
+            reference's 4096 or the config's ``max_position_embeddings`` when smaller, as
+            ``dprm generate --max-model-len``; :func:`dprm.llm.generate.default_context_limit`).
+            The transformers backend always uses the model's own limit.
     """
 
     name: str
@@ -33,7 +37,7 @@ class GeneratorSpec:
     tensor_parallel_size: int = in_range(1, ge=1)
     device: str = ""
     dtype: str = ""
-    max_model_len: int = in_range(4096, ge=1)
+    max_model_len: int | None = in_range(None, ge=1)
     gpu_memory_utilization: float = in_range(0.9, gt=0, le=1)
 
 

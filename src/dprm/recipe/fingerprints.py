@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from dprm.llm.generate import REFERENCE_CONTEXT
 from dprm.recipe.layout import split_world
 from dprm.recipe.sections import SPLITS
 from dprm.recipe.spec import Recipe
@@ -20,8 +21,16 @@ PLACEMENT = ("gpus", "gpu_memory_utilization", "device")
 
 
 def engine_settings(spec: Any) -> dict[str, Any]:
-    """The settings of a generator or PRM spec that change its outputs (all but placement)."""
-    return {k: v for k, v in dataclasses.asdict(spec).items() if k not in PLACEMENT}
+    """The settings of a generator or PRM spec that change its outputs (all but placement).
+
+    A generator's ``max_model_len = None`` (from the model) is recorded as the reference's 4096:
+    the two give the same context on every model 4096 fits (a smaller one refuses 4096), so runs
+    made when 4096 was the default keep their fingerprints.
+    """
+    settings = {k: v for k, v in dataclasses.asdict(spec).items() if k not in PLACEMENT}
+    if "max_model_len" in settings and settings["max_model_len"] is None:
+        settings["max_model_len"] = REFERENCE_CONTEXT
+    return settings
 
 
 def questions_fp(recipe: Recipe, split: str) -> dict[str, Any]:
