@@ -2,7 +2,8 @@
 
 Function-level imports count too. dprm.recipe never imports the CLI nor the renderer (it runs
 through dprm.orchestrate); nothing below it (orchestrate, report, live, ias, evaluation, models,
-llm, data, core) imports dprm.recipe, and dprm.report never imports dprm.orchestrate.
+llm, data, core) imports dprm.recipe, and dprm.report never imports dprm.orchestrate. Inside
+dprm.recipe the table specs sit below the stage builder (:data:`RECIPE_LAYERS`).
 """
 
 from __future__ import annotations
@@ -54,3 +55,29 @@ def test_recipe_runs_through_orchestrate_not_the_renderer():
 
 def test_report_only_renders():
     assert not _importers("report", "dprm.orchestrate")
+
+
+#: dprm.recipe's own modules, top to bottom: a module imports only modules of lower layers
+RECIPE_LAYERS = (
+    ("run", "preflight"),
+    ("stages",),
+    ("park", "sharding"),
+    ("bodies", "fingerprints"),
+    ("layout", "spec"),
+    ("recipe_file",),
+    ("sections", "engine_specs", "executor_specs"),
+)
+
+
+def test_recipe_modules_import_only_lower_layers():
+    layer_of = {name: i for i, names in enumerate(RECIPE_LAYERS) for name in names}
+    on_disk = {p.stem for p in (SRC / "recipe").glob("*.py")} - {"__init__"}
+    assert on_disk == set(layer_of), "every recipe module has a layer"
+    for name, layer in layer_of.items():
+        imported = {
+            n.removeprefix("dprm.recipe.")
+            for n in _imports(SRC / "recipe" / f"{name}.py")
+            if n.startswith("dprm.recipe.")
+        }
+        upward = sorted(m for m in imported if layer_of[m] <= layer and m != name)
+        assert not upward, f"dprm.recipe.{name} imports {upward} (same or higher layer)"
