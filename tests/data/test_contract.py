@@ -721,6 +721,8 @@ def test_empty_sets_are_refused_with_their_file(tmp_path: Path) -> None:
         (np.array([[0.1, 0.2]]), 1),  # a nested list: not one score per step
         (np.float64(0.5), 3),  # a scalar, not a list
         (np.array([-0.1]), 0),
+        (["0.5", "x"], 2),  # not numbers: named like the others, not a ValueError traceback
+        ("abc", 1),
     ],
 )
 def test_step_scores_checked_row_named(bad, row: int) -> None:

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dprm.data.columns import check_correct_counts, plain_column
+from dprm.data.columns import check_correct_counts, plain_column, refuse_first
 from dprm.filesystem import reserved_memmap
 from dprm.io import DataError, atomic_dir, atomic_path, read_json, write_json
 
@@ -84,66 +84,64 @@ def _check_columns(
             f"missing column(s) {missing}; expected columns {list(required)} (have {list(df.columns)})",
         )
     for name, (kinds, _) in {**required, **(optional or {})}.items():
-        if name not in df.columns:
-            continue
-        col = df[name]
-        kind = col.dtype.kind
-        if kinds == "OSU":
-            if kind not in "OSU" and not isinstance(col.dtype, pd.StringDtype):
-                raise DataError(path, f"column '{name}': expected strings, found dtype {col.dtype}")
-            bad = col.isna().to_numpy() | ~col.map(lambda v: isinstance(v, str)).to_numpy()
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise DataError(
-                    path, f"column '{name}' row {row}: expected a string, found {col.iloc[row]!r}"
-                )
-            continue
-        if kind not in kinds:
-            raise DataError(
+        if name in df.columns:
+            col = df[name]
+            checked = _check_column(col, name, path, kinds)
+            if checked is not col:
+                df[name] = checked
+
+
+def _check_column(col: pd.Series, name: str, path: Path, kinds: str) -> pd.Series:
+    """One present column against its kind letters: the column as the readers hand it on
+    (:func:`plain_column`), or a DataError naming its first bad row."""
+    if kinds == "OSU":
+        if col.dtype.kind not in "OSU" and not isinstance(col.dtype, pd.StringDtype):
+            raise DataError(path, f"column '{name}': expected strings, found dtype {col.dtype}")
+        refuse_first(
+            path,
+            col.isna().to_numpy() | ~col.map(lambda v: isinstance(v, str)).to_numpy(),
+            lambda row: f"expected a string, found {col.iloc[row]!r}",
+            column=name,
+        )
+        return col
+    if col.dtype.kind not in kinds:
+        raise DataError(
+            path,
+            f"column '{name}': expected {_KIND_NAMES[kinds]} values, found dtype {col.dtype}",
+        )
+    col = plain_column(col, name, path, kinds)
+    if kinds == "f":
+        values = col.to_numpy(dtype=np.float64)
+        refuse_first(
+            path,
+            ~np.isfinite(values),
+            lambda row: f"expected a finite number, found {values[row]}",
+            column=name,
+        )
+        if name in UNIT_INTERVAL:
+            refuse_first(
                 path,
-                f"column '{name}': expected {_KIND_NAMES[kinds]} values, found dtype {col.dtype}",
+                (values < 0) | (values > 1),
+                lambda row: f"expected a value in [0, 1], found {values[row]}",
+                column=name,
             )
-        plain = plain_column(col, name, path, kinds)
-        if plain is not col:
-            col = df[name] = plain
-        if kinds == "f":
-            values = col.to_numpy(dtype=np.float64)
-            bad = ~np.isfinite(values)
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise DataError(
-                    path,
-                    f"column '{name}' row {row}: expected a finite number, found {values[row]}",
-                )
-            if name in UNIT_INTERVAL:
-                out = (values < 0) | (values > 1)
-                if out.any():
-                    row = int(np.flatnonzero(out)[0])
-                    raise DataError(
-                        path,
-                        f"column '{name}' row {row}: expected a value in [0, 1], found {values[row]}",
-                    )
+    return col
 
 
 def _check_counts(df: pd.DataFrame, path: Path) -> None:
     n = df["n_rollouts"].to_numpy()
-    bad = n < 1
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise DataError(path, f"column 'n_rollouts' row {row}: expected >= 1, found {n[row]}")
+    refuse_first(path, n < 1, lambda row: f"expected >= 1, found {n[row]}", column="n_rollouts")
     step = df["step"].to_numpy()
-    if (step < 0).any():
-        row = int(np.flatnonzero(step < 0)[0])
-        raise DataError(path, f"column 'step' row {row}: expected >= 0, found {step[row]}")
+    refuse_first(path, step < 0, lambda row: f"expected >= 0, found {step[row]}", column="step")
     k = df["success_prob"].to_numpy(dtype=np.float64) * n
-    off = np.abs(k - np.rint(k)) > 1e-3 * np.maximum(n, 1)
-    if off.any():
-        row = int(np.flatnonzero(off)[0])
-        raise DataError(
-            path,
-            f"row {row}: success_prob={df['success_prob'].iloc[row]} is not n_correct/n_rollouts "
-            f"for n_rollouts={n[row]} (expected a multiple of 1/{n[row]})",
-        )
+    refuse_first(
+        path,
+        np.abs(k - np.rint(k)) > 1e-3 * np.maximum(n, 1),
+        lambda row: (
+            f"success_prob={df['success_prob'].iloc[row]} is not n_correct/n_rollouts "
+            f"for n_rollouts={n[row]} (expected a multiple of 1/{n[row]})"
+        ),
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -399,13 +397,12 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     questions = _read_parquet(qpath)
     _check_columns(questions, qpath, BON_QUESTION_COLUMNS)
     _check_not_empty(questions, qpath, "question (an empty BoN set)")
-    dup = questions["question_id"].duplicated()
-    if dup.any():
-        row = int(np.flatnonzero(dup.to_numpy())[0])
-        raise DataError(
-            qpath,
-            f"column 'question_id' row {row}: duplicate id {questions['question_id'].iloc[row]!r}",
-        )
+    refuse_first(
+        qpath,
+        questions["question_id"].duplicated(),
+        lambda row: f"duplicate id {questions['question_id'].iloc[row]!r}",
+        column="question_id",
+    )
     responses = _read_parquet(rpath)
     version = meta.get("bon_version", 1)
     if version not in (1, BON_VERSION):
@@ -418,13 +415,12 @@ def read_bon_set(path: str | os.PathLike, *, check_hidden: bool = True) -> BonSe
     _check_step_scores(responses, rpath)
     _check_not_empty(responses, rpath, "response (an empty BoN set)")
     _check_unique(responses, rpath, ["question_id", "response_id"], ["correct", "prm_score"])
-    unknown = ~responses["question_id"].isin(set(questions["question_id"]))
-    if unknown.any():
-        row = int(np.flatnonzero(unknown.to_numpy())[0])
-        raise DataError(
-            rpath,
-            f"column 'question_id' row {row}: {responses['question_id'].iloc[row]!r} is not in questions.parquet",
-        )
+    refuse_first(
+        rpath,
+        ~responses["question_id"].isin(set(questions["question_id"])),
+        lambda row: f"{responses['question_id'].iloc[row]!r} is not in questions.parquet",
+        column="question_id",
+    )
     hidden = _open_hidden(path / HIDDEN_FILE, len(questions), meta["hidden_dim"], qpath)
     if check_hidden:
         check_hidden_finite(hidden, path / HIDDEN_FILE)
@@ -449,14 +445,20 @@ def _check_step_scores(responses: pd.DataFrame, path: Path) -> None:
             return
     except (TypeError, ValueError):
         pass
-    for row, value in enumerate(values):
-        arr = np.asarray(value if value is not None else [], dtype=np.float64)
-        if arr.ndim != 1 or not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any():
-            raise DataError(
-                path,
-                f"column '{BON_STEP_SCORES}' row {row}: expected a list of scores in [0, 1], "
-                f"found {value!r}",
-            )
+
+    def out_of_contract(value: Any) -> bool:
+        try:
+            arr = np.asarray(value if value is not None else [], dtype=np.float64)
+        except (TypeError, ValueError):  # not numbers ("abc", [0.1, "x"]): named, no traceback
+            return True
+        return arr.ndim != 1 or not np.isfinite(arr).all() or (arr < 0).any() or (arr > 1).any()
+
+    refuse_first(
+        path,
+        np.array([out_of_contract(value) for value in values], dtype=bool),
+        lambda row: f"expected a list of scores in [0, 1], found {values[row]!r}",
+        column=BON_STEP_SCORES,
+    )
 
 
 # Columns `predict` reads from an unlabelled calibration-set-like directory.
