@@ -127,7 +127,7 @@ def test_unwritable_target_fails_before_any_work(
     world, model_dir, tmp_path, capsys, monkeypatch, command
 ):
     """An --out below a regular file cannot be created: refused before data is even read."""
-    import dprm.data.contract
+    import pyarrow.parquet
 
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
@@ -135,7 +135,8 @@ def test_unwritable_target_fails_before_any_work(
     def no_work(*args, **kwargs):
         raise AssertionError("work started before the output was checked")
 
-    monkeypatch.setattr(dprm.data.contract, "_read_parquet", no_work)
+    # every contract reader opens its tables through read_schema (dprm.data.validation)
+    monkeypatch.setattr(pyarrow.parquet, "read_schema", no_work)
     monkeypatch.setattr("dprm.data.synth.write_world", no_work)
     rc = main(commands_that_write(world, model_dir, blocker / "sub" / "out")[command])
     assert rc == 2

@@ -13,6 +13,12 @@ build the model, build its trainer, initialise, train, record the summary. A met
 its ``loss`` (or, for a min-max, :meth:`TrainedCalibrator.train_steps`), its
 :meth:`TrainedCalibrator.initialise` and ``forward_standardized(hidden_std, prm_score)`` (so
 validation skips re-standardising).
+
+The loop's parts live in modules of their own and are importable from here too:
+:mod:`~dprm.models.training_config` (:class:`TrainConfig`),
+:mod:`~dprm.models.standardized_rows` (the standardised rows and their reuse in a search),
+:mod:`~dprm.models.checkpoint_selection` (warm-up, best checkpoint, patience) and
+:mod:`~dprm.models.weight_average` (Polyak averaging).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -33,12 +39,34 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from dprm import metrics as M
-from dprm.config import ConfigError, in_range
 from dprm.data.contract import CalibrationSet
+from dprm.models.checkpoint_selection import CheckpointSelection, eligible_from
 from dprm.models.interface import Calibrator, QuantileFunction
+from dprm.models.standardized_rows import (
+    ROWS_CACHE,
+    StandardizedRows,
+    reuse_standardized_rows,
+    standardized_split,
+)
+from dprm.models.training_config import LR_SCHEDULES, TrainConfig
+from dprm.models.weight_average import WeightAverage
 
-if TYPE_CHECKING:
-    from dprm.models.interface import Standardizer
+__all__ = [
+    "EVALUATION_HOOK",
+    "LR_SCHEDULES",
+    "ROWS_CACHE",
+    "Batch",
+    "CheckpointSelection",
+    "StandardizedRows",
+    "TrainConfig",
+    "TrainedCalibrator",
+    "Trainer",
+    "WeightAverage",
+    "eligible_from",
+    "evaluation_hook",
+    "reuse_standardized_rows",
+    "standardized_split",
+]
 
 #: ``hook(step, metrics)`` called after every validation evaluation of :meth:`Trainer.run`
 #: (step 0 included); set through :func:`evaluation_hook`. A tuning search reports the scores
@@ -58,96 +86,6 @@ def evaluation_hook(hook: Callable[[int, dict[str, float]], None]) -> Iterator[N
         EVALUATION_HOOK.reset(token)
 
 
-#: set through :func:`reuse_standardized_rows`: trainers built while it is set share the
-#: standardised copies of the arrays they were given (key: the arrays' ids and the size limit).
-ROWS_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
-    "dprm_rows_cache", default=None
-)
-
-
-@contextlib.contextmanager
-def reuse_standardized_rows() -> Iterator[None]:
-    """Trainers built in this block on the same (train, val) arrays share their standardised rows.
-
-    A hyper-parameter search trains one model after another on one split; alone, each trainer
-    fits the same standardiser and copies the same [N, D] rows again (at D = 3584 and 24k
-    training rows, 3.7 s of a 7.4 s qr trial, measured). In this block the first trainer's
-    float32 copies and standardiser statistics are reused read-only, so each trial computes
-    exactly what it computes alone. The cache (and the arrays it keeps alive) is dropped on exit.
-    """
-    token = ROWS_CACHE.set({})
-    try:
-        yield
-    finally:
-        ROWS_CACHE.reset(token)
-
-
-#: the learning-rate schedules of ``TrainConfig.lr_schedule``
-LR_SCHEDULES = ("step", "cosine")
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation settings shared by the gradient-trained calibrators.
-
-    Early stopping follows the paper (patience 175 evaluations, min-delta 1e-4). One evaluation
-    embeds every validation row, so it runs every ``eval_every`` = 25 steps; patience then spans
-    4375 steps and the default ``max_steps`` = 1000 is the usual stop, with the best checkpoint
-    (lowest validation calibration area after ``warmup_steps``) kept. ``ot`` overrides this
-    (``OTConfig``: patience 16 evaluations under a 2000-step cap, so that patience acts).
-    """
-
-    batch_size: int = in_range(256, ge=1)
-    lr: float = in_range(1e-3, gt=0)
-    # StepLR: multiply the learning rate by lr_gamma every this many steps
-    lr_step_size: int = in_range(500, ge=1)
-    lr_gamma: float = in_range(0.5, gt=0)
-    weight_decay: float = in_range(0.0, ge=0)
-    adam_betas: tuple[float, ...] = in_range((0.9, 0.999), ge=0, lt=1)
-    clip_norm: float = in_range(1.0, gt=0)
-    max_steps: int = in_range(1000, ge=1)
-    eval_every: int = in_range(25, ge=1)
-    patience: int = in_range(175, ge=1)
-    min_delta: float = in_range(1e-4, ge=0)
-    select_metric: str = "calibration_area"  # validation score for early stopping / checkpoint
-    # Checkpoints before the warm-up are not eligible and do not count towards patience: the
-    # marginal initialisation is already marginally calibrated, and on the way from it to the
-    # conditional map the calibration area first rises, so early on it prefers untrained maps.
-    # The warm-up is min(warmup_steps, warmup_fraction x max_steps) (:func:`eligible_from`):
-    # scaled to the step cap, so a short run is not denied its better early checkpoints
-    # (docs/calibrators.md, "Checkpoint selection that fits the run").
-    warmup_steps: int = 400
-    warmup_fraction: float = in_range(0.25, gt=0, le=1)
-    # Learning-rate multiplier of weights that read the hidden state directly (fan-in D). Adam
-    # moves every weight by ~lr whatever its gradient's size, so such a layer's output moves by
-    # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates
-    # tuned at D = 256 (0.27x at D = 3584, 2.8x at D = 32).
-    input_lr_scale: float = 0.0
-    # hold the standardised float32 rows in memory up to this size
-    preload_max_gb: float = in_range(4.0, ge=0)
-    # Exponential moving average of the weights (Polyak averaging), 0 = off: the averaged
-    # weights are the ones evaluated, checkpointed and returned; the optimiser keeps stepping
-    # the raw ones. Decay d averages over ~1 / (1 - d) steps (debiased, see WeightAverage).
-    ema_decay: float = in_range(0.0, ge=0, lt=1)
-    # Learning-rate schedule: "step" (StepLR, lr_step_size / lr_gamma) or "cosine" (cosine
-    # decay from lr to lr * lr_gamma over max_steps).
-    lr_schedule: str = "step"
-
-    def __post_init__(self) -> None:
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ConfigError(
-                f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}"
-            )
-
-
-def eligible_from(config: TrainConfig) -> int:
-    """The first step whose checkpoint may be kept: the warm-up scaled to the step cap,
-    ``min(warmup_steps, ceil(warmup_fraction x max_steps))`` (0: the initialisation too)."""
-    if config.warmup_steps <= 0:
-        return 0
-    return min(config.warmup_steps, math.ceil(config.warmup_fraction * config.max_steps))
-
-
 @dataclass
 class Batch:
     """One training batch; tensors are float32 [b] unless noted."""
@@ -159,132 +97,6 @@ class Batch:
     n_correct: Tensor
     n_rollouts: Tensor
     prm_score: Tensor
-
-
-class StandardizedRows:
-    """Standardised float32 rows of a (memory-mapped) hidden-state array.
-
-    If the rows fit in ``max_bytes`` they are read once into one float32 matrix (one copy, then
-    batches are cheap index selects); otherwise each batch reads its sorted rows from the map.
-    """
-
-    def __init__(
-        self,
-        hidden,
-        standardizer: Standardizer,
-        max_bytes: float,
-        fit: bool = False,
-        chunk: int = 8192,
-    ):
-        self.hidden, self.standardizer = hidden, standardizer
-        n, dim = hidden.shape
-        self.matrix: Tensor | None = None
-        if n * dim * 4 <= max_bytes:
-            matrix = np.empty((n, dim), dtype=np.float32)
-            for start in range(0, n, chunk):
-                matrix[start : start + chunk] = hidden[start : start + chunk]
-            if fit:  # statistics from the in-memory copy: the map is read once
-                standardizer.fit(matrix, chunk)
-            self.matrix = torch.from_numpy(matrix)
-            with torch.no_grad():
-                for block in self.matrix.split(chunk):
-                    block.copy_(standardizer(block))
-        elif fit:
-            standardizer.fit(hidden, chunk)
-
-    def __len__(self) -> int:
-        return self.hidden.shape[0]
-
-    @torch.no_grad()
-    def __getitem__(self, rows: np.ndarray) -> Tensor:
-        if self.matrix is not None:
-            return self.matrix[torch.from_numpy(rows)]
-        block = np.asarray(self.hidden[rows], dtype=np.float32)
-        return self.standardizer(torch.from_numpy(block))
-
-    def chunks(self, size: int = 4096) -> Iterator[tuple[int, Tensor]]:
-        """Consecutive blocks of rows (read-only views of the in-memory copy when there is one)."""
-        for start in range(0, len(self), size):
-            stop = min(start + size, len(self))
-            if self.matrix is not None:  # a view: no [size, D] copy per validation pass
-                yield start, self.matrix[start:stop]
-            else:
-                yield start, self[np.arange(start, stop)]
-
-    def bound_to(self, standardizer: Standardizer) -> StandardizedRows:
-        """The same rows (shared, not copied) for a model whose standardiser has equal statistics."""
-        twin = copy.copy(self)
-        twin.standardizer = standardizer
-        return twin
-
-
-def standardized_split(
-    train_hidden, val_hidden, standardizer: Standardizer, max_bytes: float
-) -> tuple[StandardizedRows, StandardizedRows]:
-    """Fit ``standardizer`` on the training rows; both parts' standardised rows.
-
-    Inside :func:`reuse_standardized_rows` a second call on the same arrays loads the first
-    call's statistics into ``standardizer`` and shares its rows instead of recomputing them.
-    """
-    cache = ROWS_CACHE.get()
-    key = (id(train_hidden), id(val_hidden), max_bytes)
-    if cache is not None and key in cache:
-        _, _, stats, train_rows, val_rows = cache[key]
-        standardizer.load_state_dict(stats)
-        return train_rows.bound_to(standardizer), val_rows.bound_to(standardizer)
-    train_rows = StandardizedRows(train_hidden, standardizer, max_bytes, fit=True)
-    val_rows = StandardizedRows(val_hidden, standardizer, max_bytes)
-    if cache is not None:  # the arrays are kept too, so their ids stay theirs
-        stats = {k: v.clone() for k, v in standardizer.state_dict().items()}
-        cache[key] = (train_hidden, val_hidden, stats, train_rows, val_rows)
-    return train_rows, val_rows
-
-
-class WeightAverage:
-    """Exponential moving average of a module's floating-point parameters (Polyak averaging).
-
-    For a game such as the OT min-max, the iterates of alternating gradient steps circle and
-    jitter around the saddle point instead of settling on it; their running average converges
-    where the last iterate keeps oscillating (Polyak and Juditsky 1992; for GANs, Yazici et al.,
-    ICLR 2019). The average is debiased as Adam's moments are: after t updates it is
-    sum_s d^(t-s) (1 - d) theta_s / (1 - d^t), so it spans ~1 / (1 - d) updates from the start.
-
-    Args:
-        module: whose parameters are averaged (shadows are kept here, not in the module).
-        decay: d in (0, 1).
-    """
-
-    def __init__(self, module: nn.Module, decay: float):
-        self.decay, self.updates = float(decay), 0
-        self.params = [p for p in module.parameters() if p.is_floating_point()]
-        self.biased = [torch.zeros_like(p) for p in self.params]
-
-    @torch.no_grad()
-    def update(self) -> None:
-        """Fold the current parameters into the average."""
-        self.updates += 1
-        torch._foreach_lerp_(self.biased, [p.detach() for p in self.params], 1.0 - self.decay)
-
-    @contextlib.contextmanager
-    def swapped(self) -> Iterator[None]:
-        """Within the block the module holds the averaged weights; the live ones come back after.
-
-        Before the first update the average is the current weights (nothing to swap).
-        """
-        if not self.updates:
-            yield
-            return
-        correction = 1.0 - self.decay**self.updates
-        with torch.no_grad():
-            live = [p.detach().clone() for p in self.params]
-            for p, biased in zip(self.params, self.biased, strict=True):
-                p.copy_(biased / correction)
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for p, value in zip(self.params, live, strict=True):
-                    p.copy_(value)
 
 
 def _column(data: CalibrationSet, name: str) -> Tensor:
@@ -450,20 +262,21 @@ class Trainer:
         def averaged():  # evaluation and checkpoints see the averaged weights, if any
             return average.swapped() if average is not None else contextlib.nullcontext()
 
+        def snapshot() -> dict:  # the weights evaluated: the averaged ones, if any
+            with averaged():
+                return copy.deepcopy(model.state_dict())
+
         metrics = self.evaluate()
         if cfg.select_metric not in metrics:
             raise ValueError(f"select_metric {cfg.select_metric!r} is not one of {sorted(metrics)}")
-        best_score, best_step = math.inf, 0
-        best_state = copy.deepcopy(model.state_dict())
-        warmup = eligible_from(cfg)
-        if warmup <= 0:
-            best_score = metrics[cfg.select_metric]
-        low_score, low_step = metrics[cfg.select_metric], 0  # the minimum, eligible or not
+        selection = CheckpointSelection(
+            cfg, metrics[cfg.select_metric], copy.deepcopy(model.state_dict())
+        )
         history.append({"step": 0, **metrics, "seconds": 0.0})
         hook = EVALUATION_HOOK.get()
         if hook is not None:
             hook(0, metrics)
-        stale, step = 0, 0
+        step = 0
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}  # per key: some logs (e.g. f's loss) skip steps
         batches = self.batches()
@@ -490,32 +303,19 @@ class Trainer:
                 hook(step, metrics)
             sums, counts = {}, {}
             score = metrics[cfg.select_metric]
-            if score < low_score:
-                low_score, low_step = score, step
-            if step < warmup and step != cfg.max_steps:
+            if not selection.observe(step, score, snapshot):
                 continue
-            if score < best_score - cfg.min_delta:
-                best_score, best_step, stale = score, step, 0
-                with averaged():
-                    best_state = copy.deepcopy(model.state_dict())
-            else:
-                stale += 1
-            bar.set_postfix({cfg.select_metric: f"{score:.4f}", "best": f"{best_score:.4f}"})
-            if stale >= cfg.patience:
+            best = f"{selection.best_score:.4f}"
+            bar.set_postfix({cfg.select_metric: f"{score:.4f}", "best": best})
+            if selection.exhausted:
                 break
         bar.close()
-        model.load_state_dict(best_state)
+        model.load_state_dict(selection.best_state)
         model.eval()
         self.summary = {
-            "best_step": best_step,
-            "best_score": best_score,
-            "select_metric": cfg.select_metric,
-            # which rule kept it, and the minimum it may have passed over (figures say so)
-            "eligible_from": warmup,
-            "validation_min_step": low_step,
-            "validation_min_score": low_score,
+            **selection.summary(),
             "steps": step,
-            "stopped_early": stale >= cfg.patience,
+            "stopped_early": selection.exhausted,
             "seconds": round(time.perf_counter() - started, 3),
         }
         return history

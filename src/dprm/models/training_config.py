@@ -1,0 +1,68 @@
+"""The optimisation settings every gradient-trained calibrator shares.
+
+A method's config (``QRConfig``, ``OTConfig``, ...) subclasses :class:`TrainConfig`; it is read
+from the method's TOML table with unknown keys rejected (:func:`dprm.models.fit.resolve_config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dprm.config import ConfigError, in_range
+
+#: the learning-rate schedules of ``TrainConfig.lr_schedule``
+LR_SCHEDULES = ("step", "cosine")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings shared by the gradient-trained calibrators.
+
+    Early stopping follows the paper (patience 175 evaluations, min-delta 1e-4). One evaluation
+    embeds every validation row, so it runs every ``eval_every`` = 25 steps; patience then spans
+    4375 steps and the default ``max_steps`` = 1000 is the usual stop, with the best checkpoint
+    (lowest validation calibration area after ``warmup_steps``) kept. ``ot`` overrides this
+    (``OTConfig``: patience 16 evaluations under a 2000-step cap, so that patience acts).
+    """
+
+    batch_size: int = in_range(256, ge=1)
+    lr: float = in_range(1e-3, gt=0)
+    # StepLR: multiply the learning rate by lr_gamma every this many steps
+    lr_step_size: int = in_range(500, ge=1)
+    lr_gamma: float = in_range(0.5, gt=0)
+    weight_decay: float = in_range(0.0, ge=0)
+    adam_betas: tuple[float, ...] = in_range((0.9, 0.999), ge=0, lt=1)
+    clip_norm: float = in_range(1.0, gt=0)
+    max_steps: int = in_range(1000, ge=1)
+    eval_every: int = in_range(25, ge=1)
+    patience: int = in_range(175, ge=1)
+    min_delta: float = in_range(1e-4, ge=0)
+    select_metric: str = "calibration_area"  # validation score for early stopping / checkpoint
+    # Checkpoints before the warm-up are not eligible and do not count towards patience: the
+    # marginal initialisation is already marginally calibrated, and on the way from it to the
+    # conditional map the calibration area first rises, so early on it prefers untrained maps.
+    # The warm-up is min(warmup_steps, warmup_fraction x max_steps) (:func:`eligible_from`):
+    # scaled to the step cap, so a short run is not denied its better early checkpoints
+    # (docs/calibrators.md, "Checkpoint selection that fits the run").
+    warmup_steps: int = 400
+    warmup_fraction: float = in_range(0.25, gt=0, le=1)
+    # Learning-rate multiplier of weights that read the hidden state directly (fan-in D). Adam
+    # moves every weight by ~lr whatever its gradient's size, so such a layer's output moves by
+    # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates
+    # tuned at D = 256 (0.27x at D = 3584, 2.8x at D = 32).
+    input_lr_scale: float = 0.0
+    # hold the standardised float32 rows in memory up to this size
+    preload_max_gb: float = in_range(4.0, ge=0)
+    # Exponential moving average of the weights (Polyak averaging), 0 = off: the averaged
+    # weights are the ones evaluated, checkpointed and returned; the optimiser keeps stepping
+    # the raw ones. Decay d averages over ~1 / (1 - d) steps (debiased, see WeightAverage).
+    ema_decay: float = in_range(0.0, ge=0, lt=1)
+    # Learning-rate schedule: "step" (StepLR, lr_step_size / lr_gamma) or "cosine" (cosine
+    # decay from lr to lr * lr_gamma over max_steps).
+    lr_schedule: str = "step"
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(
+                f"lr_schedule must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}"
+            )
