@@ -164,14 +164,18 @@ def _answer_codes(out, records):
 def _replay(records, seq, samples, share, answer=None, majority=False):
     """The offline policy's budgets [Q] on the live candidates in draw order (one order)."""
     # the candidates' estimates in draw order, padded to N_MAX (never read if the policies agree)
+    # and their PRM scores, read by the highest-score index (the contract rule's pick)
     estimates = np.full((len(records), N_MAX), 0.5)
+    scores = np.full((len(records), N_MAX), -np.inf)
     for i, r in enumerate(records):
         e = [c["estimate"] for c in r["candidates"]][:N_MAX]
         estimates[i, : len(e)] = e
+        scores[i, : len(e)] = [c["prm_score"] for c in r["candidates"]][:N_MAX]
     identity = np.broadcast_to(np.arange(N_MAX), (1, len(records), N_MAX)).copy()
     return seq.budgets(
         samples, estimates, np.full(len(records), N_MAX), identity, [COST * N_MAX], share, N_MAX,
         round_size=ROUND, answer=answer, majority=majority,
+        score=None if majority or seq.pick is None else scores,
     )[0, 0]  # fmt: skip
 
 

@@ -106,8 +106,7 @@ def solve_peer(
 
         def read(requests: list[tuple[int, int]], round_index: int) -> None:
             for part in chunked(requests, size):
-                for (q, j), (e, a) in zip(part, drawer.fetch(part, round_index), strict=True):
-                    raw = float(draws.records[(rows[q]["question_id"], j)]["prm_score"])
+                for (q, j), (e, a, raw) in zip(part, drawer.fetch(part, round_index), strict=True):
                     seen[q].append((e, answer_key(a, j), raw))
 
         if name == "vote-lead":
