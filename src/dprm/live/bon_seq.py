@@ -41,6 +41,7 @@ one would.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,24 @@ def fit_sequential(
     return seq, estimate_samples(fitted.estimate), float(share), fitted.shifted
 
 
+def shift_fallback_for(train_bon: str, rule: str, cost: float, n_max: int):
+    """What ``auto-seq`` runs when the live questions are unlike the training set's: the
+    calibrator-free peer for ``rule`` chosen on the training pools and its level at target
+    ``cost`` (:func:`dprm.ias.fallback.shift_fallback`, the offline choice; ``uniform`` for a
+    training set without final answers).
+
+    Returns:
+        :class:`dprm.ias.fallback.ShiftFallback`.
+    """
+    from dprm.data import read_bon_set
+    from dprm.ias.draws import table_weight
+    from dprm.ias.fallback import shift_fallback
+    from dprm.ias.rules import Candidates
+
+    cands = Candidates.from_bon(read_bon_set(train_bon, check_hidden=False))
+    return shift_fallback(cands, table_weight(cands, rule, None), rule, cost, n_max)
+
+
 class _Drawer:
     """Draws, scores, grades and logs candidates (question index, draw index) in batches."""
 
@@ -240,6 +259,7 @@ def solve_sequential(
     *,
     progress: bool = True,
     pool: Any = None,
+    run_peer: Callable[..., list[dict]] | None = None,
 ) -> list[dict]:
     """Run ``auto-seq`` over this shard's questions; returns their finished records.
 
@@ -248,6 +268,15 @@ def solve_sequential(
     ``candidates`` every drawn candidate in draw order with its ``estimate``, ``answer`` (its
     canonical final answer), ``round`` (0: the floor; None: a baseline top-up) and ``order``
     (its place in the shard's sequence of draws); ``floor_share`` is the share the policy used.
+
+    When the shard's questions are unlike the training set's, the policy does not run: as
+    offline, it falls back to the calibrator-free peer chosen on the training pools
+    (:func:`shift_fallback_for`), run live by ``run_peer``
+    (:func:`dprm.live.bon_peers.solve_peer`, passed in: that module builds on this one) at the
+    level that spends the target cost on the training pools, never past the shard's total
+    round(c N_max Q) (a stopping rule stops every question once it is spent); every record says
+    ``falls_back_to`` (``uniform``: exactly uniform best-of-N, for a training set without
+    final answers).
     """
     from dprm.ias.allocation import uniform_budgets
     from dprm.ias.auto import mean_budget as target_mean_budget
@@ -261,6 +290,21 @@ def solve_sequential(
     seq, samples, share, shifted = fit_sequential(
         cprm, states, str(config.train_bon), float(config.auto_cost), config.rule
     )
+    fallback = None
+    if shifted:  # as offline: the calibrator-free peer chosen on the training pools
+        fallback = shift_fallback_for(
+            str(config.train_bon), config.rule, float(config.auto_cost), int(config.n_max)
+        )
+        if fallback.peer != "uniform":
+            if run_peer is None:
+                raise ValueError("auto-seq under a shift runs a peer: pass run_peer")
+            extra = {"allocation": "auto-seq", "falls_back_to": fallback.peer, "floor_share": 1.0}
+            total = int(round(target_mean_budget(float(config.auto_cost), int(config.n_max))
+                              * len(rows)))  # fmt: skip
+            return run_peer(
+                config, cprm, generator, out, suffix, questions, states, progress=progress,
+                pool=pool, peer=(fallback.peer, fallback.level), extra=extra, budget_total=total,
+            )  # fmt: skip
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
     mean_budget = target_mean_budget(float(config.auto_cost), n_max)
     reads_answers = seq.answers is not None
@@ -270,7 +314,7 @@ def solve_sequential(
     )  # fmt: skip
     reads_score = policy.pick is not None  # highest-last: the pick index reads PRM scores
     floor = policy.start(mean_budget, share)
-    if shifted:  # as offline: exactly uniform best-of-N (the policy chooses no draw)
+    if shifted:  # no answers to read: exactly uniform best-of-N (the policy chooses no draw)
         floor, policy.left = uniform_budgets(q_count, mean_budget, n_max), 0
     total = int(floor.sum()) + policy.left
     draws = DrawLog(out / f"seq_draws{suffix}.jsonl")
@@ -327,7 +371,8 @@ def solve_sequential(
         top_up_baseline(drawer, bar, budgets, config, size, drawn=total)
     return logged_records(
         rows, draws, budgets, config, cprm, states, log,
-        lambda q: {"allocation": "auto-seq", "floor": int(floor[q]), "floor_share": float(share)},
+        lambda q: {"allocation": "auto-seq", "floor": int(floor[q]), "floor_share": float(share),
+                   **({"falls_back_to": "uniform"} if shifted else {})},
     )  # fmt: skip
 
 
