@@ -1,20 +1,21 @@
 """What ``auto-seq`` runs under a detected shift, for one rule and target cost, as a run can
 decide it before drawing: the calibrator-free peer chosen on the training pools
 (:func:`dprm.ias.peer_curves.choose_fallback`, the choice of ``dprm ias --sequential`` and
-``dprm ias --peers``) and the level of its knob that spends the target mean draws on the
-training pools (:func:`shift_fallback`).
+``dprm ias --peers``) and the level of its knob that spends the most mean draws within the
+target on the training pools (:func:`shift_fallback`).
 
 Offline the peer's cost-accuracy curve on the test pools is read at the target cost (a mixture
 of two levels, :func:`dprm.ias.equal_cost.curve_mixture`); a live run
 (``dprm solve --auto-seq``) cannot read the test pools, so it runs the peer at the level found
 here. A budget-matched peer (``vote-lead``) spends the target exactly; a stopping rule spends
-what it stops at on the live questions (its level spends the target on the training pools).
+what it stops at on the live questions (at most the target on the training pools).
 A training set without final answers (BoN contract v1) has no answer-reading peer to choose:
 the fallback is ``uniform``, as offline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,14 +47,26 @@ class ShiftFallback:
     scores: dict[str, float] = field(default_factory=dict)
 
 
-def level_at_draws(levels: np.ndarray, draws: np.ndarray, target: float) -> float:
-    """The knob level whose mean draws is ``target``, linear between the two sweep levels
-    around it (levels sorted by their draws), clamped to the sweep's ends; an infinite level
-    (never stop) next to the target gives its finite neighbour.
+def level_for_target(
+    spend: Callable[[float], float],
+    levels: np.ndarray,
+    draws: np.ndarray,
+    target: float,
+    steps: int = 30,
+) -> float:
+    """The knob level that spends the most mean draws within ``target``, by bisection between
+    the two sweep levels around it (the spend is monotone in the level between them).
 
     Args:
-        levels: [L] the sweep's levels; draws: [L] their mean draws per question.
+        spend: level -> mean draws per question at that level.
+        levels: [L] the sweep's levels; draws: [L] their mean draws.
         target: the mean draws to spend.
+        steps: bisection steps.
+
+    Returns:
+        below the sweep's cheapest draws, its cheapest level; above its dearest, its dearest;
+        next to an infinite level (never stop), the finite neighbour; else the largest level
+        found with spend <= target (a knob whose cost moves in steps stops at a step).
     """
     order = np.argsort(draws, kind="stable")
     x, lv = np.asarray(draws, dtype=np.float64)[order], np.asarray(levels, np.float64)[order]
@@ -61,12 +74,17 @@ def level_at_draws(levels: np.ndarray, draws: np.ndarray, target: float) -> floa
         return float(lv[0])
     if target >= x[-1]:
         return float(lv[-1])
-    j = int(np.searchsorted(x, target, side="right"))
-    lo, hi = lv[j - 1], lv[j]
-    if not np.isfinite(lo) or not np.isfinite(hi):
-        return float(lo if np.isfinite(lo) else hi)
-    w = 0.0 if x[j] <= x[j - 1] else (target - x[j - 1]) / (x[j] - x[j - 1])
-    return float(lo + w * (hi - lo))
+    j = int(np.searchsorted(x, target, side="right"))  # x[j - 1] <= target < x[j]
+    lo, hi = float(lv[j - 1]), float(lv[j])
+    if not np.isfinite(hi):
+        return lo
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if spend(mid) <= target + 1e-9:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def shift_fallback(
@@ -81,6 +99,10 @@ def shift_fallback(
 ) -> ShiftFallback:
     """The fallback of ``auto-seq`` under a shift for ``rule`` at target ``cost``, chosen on
     the training pools only (their draw orders: :func:`training_replay`).
+
+    A stopping rule's level is the one that spends the most within the target on the training
+    pools (:func:`level_for_target`); where no level spends so little, its cheapest level (a
+    live run caps the total anyway).
 
     Args:
         train_cands: the training pools; train_weight: the rule's candidate weights there.
@@ -102,6 +124,10 @@ def shift_fallback(
         train_cands.answer, train_cands.weights["last"], train_cands.size, orders, n_max=n_max
     )
     curve = peer_curve(peer, view, outcomes, scores)
-    level = level_at_draws(curve.levels, curve.draws.mean(axis=1), target)
-    spent = float(PEERS[peer].budgets(view, [level]).mean())
+
+    def spend(level: float) -> float:
+        return float(PEERS[peer].budgets(view, [level]).mean())
+
+    level = level_for_target(spend, curve.levels, curve.draws.mean(axis=1), target)
+    spent = spend(level)
     return ShiftFallback(peer, level, spent, by_peer)

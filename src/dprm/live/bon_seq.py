@@ -273,8 +273,9 @@ def solve_sequential(
     offline, it falls back to the calibrator-free peer chosen on the training pools
     (:func:`shift_fallback_for`), run live by ``run_peer``
     (:func:`dprm.live.bon_peers.solve_peer`, passed in: that module builds on this one) at the
-    level that spends the target cost on the training pools, never past the shard's total
-    round(c N_max Q) (a stopping rule stops every question once it is spent); every record says
+    level that spends the most within the target cost on the training pools, never past the
+    shard's total round(c N_max Q) (a stopping rule stops every question once it is spent);
+    every record says
     ``falls_back_to`` (``uniform``: exactly uniform best-of-N, for a training set without
     final answers).
     """
