@@ -43,7 +43,7 @@ def reference_rows(
     """Uniform and oracle rows of one rule at each target cost.
 
     Returns:
-        columns ``rule, method (uniform | oracle), sweep (= method), target_cost, cost,
+        columns ``rule, method (uniform | oracle), allocation (= method), target_cost, cost,
         accuracy, accuracy_se, oracle_bound`` (the hull bound; oracle rows only).
     """
     rows = []
@@ -60,7 +60,7 @@ def reference_rows(
         rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "oracle_bound"]
     )
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", frame["method"])
+    frame.insert(2, "allocation", frame["method"])
     return frame
 
 
@@ -74,13 +74,13 @@ def auto_rows(
     seed: int = 0,
     shifted: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """``sweep = auto`` rows of every estimate at each target cost (one rule).
+    """``allocation = auto`` rows of every estimate at each target cost (one rule).
 
     With ``shifted`` (:func:`dprm.ias.allocation.shift_auc` above its threshold) every estimate
     falls back to uniform (floor share 1).
 
     Returns:
-        (columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, floor_share``;
+        (columns ``rule, method, allocation, target_cost, cost, accuracy, accuracy_se, floor_share``;
         method -> budgets [len(costs), Q]).
     """
     rows, budgets = [], {}
@@ -100,7 +100,7 @@ def auto_rows(
         rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "floor_share"]
     )
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "auto")
+    frame.insert(2, "allocation", "auto")
     return frame, budgets
 
 
@@ -120,7 +120,7 @@ def sequential_rows(
     vote: bool = False,
     train_weight: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """``sweep = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every estimate that has
+    """``allocation = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every estimate that has
     candidate estimates on both sets, for one rule (``vote``: an answer-level vote,
     ``weighted-*`` or ``majority``; else ``highest-*``).
 
@@ -146,7 +146,7 @@ def sequential_rows(
         allocator: ``auto``'s allocator for the rule (its selection model g).
 
     Returns:
-        columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, floor_share,
+        columns ``rule, method, allocation, target_cost, cost, accuracy, accuracy_se, floor_share,
         minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, falls_back_to,
         seq_trials, seq_answers`` (whether the policy read the draws' final answers: both sets
         contract v2).
@@ -208,7 +208,7 @@ def sequential_rows(
                  "falls_back_to"],
     )  # fmt: skip
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "auto-seq")
+    frame.insert(2, "allocation", "auto-seq")
     return frame.assign(seq_trials=trials, seq_answers=answers)
 
 
@@ -271,7 +271,7 @@ def curve_mixture(curve: Curve, target_draws: float, n_max: int) -> tuple[float,
 def p_oracle_rows(
     table: RuleTable, bon, allocator: AutoAllocator, costs: Sequence[float], n_max: int = N_MAX
 ) -> pd.DataFrame:
-    """``sweep = oracle-p`` rows (synthetic sets): the allocation of ``auto`` (no floor) on
+    """``allocation = oracle-p`` rows (synthetic sets): the allocation of ``auto`` (no floor) on
     g_n(true p_q), i.e. knowing each question's true success probability but not its pool.
 
     The gap between it and the oracle is pool luck (which candidates a pool happens to hold),
@@ -286,5 +286,5 @@ def p_oracle_rows(
         rows.append(("oracle-p", cost, b.mean() / n_max, acc, se))
     frame = pd.DataFrame(rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se"])
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "oracle-p")
+    frame.insert(2, "allocation", "oracle-p")
     return frame

@@ -36,7 +36,7 @@ from dprm.ias.estimates import Estimate
 from dprm.ias.population import POP_POOLS, population_curves, population_oracle_rows
 from dprm.ias.rules import CONTRACT_RULE, DEFAULT_TRIALS, Candidates, rule_table, uses_answers
 
-PAYS_COLUMNS = ["rule", "method", "kind", "cost", "accuracy", "accuracy_se"]
+PAYS_COLUMNS = ["rule", "method", "allocation", "cost", "accuracy", "accuracy_se"]
 
 
 def pays_table(
@@ -47,7 +47,7 @@ def pays_table(
     calibrator (selection ``c_rule``), each at every cost in ``costs``.
 
     Returns:
-        columns ``rule, method, kind (uniform | oracle | oracle-pop | oracle-p | auto | auto-seq
+        columns ``rule, method, allocation (uniform | oracle | oracle-pop | oracle-p | auto | auto-seq
         | C), cost,
         accuracy, accuracy_se, headroom, gain (over uniform, same rule), share (gain /
         headroom)``, then ``headroom_pop`` (oracle-pop - uniform) and ``share_pop`` (gain /
@@ -65,24 +65,24 @@ def pays_table(
     for cost in costs:
         at = rows[
             np.isclose(rows["target_cost"].astype(float), cost)
-            & rows["sweep"].isin(
+            & rows["allocation"].isin(
                 ["uniform", "oracle", "oracle-pop", "oracle-p", "auto", "auto-seq"]
             )
         ]
         for _, r in at.iterrows():
             peer = r.get("falls_back_to")
             peer = peer if isinstance(peer, str) else ""
-            out.append((r["rule"], r["method"], r["sweep"], cost, r["accuracy"], r["accuracy_se"],
+            out.append((r["rule"], r["method"], r["allocation"], cost, r["accuracy"], r["accuracy_se"],
                         peer))  # fmt: skip
-        c_rows = rows[rows["sweep"] == "C"]
+        c_rows = rows[rows["allocation"] == "C"]
         for method, grp in c_rows.groupby("method", sort=False):
             grp = grp.sort_values("cost")
             x, y = grp["cost"].to_numpy(float), grp["accuracy"].to_numpy(float)
             acc = float(np.interp(cost, x, y)) if x.min() <= cost <= x.max() else np.nan
             out.append((c_rule, method, "C", cost, acc, np.nan, ""))
     table = pd.DataFrame(out, columns=[*PAYS_COLUMNS, "falls_back_to"])
-    ref = table[table["kind"].isin(["uniform", "oracle", "oracle-pop"])].pivot_table(
-        index=["rule", "cost"], columns="kind", values="accuracy"
+    ref = table[table["allocation"].isin(["uniform", "oracle", "oracle-pop"])].pivot_table(
+        index=["rule", "cost"], columns="allocation", values="accuracy"
     )
     if "oracle-pop" not in ref.columns:
         ref["oracle-pop"] = np.nan
@@ -143,7 +143,7 @@ def run_pays(
             which a caller computing them once per set skips here.
 
     Returns:
-        rows with ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound,
+        rows with ``rule, method, allocation, level, cost, accuracy, accuracy_se, oracle_bound,
         floor_share`` (and ``pop_curve_se``, ``pop_pools`` on oracle-pop rows).
     """
     cands = Candidates.from_bon(bon)

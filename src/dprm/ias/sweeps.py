@@ -32,7 +32,7 @@ from dprm.threads import torch_threads
 @dataclass
 class _Row:
     method: str
-    sweep: str
+    allocation: str
     C: float
     level: float
     budgets: np.ndarray  # [Q]
@@ -205,7 +205,7 @@ def run_sweeps(
     summary = pd.DataFrame(
         {
             "method": [r.method for r in rows],
-            "sweep": [r.sweep for r in rows],
+            "allocation": [r.allocation for r in rows],
             "C": [r.C for r in rows],
             "level": [r.level for r in rows],
             "cost": cost,
@@ -223,7 +223,7 @@ def run_sweeps(
         {
             "question_id": np.tile(pools.question_id.astype(str), len(rows)),
             "method": np.repeat([r.method for r in rows], q),
-            "sweep": np.repeat([r.sweep for r in rows], q),
+            "allocation": np.repeat([r.allocation for r in rows], q),
             "C": np.repeat([r.C for r in rows], q),
             "level": np.repeat([r.level for r in rows], q),
             "n": np.concatenate([r.budgets for r in rows]).astype(np.int32)
@@ -289,11 +289,11 @@ def run_ias(
         greedy: add the ``greedy`` sweep (see :func:`sweep_rows`).
         rules: selection rules (:data:`dprm.ias.rules.RULES`) whose uniform and oracle rows
             (and, with ``train_bon``, ``auto`` rows) are added; empty: none.
-        train_bon: a training BoN set: adds ``sweep = auto`` rows for every calibrator and rule
+        train_bon: a training BoN set: adds ``allocation = auto`` rows for every calibrator and rule
             (the contract rule when ``rules`` is empty).
         extra_estimates: further estimates (e.g. the synthetic truth) swept like the models.
         vote_trials: Monte Carlo orders of the voting rules (default ``max(mc_trials, 64)``).
-        sequential: with ``train_bon`` (contract v2 sets), add ``sweep = auto-seq`` rows
+        sequential: with ``train_bon`` (contract v2 sets), add ``allocation = auto-seq`` rows
             (:mod:`dprm.ias.sequential`) for every calibrator with candidate estimates (or,
             given a collection of method names, for those only: it is slow).
         threads: torch threads for this call only (default: the CLI's ``--threads`` policy,

@@ -101,8 +101,8 @@ def _check_lines(checks: dict[str, Any]) -> list[str]:
     if checks.get("greedy"):
         lines += [
             "Cost-aware allocation (beyond the paper): at each C, the C rule's total budget spent on the "
-            "largest marginal gains of the same success curves (`dprm.ias.budget_greedy`, sweep "
-            "`greedy`). Mean over the C points, accuracy differences at equal cost:",
+            "largest marginal gains of the same success curves (`dprm.ias.budget_greedy`, "
+            "allocation `greedy`). Mean over the C points, accuracy differences at equal cost:",
             "",
             "| world | dataset | method | greedy − C rule | C rule − same-n-for-all | greedy − same-n-for-all |",
             "|---|---|---|---:|---:|---:|",
@@ -453,9 +453,11 @@ def pays_lines(pays, cfg) -> list[str]:
     the numbers, then a table per world (:func:`dprm.report.pays.pays_markdown`)."""
     from dprm.report.pays import LEVEL, pays_markdown, pays_reading
 
-    kinds = set(pays["kind"])
+    allocations = set(pays["allocation"])
     seeds = int(pays["seed"].nunique()) if "seed" in pays.columns else 1
-    rules = ", ".join(f"`{r}`" for r in dict.fromkeys(pays.loc[pays["kind"] == "uniform", "rule"]))
+    rules = ", ".join(
+        f"`{r}`" for r in dict.fromkeys(pays.loc[pays["allocation"] == "uniform", "rule"])
+    )
     costs = ", ".join(f"{c:g}" for c in sorted(pays["cost"].unique()))
     vote = getattr(cfg, "vote_trials", None)
     lines = [
@@ -477,13 +479,13 @@ def pays_lines(pays, cfg) -> list[str]:
             "current answer counts: a settled vote gains nothing from a draw, a close one "
             "does); its accuracy is a Monte Carlo "
             "over random draw orders per question, paired with `auto` on the same orders. "
-            if "auto-seq" in kinds
+            if "auto-seq" in allocations
             else ""
         )
         + (
             "**oracle-p** is `auto`'s allocation on each question's true success probability "
             "(known in a synthetic world) but not its pool. "
-            if "oracle-p" in kinds
+            if "oracle-p" in allocations
             else ""
         )
         + "The **oracle** knows every question's accuracy-vs-n curve on its realised pool (so "
@@ -493,14 +495,14 @@ def pays_lines(pays, cfg) -> list[str]:
             "**oracle-pop** knows each question's true curve, the expectation over fresh pools "
             "from the synthetic world, but not the realised pool; its gain over uniform (in "
             "brackets) is the *population headroom*. "
-            if "oracle-pop" in kinds
+            if "oracle-pop" in allocations
             else ""
         )
         + "Other cells: accuracy, and in brackets the share of the headroom captured, "
         "(method − uniform) / headroom"
         + (
             "; then the same share of the population headroom (pop.)"
-            if "oracle-pop" in kinds
+            if "oracle-pop" in allocations
             else ""
         )
         + (f"; ± is the std over {seeds} training seeds" if seeds > 1 else "")
@@ -516,7 +518,7 @@ def pays_lines(pays, cfg) -> list[str]:
         RECOMMENDATION,
         "",
     ]
-    if "auto" not in kinds:
+    if "auto" not in allocations:
         lines += [
             "No `auto` rows: this run has no training best-of-N set (`train/bon`) to learn "
             "the allocation on.",
