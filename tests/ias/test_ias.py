@@ -9,6 +9,7 @@ Monte Carlo on 64-candidate pools.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from fractions import Fraction
@@ -312,7 +313,7 @@ def test_beta_sweep_cost_rises_with_beta():
     pools = random_pools(rng, q=40, ties=False)
     est = _oracle_estimates(40, rng)[1]
     # put thresholds on the score scale so the sweep has something to do
-    est.q_levels = est.q_levels * 2.0 - 0.5
+    est = dataclasses.replace(est, q_levels=est.q_levels * 2.0 - 0.5)
     summary, _ = ias.run_sweeps(pools, [est], mc_trials=0)
     beta = summary[summary.allocation == "beta"]
     assert (np.diff(beta["cost"].to_numpy()) >= -1e-12).all()

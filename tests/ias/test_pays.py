@@ -75,31 +75,26 @@ def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, 
     """``references=False`` (a calibrator's unit) skips the rows that do not depend on the
     calibrator, and its own rows, a calibrated rule's reference rows included, are unchanged."""
     from dprm.data import read_bon_set
-    from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
+    from dprm.ias.estimates import truth_estimate
+    from dprm.ias.inputs import calibrator_input
     from dprm.ias.pays import run_pays
     from dprm.models.raw_score import RawScoreCalibrator
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
     bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
     model = RawScoreCalibrator(bon.hidden_dim)
-    est, train_est = (
-        estimate_from_model(model, bon, "raw"),
-        estimate_from_model(model, train, "raw"),
+    raw = calibrator_input(
+        model, bon, "raw", train_bon=train, test_candidates=True, train_candidates=True
     )
     kwargs = dict(
         rules=("highest-last", "highest-calibrated"),
         train_bon=train,
-        train_estimates={"raw": train_est},
-        calibrated={
-            "raw": candidate_estimates(model, bon),
-            "train:raw": candidate_estimates(model, train),
-        },
         population_pools=2,
         trials=4,
     )
     assert truth_estimate(bon) is not None  # a twin set: oracle-p and oracle-pop rows exist
-    full = run_pays(bon, [est], **kwargs)
-    own = run_pays(bon, [est], references=False, **kwargs)
+    full = run_pays(bon, [raw], **kwargs)
+    own = run_pays(bon, [raw], references=False, **kwargs)
     assert {"oracle-pop", "oracle-p", "uniform"} <= set(full["allocation"])
     keep = (full["method"] == "raw") | full["rule"].str.endswith("[raw]")
     expected = full[keep].reset_index(drop=True)
@@ -119,7 +114,7 @@ def test_sequential_rows_under_shift_fall_back_to_the_peer_chosen_on_training(
     import dprm.ias.pays as pays_module
     from dprm.data import read_bon_set
     from dprm.ias import run_ias
-    from dprm.ias.peer_curves import prior_estimates, set_curves
+    from dprm.ias.peer_curves import prior_inputs, set_curves
     from dprm.ias.peers import CALIBRATOR_FREE
     from dprm.ias.sequential import SEQ_TRAIN_TRIALS
     from dprm.models.raw_score import RawScoreCalibrator
@@ -134,12 +129,12 @@ def test_sequential_rows_under_shift_fall_back_to_the_peer_chosen_on_training(
     )  # fmt: skip
     seq = summary[summary["allocation"] == "auto-seq"]
     assert set(seq["rule"]) == {"highest-last", "majority"}
-    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train)
+    priors = prior_inputs(model, bon, train)
     for rule, rows in seq.groupby("rule"):
         peer = set(rows["falls_back_to"])
         assert len(peer) == 1 and peer <= set(CALIBRATOR_FREE), peer
         chosen = set_curves(
-            bon, train, test_est, train_est, rule, train_trials=SEQ_TRAIN_TRIALS, shifted=True,
+            bon, train, priors, rule, train_trials=SEQ_TRAIN_TRIALS, shifted=True,
             priors=("calibrated",),
         ).fallback  # fmt: skip
         assert peer == {chosen}
