@@ -216,8 +216,8 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     answers on a twin world), the report's table and text show them; off: none."""
     from dprm.ias.allocation import REPORT_COSTS
     from dprm.orchestrate.ias_units import ias_units
-    from dprm.report.document_md import pays_lines
     from dprm.report.pays import pays_markdown, pays_rows
+    from dprm.report.sections.pays import pays_lines
 
     pipe, logs = trained_world
     off = ias_units(pipe, WORLD)
