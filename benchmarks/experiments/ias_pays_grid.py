@@ -98,6 +98,8 @@ def run(
 def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every ``pays.csv`` and ``ias_full.csv`` under a grid root, one frame each (also written
     to ``root / "pays_all.csv"``)."""
+    from dprm.ias.outputs import RENAMED_PAYS_COLUMNS, read_ias_rows
+
     pays, full = [], []
     for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
         split, seed = Path(path).parent.name.split("-s")
@@ -109,8 +111,10 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             .removesuffix("-tiny")
         )
         frame = pd.read_csv(path).assign(world=world, split=split, seed=int(seed))
-        pays.append(frame)
-        f = pd.read_csv(Path(path).parent / "ias_full.csv")
+        # a grid root written before the column was named allocation
+        renamed = {k: v for k, v in RENAMED_PAYS_COLUMNS.items() if v not in frame}
+        pays.append(frame.rename(columns=renamed))
+        f = read_ias_rows(Path(path).parent / "ias_full.csv")
         full.append(f.assign(world=world, split=split, seed=int(seed)))
     pays, full = pd.concat(pays), pd.concat(full)
     pays.to_csv(root / "pays_all.csv", index=False)
