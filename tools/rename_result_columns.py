@@ -2,7 +2,9 @@
 
 ``ias.csv`` / ``ias_full.csv`` rows: ``sweep`` -> ``allocation``
 (:data:`dprm.ias.outputs.RENAMED_COLUMNS`); ``pays.csv`` rows and the tables built from them:
-``kind`` -> ``allocation`` (:data:`dprm.ias.outputs.RENAMED_PAYS_COLUMNS`). Only the header
+``kind`` -> ``allocation`` (:data:`dprm.ias.outputs.RENAMED_PAYS_COLUMNS`); ``peer_curves.csv``
+(``dprm ias --peers``) and the curves built from it: ``level`` -> ``knob``
+(:data:`dprm.ias.outputs.RENAMED_PEER_CURVE_COLUMNS`). Only the header
 line changes: every other byte of the file is kept, so no number is rewritten. Files already
 renamed are left alone; each file is replaced atomically.
 
@@ -16,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dprm.ias.outputs import RENAMED_COLUMNS, RENAMED_PAYS_COLUMNS
+from dprm.ias.outputs import RENAMED_COLUMNS, RENAMED_PAYS_COLUMNS, RENAMED_PEER_CURVE_COLUMNS
 from dprm.io import atomic_path
 
 
@@ -46,8 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ias", nargs="*", default=[], type=Path, help="ias.csv-like files")
     parser.add_argument("--pays", nargs="*", default=[], type=Path, help="pays.csv-like files")
+    parser.add_argument(
+        "--peer-curves", nargs="*", default=[], type=Path, help="peer_curves.csv-like files"
+    )
     args = parser.parse_args(argv)
-    for paths, renames in ((args.ias, RENAMED_COLUMNS), (args.pays, RENAMED_PAYS_COLUMNS)):
+    for paths, renames in (
+        (args.ias, RENAMED_COLUMNS),
+        (args.pays, RENAMED_PAYS_COLUMNS),
+        (args.peer_curves, RENAMED_PEER_CURVE_COLUMNS),
+    ):
         for path in paths:
             try:
                 changed = rename_header(path, renames)

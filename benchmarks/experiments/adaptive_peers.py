@@ -85,7 +85,7 @@ def evaluate_set(bon, train, model, rules, trials, train_trials, bootstrap, seed
         rows.append(summary.assign(fallback=cs.fallback, shifted=cs.extra["shifted"]))
         for name, c in cs.curves.items():
             curves.append(pd.DataFrame({
-                "rule": rule, "method": name, "level": c.levels,
+                "rule": rule, "method": name, "knob": c.levels,
                 "draws": c.draws.mean(axis=1), "accuracy": c.accuracy.mean(axis=1),
             }))  # fmt: skip
     return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
@@ -458,7 +458,7 @@ def main() -> None:
     t0 = time.time()
     if args.smoke:
         cells = smoke_cells()
-        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "level": [1.0]})
+        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "knob": [1.0]})
     elif args.bon is not None:
         if args.train_bon is None or args.calibrator is None:
             parser.error("--bon needs --train-bon and --calibrator")

@@ -229,7 +229,7 @@ def test_peers_beside_auto_seq(setup, tmp_path, capsys):
     assert peers["acc_at_0.25"].between(0, 1).all()
     curves = pd.read_csv(out / "peer_curves.csv")
     uni = curves[curves["method"] == "uniform"]
-    assert np.allclose(uni["draws"], np.minimum(uni["level"], 64))  # exactly matched budgets
+    assert np.allclose(uni["draws"], np.minimum(uni["knob"], 64))  # exactly matched budgets
 
 
 def test_ias_prints_the_equal_cost_table(setup, tmp_path, capsys):

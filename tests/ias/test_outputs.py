@@ -107,6 +107,10 @@ def test_rename_tool_changes_the_header_only(rename_tool, tmp_path):
     ias.write_text("method,sweep,C\nbase,C,0.9\n")
     assert rename_tool.main(["--ias", str(ias)]) == 0
     assert ias.read_text() == "method,allocation,C\nbase,C,0.9\n"
+    curves = tmp_path / "peer_curves.csv"
+    curves.write_text("rule,method,level,draws\nmajority,auto-seq[none],3.2,3.2\n")
+    assert rename_tool.main(["--peer-curves", str(curves)]) == 0
+    assert curves.read_text() == "rule,method,knob,draws\nmajority,auto-seq[none],3.2,3.2\n"
 
 
 def test_rename_tool_refuses_a_header_that_would_repeat_a_column(rename_tool, tmp_path, capsys):

@@ -61,6 +61,9 @@ FILE_DOC = {
 RENAMED_COLUMNS = {"sweep": "allocation"}
 #: the same for ``pays.csv``
 RENAMED_PAYS_COLUMNS = {"kind": "allocation"}
+#: the same for ``peer_curves.csv`` (``dprm ias --peers``): a point's knob setting, which for
+#: ``auto-seq`` is a target mean number of draws, not a quantile level
+RENAMED_PEER_CURVE_COLUMNS = {"level": "knob"}
 
 
 def read_ias_rows(path: str | Path) -> pd.DataFrame:

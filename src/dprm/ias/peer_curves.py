@@ -413,14 +413,17 @@ def peer_tables(
     bon, train_bon, model, rules, *, trials: int = 4, seed: int = 0, n_max: int = N_MAX
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``dprm ias --peers``: (:func:`summarise` rows of every rule, the mean curves: ``rule,
-    method, level, draws, accuracy``) on one BoN set, with ``model`` as the calibrated prior."""
+    method, knob, draws, accuracy``) on one BoN set, with ``model`` as the calibrated prior.
+
+    ``knob`` is the setting of the method at that point of its curve: uniform's n, a peer's
+    threshold or window count, ``auto-seq``'s target mean draws per question."""
     priors = prior_inputs(model, bon, train_bon)
     rows, curves = [], []
     for rule in rules:
         cs = set_curves(bon, train_bon, priors, rule, trials=trials, seed=seed, n_max=n_max)
         rows.append(summarise(cs, seed=seed).assign(fallback=cs.fallback))
         for name, c in cs.curves.items():
-            curves.append(pd.DataFrame({"rule": rule, "method": name, "level": c.levels,
+            curves.append(pd.DataFrame({"rule": rule, "method": name, "knob": c.levels,
                                         "draws": c.draws.mean(axis=1),
                                         "accuracy": c.accuracy.mean(axis=1)}))  # fmt: skip
     return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
