@@ -70,22 +70,22 @@ def _atomic_text(text: str, path: Path) -> None:
 
 def evaluate_set(bon, train, model, rules, trials, train_trials, bootstrap, seed, subtle=False):
     """Summary rows of every method on one BoN set (all rules), and the mean curves."""
-    from dprm.ias.peer_curves import prior_estimates, set_curves, shuffle_priors, summarise
+    from dprm.ias.peer_curves import prior_inputs, set_curves, shuffle_priors, summarise
 
-    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train)
+    priors = prior_inputs(model, bon, train)
     if subtle:
-        test_est = shuffle_priors(test_est, ("calibrated", "base"), seed)
+        priors = shuffle_priors(priors, ("calibrated", "base"), seed)
     rows, curves = [], []
     for rule in rules:
         cs = set_curves(
-            bon, train, test_est, train_est, rule, trials=trials, seed=seed,
+            bon, train, priors, rule, trials=trials, seed=seed,
             train_trials=train_trials, priors=("calibrated",) if subtle else None,
         )  # fmt: skip
         summary = summarise(cs, bootstrap=bootstrap, seed=seed)
         rows.append(summary.assign(fallback=cs.fallback, shifted=cs.extra["shifted"]))
         for name, c in cs.curves.items():
             curves.append(pd.DataFrame({
-                "rule": rule, "method": name, "level": c.levels,
+                "rule": rule, "method": name, "knob": c.levels,
                 "draws": c.draws.mean(axis=1), "accuracy": c.accuracy.mean(axis=1),
             }))  # fmt: skip
     return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
@@ -458,7 +458,7 @@ def main() -> None:
     t0 = time.time()
     if args.smoke:
         cells = smoke_cells()
-        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "level": [1.0]})
+        curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "knob": [1.0]})
     elif args.bon is not None:
         if args.train_bon is None or args.calibrator is None:
             parser.error("--bon needs --train-bon and --calibrator")

@@ -69,11 +69,11 @@ def frontier_points(summary, budgets=None, bon=None) -> list[dict]:
     carries ``per_question``: the exact accuracy of every question [Q] at that C, so that two
     methods can be compared question by question (paired standard errors).
     """
-    rows = summary[summary["sweep"] == "C"].sort_values("cost")
+    rows = summary[summary["allocation"] == "C"].sort_values("cost")
     per_question = {}
     if budgets is not None:
         table = exact_accuracy_table(Pools.from_bon(bon))
-        for c, group in budgets[budgets["sweep"] == "C"].groupby("C", sort=False):
+        for c, group in budgets[budgets["allocation"] == "C"].groupby("C", sort=False):
             per_question[float(c)] = np.round(lookup(table, group["n"].to_numpy()), 6).tolist()
     return [
         {"C": float(r.C), "cost": float(r.cost), "accuracy": float(r.accuracy)}

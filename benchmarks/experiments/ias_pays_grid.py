@@ -98,6 +98,8 @@ def run(
 def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every ``pays.csv`` and ``ias_full.csv`` under a grid root, one frame each (also written
     to ``root / "pays_all.csv"``)."""
+    from dprm.ias.outputs import RENAMED_PAYS_COLUMNS, read_ias_rows
+
     pays, full = [], []
     for path in sorted(glob.glob(str(root / "*" / "ias" / "*" / "pays.csv"))):
         split, seed = Path(path).parent.name.split("-s")
@@ -109,8 +111,10 @@ def collect(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             .removesuffix("-tiny")
         )
         frame = pd.read_csv(path).assign(world=world, split=split, seed=int(seed))
-        pays.append(frame)
-        f = pd.read_csv(Path(path).parent / "ias_full.csv")
+        # a grid root written before the column was named allocation
+        renamed = {k: v for k, v in RENAMED_PAYS_COLUMNS.items() if v not in frame}
+        pays.append(frame.rename(columns=renamed))
+        f = read_ias_rows(Path(path).parent / "ias_full.csv")
         full.append(f.assign(world=world, split=split, seed=int(seed)))
     pays, full = pd.concat(pays), pd.concat(full)
     pays.to_csv(root / "pays_all.csv", index=False)
@@ -125,8 +129,8 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
     """The grid's answer to "does adaptive compute pay?" as Markdown, from its pays rows (and,
     when given, its ``ias_full.csv`` rows: ``auto-seq`` minus ``auto`` and the beta sweeps)."""
     keys = ["world", "split", "rule", "cost"]
-    oracles = pays[pays.kind == "oracle"].groupby(keys)["headroom"].mean()
-    pop = pays[pays.kind == "oracle-pop"].groupby(keys)["gain"].mean()  # oracle-pop - uniform
+    oracles = pays[pays.allocation == "oracle"].groupby(keys)["headroom"].mean()
+    pop = pays[pays.allocation == "oracle-pop"].groupby(keys)["gain"].mean()  # oracle-pop - uniform
     seeds = ", ".join(str(s) for s in sorted(pays.seed.unique()))
     out = [
         f"{pays.world.nunique()} worlds, seeds {seeds}; a cell is a (world, split, selection "
@@ -136,9 +140,9 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
         "curve). Share: sum of gains / sum of headroom.\n",
     ]
     rows = []
-    for kind in ("auto", "auto-seq"):
+    for allocation in ("auto", "auto-seq"):
         for method in (RECOMMENDED, "ot", "qr", "base", "truth"):
-            sel = pays[(pays.kind == kind) & (pays.method == method)]
+            sel = pays[(pays.allocation == allocation) & (pays.method == method)]
             cells = sel.groupby(keys)[["gain"]].mean()
             if cells.empty:
                 continue
@@ -146,7 +150,7 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
             below = cells["gain"] < -0.005
             big = cells["headroom_pop"] >= 0.04
             rows.append([
-                f"`{kind}` ({method})", str(len(cells)),
+                f"`{allocation}` ({method})", str(len(cells)),
                 f"{int((~below).sum())} / {len(cells)}", f"{cells['gain'].min():+.4f}",
                 f"{cells['gain'].mean():+.4f}",
                 _pct(cells["gain"].sum() / cells["headroom"].sum()),
@@ -161,12 +165,12 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
     ))  # fmt: skip
     out.append(f"\n## By split and rule ({RECOMMENDED})\n")
     by = []
-    for kind in ("auto", "auto-seq"):
-        sel = pays[(pays.kind == kind) & (pays.method == RECOMMENDED)]
+    for allocation in ("auto", "auto-seq"):
+        sel = pays[(pays.allocation == allocation) & (pays.method == RECOMMENDED)]
         cells = sel.groupby(keys)[["gain"]].mean().join(pop.rename("headroom_pop"))
         for (split, rule), grp in cells.groupby(level=["split", "rule"]):
             by.append([
-                f"`{kind}`", split, rule, str(len(grp)), f"{grp['gain'].mean():+.4f}",
+                f"`{allocation}`", split, rule, str(len(grp)), f"{grp['gain'].mean():+.4f}",
                 f"{grp['headroom_pop'].mean():+.4f}",
                 _pct(grp["gain"].sum() / grp["headroom_pop"].sum()), f"{grp['gain'].min():+.4f}",
             ])  # fmt: skip
@@ -176,8 +180,10 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
         by, "lllrrrrr",
     ))  # fmt: skip
     out.append(f"\n## Accuracy at each target cost ({RECOMMENDED})\n")
-    rec = pays[(pays.kind.isin(["auto", "auto-seq"])) & (pays.method == RECOMMENDED)]
-    per = rec.groupby(["kind", "rule", "split", "cost"])[["accuracy", "gain", "headroom"]].mean()
+    rec = pays[(pays.allocation.isin(["auto", "auto-seq"])) & (pays.method == RECOMMENDED)]
+    per = rec.groupby(["allocation", "rule", "split", "cost"])[
+        ["accuracy", "gain", "headroom"]
+    ].mean()
     out.append(rp.table(
         ["allocation", "rule", "split", "cost", "accuracy", "gain", "`oracle` headroom"],
         [[f"`{k}`", r, sp, f"{c:g}", f"{v.accuracy:.4f}", f"{v.gain:+.4f}",
@@ -185,7 +191,7 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
         "llllrrr",
     ))  # fmt: skip
     out.append("## The C rule against uniform (highest-last), where its sweep reaches the cost\n")
-    c = pays[(pays.kind == "C")].dropna(subset=["accuracy"])
+    c = pays[(pays.allocation == "C")].dropna(subset=["accuracy"])
     per_c = c.groupby(["method", "split", "cost"])[["gain", "headroom"]].mean()
     out.append(rp.table(
         ["estimate", "split", "cost", "gain", "`oracle` headroom"],
@@ -194,7 +200,7 @@ def summary(pays: pd.DataFrame, full: pd.DataFrame | None = None) -> str:
         "lllrr",
     ))  # fmt: skip
     if full is not None and not full.empty:
-        seq = full[full.sweep == "auto-seq"]
+        seq = full[full.allocation == "auto-seq"]
         if not seq.empty:
             out.append("## `auto-seq` minus `auto` (paired on common draw orders)\n")
             keys = ["method", "split", "rule", "target_cost"]
@@ -233,12 +239,14 @@ def summarise(root: Path) -> None:
     pays, full = collect(root)
     print(summary(pays, full))
     print("\nbeta sweeps at C = 0.9 (cost range, accuracy monotone?):")
-    beta = full[full.sweep.isin(["beta", "beta-cal"])]
-    for (world, split, method, sweep), grp in beta.groupby(["world", "split", "method", "sweep"]):
+    beta = full[full.allocation.isin(["beta", "beta-cal"])]
+    for (world, split, method, allocation), grp in beta.groupby(
+        ["world", "split", "method", "allocation"]
+    ):
         g = grp.groupby("level")[["cost", "accuracy"]].mean().sort_index()
         mono = bool((np.diff(g["accuracy"].to_numpy()) >= -1e-9).all())
         lo, hi = g["cost"].min(), g["cost"].max()
-        print(f"  {world:>24} {split:>3} {method:>8} {sweep:>8}: cost {lo:.3f}-{hi:.3f} "
+        print(f"  {world:>24} {split:>3} {method:>8} {allocation:>8}: cost {lo:.3f}-{hi:.3f} "
               f"({hi / lo:5.1f}x), accuracy {g['accuracy'].min():.3f}-{g['accuracy'].max():.3f}, "
               f"non-decreasing {mono}")  # fmt: skip
 

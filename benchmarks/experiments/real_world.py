@@ -121,9 +121,9 @@ def render() -> Path:
             at = ias[(ias["cost"] - cost).abs() < 1e-9]
             if at.empty:
                 continue
-            table = summary(at, ["kind", "method", "split"], ["accuracy"])
+            table = summary(at, ["allocation", "method", "split"], ["accuracy"])
             wide = table.pivot_table(
-                index=["kind", "method"], columns="split", values="accuracy", aggfunc="first"
+                index=["allocation", "method"], columns="split", values="accuracy", aggfunc="first"
             ).reset_index()
             wide.columns.name = None
             lines += [f"### cost {cost:g}", "", markdown(wide), ""]
@@ -174,8 +174,8 @@ def smoke_results() -> dict:
                                 "brier": value, "pos_brier": value / 2, "ece": value / 3,
                                 "wql": None if method == "base" else value / 4})  # fmt: skip
         for split in ("id", "ood"):
-            for kind, method in (("uniform", "uniform"), ("auto-seq", "ot")):
-                pays.append({"split": split, "kind": kind, "method": method, "cost": 0.1,
+            for allocation, method in (("uniform", "uniform"), ("auto-seq", "ot")):
+                pays.append({"split": split, "allocation": allocation, "method": method, "cost": 0.1,
                              "accuracy": 0.2 + 0.01 * seed, "seed": seed})  # fmt: skip
     return {"metrics": metrics, "pays": pays, "run": {"wall_time_s": 1.0}}
 

@@ -70,7 +70,7 @@ def main() -> None:
                 summary, _ = run_ias(bon[split], {method: model}, mc_trials=0, seed=seed,
                                      train_bon=bon["train"], threads=args.threads)  # fmt: skip
                 pays = pays_table(summary)
-                auto = pays[(pays["kind"] == "auto") & (pays["method"] == method)]
+                auto = pays[(pays["allocation"] == "auto") & (pays["method"] == method)]
                 for cost in COSTS:
                     gain = auto.loc[(auto["cost"] - cost).abs() < 1e-9, "gain"]
                     cell.setdefault(f"{split} auto {cost:g}", []).append(float(gain.iloc[0]))

@@ -64,6 +64,7 @@ def main() -> None:
     from dprm.ias.constants import COST_GRID
     from dprm.ias.draws import table_weight
     from dprm.ias.equal_cost import reference_rows, sequential_rows
+    from dprm.ias.inputs import CalibratorInput
     from dprm.ias.population import population_curves, population_oracle_rows
     from dprm.ias.rules import Candidates, rule_table
 
@@ -116,13 +117,15 @@ def main() -> None:
             population_oracle_rows(table, pop, COST_GRID)
 
         allocator = AutoAllocator(rule_table(train_cands, "highest-last"), pool_share(train_cands))
-        est.candidate = bon.responses["prm_score"].to_numpy(float)
-        train_est.candidate = train.responses["prm_score"].to_numpy(float)
+        truth = CalibratorInput(
+            est.method,
+            est.with_candidate(bon.responses["prm_score"].to_numpy(float)),
+            train_est.with_candidate(train.responses["prm_score"].to_numpy(float)),
+        )
 
         def auto_seq():
             sequential_rows(
-                cands, table, cands.weights["last"], [est], train_cands, {est.method: train_est},
-                allocator,
+                cands, table, cands.weights["last"], [truth], train_cands, allocator,
             )  # fmt: skip
 
         vote = rule_table(cands, "majority", trials=64)
@@ -132,8 +135,8 @@ def main() -> None:
 
         def auto_seq_majority():
             sequential_rows(
-                cands, vote, table_weight(cands, "majority", None), [est], train_cands,
-                {est.method: train_est}, vote_allocator, vote=True,
+                cands, vote, table_weight(cands, "majority", None), [truth], train_cands,
+                vote_allocator, vote=True,
                 train_weight=table_weight(train_cands, "majority", None),
             )  # fmt: skip
 

@@ -53,7 +53,7 @@ def main() -> None:
     from dprm.ias.auto import pool_share
     from dprm.ias.draws import draw_orders, rule_outcomes, table_weight
     from dprm.ias.estimates import estimate_samples
-    from dprm.ias.peer_curves import SEQ_BUDGETS, prior_estimates, training_scores
+    from dprm.ias.peer_curves import SEQ_BUDGETS, prior_inputs, training_scores
     from dprm.ias.peers import PEERS, DrawView, peers_for_rule
     from dprm.ias.rules import Candidates, rule_table, uses_answers
     from dprm.ias.sequential import SequentialAuto
@@ -71,20 +71,20 @@ def main() -> None:
     bon = read_bon_set(args.bon, check_hidden=False)
     train = read_bon_set(args.train_bon, check_hidden=False)
     model = load(args.calibrator)
-    est, train_est = prior_estimates(model, bon)["calibrated"], prior_estimates(model, train)
+    calibrated = prior_inputs(model, bon, train)[0]
+    est, te = calibrated.test, calibrated.train
     cands, train_cands = Candidates.from_bon(bon), Candidates.from_bon(train)
     orders = draw_orders(cands.size, args.trials, 0)
     weight = table_weight(cands, args.rule, None)
     rule_outcomes(cands, weight, orders, uses_answers(args.rule), 0)
     cal = cands.gather(est.candidate, 0.5)
-    scores = training_scores(train_cands, train_est["calibrated"].candidate)
+    scores = training_scores(train_cands, te.candidate)
     print(f"{args.bon}: {len(cands)} questions, pools of {int(cands.size.max())}, "
           f"{args.trials} draw orders, rule {args.rule}")  # fmt: skip
 
     t0 = time.process_time()
     table = rule_table(train_cands, args.rule, trials=64)
     model_g = SelectionModel.fit(pool_share(train_cands), np.asarray(table.mean))
-    te = train_est["calibrated"]
     answers = train_cands.answer is not None and cands.answer is not None
     seq = SequentialAuto.fit(
         model_g, estimate_samples(te), train_cands.gather(te.candidate, 0.5),

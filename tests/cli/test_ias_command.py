@@ -53,11 +53,16 @@ def test_ias_writes_the_contract(setup, capsys):
     summary = pd.read_csv(out / "ias.csv")
     assert list(summary.columns) == SUMMARY_COLUMNS
     assert list(dict.fromkeys(summary["method"])) == ["base", "ot", "qr"]
-    assert set(summary["sweep"]) == {"C", "tau", "beta", "beta-cal"}  # v2 set: candidate states
-    assert summary.loc[summary.sweep == "C", "level"].isna().all()  # written as empty cells
-    assert summary.loc[summary.sweep != "C", "level"].notna().all()
-    assert len(summary[(summary.method == "ot") & (summary.sweep == "tau")]) == 100
-    assert len(summary[(summary.method == "qr") & (summary.sweep == "tau")]) == 11
+    assert set(summary["allocation"]) == {
+        "C",
+        "tau",
+        "beta",
+        "beta-cal",
+    }  # v2 set: candidate states
+    assert summary.loc[summary.allocation == "C", "level"].isna().all()  # written as empty cells
+    assert summary.loc[summary.allocation != "C", "level"].notna().all()
+    assert len(summary[(summary.method == "ot") & (summary.allocation == "tau")]) == 100
+    assert len(summary[(summary.method == "qr") & (summary.allocation == "tau")]) == 11
     assert summary[["cost", "accuracy", "accuracy_mc"]].notna().all().all()
     budgets = pq.read_table(out / "budgets.parquet").to_pandas()
     assert list(budgets.columns) == BUDGET_COLUMNS
@@ -65,8 +70,11 @@ def test_ias_writes_the_contract(setup, capsys):
     meta = json.loads((out / "ias_meta.json").read_text())
     assert meta["beta"] == 0.1 and meta["mc_trials"] == 10 and "accuracy" in meta["columns"]
     # budgets agree with the summary's cost
-    c = budgets[(budgets.sweep == "C") & (budgets.method == "base")].groupby("C")["n"].mean() / 64
-    got = summary[(summary.sweep == "C") & (summary.method == "base")].set_index("C")["cost"]
+    c = (
+        budgets[(budgets.allocation == "C") & (budgets.method == "base")].groupby("C")["n"].mean()
+        / 64
+    )
+    got = summary[(summary.allocation == "C") & (summary.method == "base")].set_index("C")["cost"]
     np.testing.assert_allclose(got.loc[c.index], c.to_numpy())
     # a rerun with the same seed is identical (seeded Monte Carlo)
     main(
@@ -135,19 +143,19 @@ def test_greedy_sweep_matches_cost_and_maximises_the_success_curves(setup):
     argv = ["ias", "--bon", str(world["id/bon"]), "--model", str(dirs["ot"]), "--out", str(out)]
     assert main([*argv, "--mc-trials", "0", "--greedy", "--quiet"]) == 0
     summary = pd.read_csv(out / "ias.csv")
-    assert set(summary["sweep"]) == {"C", "tau", "beta", "beta-cal", "greedy"}
-    c_rows = summary[summary.sweep == "C"].set_index(["method", "C"])
-    greedy = summary[summary.sweep == "greedy"].set_index(["method", "C"])
+    assert set(summary["allocation"]) == {"C", "tau", "beta", "beta-cal", "greedy"}
+    c_rows = summary[summary.allocation == "C"].set_index(["method", "C"])
+    greedy = summary[summary.allocation == "greedy"].set_index(["method", "C"])
     assert set(greedy.index) == set(c_rows.index)
     np.testing.assert_allclose(greedy["cost"], c_rows.loc[greedy.index, "cost"], atol=1e-12)
     budgets = pq.read_table(out / "budgets.parquet").to_pandas()
     est = estimate_from_model(load(dirs["ot"]), read_bon_set(world["id/bon"]), "ot")
     curve = est.success_curve()
     rows = np.arange(curve.shape[0])
-    for c in summary.loc[summary.sweep == "C", "C"].unique():
+    for c in summary.loc[summary.allocation == "C", "C"].unique():
         pick = (budgets.method == "ot") & (budgets["C"] == c)
-        rule = budgets[pick & (budgets.sweep == "C")]["n"].to_numpy()
-        best = budgets[pick & (budgets.sweep == "greedy")]["n"].to_numpy()
+        rule = budgets[pick & (budgets.allocation == "C")]["n"].to_numpy()
+        best = budgets[pick & (budgets.allocation == "greedy")]["n"].to_numpy()
         assert curve[rows, best - 1].sum() >= curve[rows, rule - 1].sum() - 1e-9
     # without the flag the contract's three sweeps only (checked above), and meta records it
     assert json.loads((out / "ias_meta.json").read_text())["greedy"] is True
@@ -176,9 +184,9 @@ def test_vote_rules_refuse_a_v1_set_and_auto_writes_pays(setup, tmp_path, capsys
             "--out", str(out), "--mc-trials", "0", "--quiet"]  # fmt: skip
     assert main(argv) == 0
     summary = pd.read_csv(out / "ias.csv")
-    assert {"auto", "uniform", "oracle", "beta-cal"} <= set(summary["sweep"])
+    assert {"auto", "uniform", "oracle", "beta-cal"} <= set(summary["allocation"])
     pays = pd.read_csv(out / "pays.csv")
-    assert set(pays.loc[pays["kind"] == "auto", "method"]) == {"base", "ot"}
+    assert set(pays.loc[pays["allocation"] == "auto", "method"]) == {"base", "ot"}
 
 
 def test_sequential_rows_and_its_missing_training_set(setup, tmp_path, capsys):
@@ -195,7 +203,7 @@ def test_sequential_rows_and_its_missing_training_set(setup, tmp_path, capsys):
             "--mc-trials", "0", "--quiet"]  # fmt: skip
     assert main(argv) == 0
     summary = pd.read_csv(out / "ias.csv")
-    seq = summary[summary["sweep"] == "auto-seq"]
+    seq = summary[summary["allocation"] == "auto-seq"]
     assert set(seq["method"]) >= {"ot"} and seq["accuracy"].between(0, 1).all()
     assert json.loads((out / "ias_meta.json").read_text())["sequential"] is True
 
@@ -221,7 +229,7 @@ def test_peers_beside_auto_seq(setup, tmp_path, capsys):
     assert peers["acc_at_0.25"].between(0, 1).all()
     curves = pd.read_csv(out / "peer_curves.csv")
     uni = curves[curves["method"] == "uniform"]
-    assert np.allclose(uni["draws"], np.minimum(uni["level"], 64))  # exactly matched budgets
+    assert np.allclose(uni["draws"], np.minimum(uni["knob"], 64))  # exactly matched budgets
 
 
 def test_ias_prints_the_equal_cost_table(setup, tmp_path, capsys):
@@ -245,14 +253,14 @@ def test_ias_prints_the_equal_cost_table(setup, tmp_path, capsys):
         elif parts and parts[0] in ("C", "auto", "auto-seq"):
             rows[(parts[0], parts[1])] = parts[2:]
     assert {("uniform", ""), ("oracle", ""), ("auto", "ot"), ("auto-seq", "ot")} <= set(rows)
-    assert any(kind == "C" for kind, _ in rows)
-    for (kind, method), cells in rows.items():
+    assert any(allocation == "C" for allocation, _ in rows)
+    for (allocation, method), cells in rows.items():
         values = [c for c in cells if not c.startswith("(")]
         for cost, shown in zip((0.05, 0.1, 0.25), values, strict=True):
-            at = pays[(pays["kind"] == kind) & np.isclose(pays["cost"], cost)]
+            at = pays[(pays["allocation"] == allocation) & np.isclose(pays["cost"], cost)]
             if method:
                 at = at[at["method"] == method]
             if shown == "-":
                 assert at.empty or at["accuracy"].isna().all()
             else:
-                assert shown == f"{at['accuracy'].iloc[0]:.3f}", (kind, method, cost)
+                assert shown == f"{at['accuracy'].iloc[0]:.3f}", (allocation, method, cost)

@@ -98,7 +98,7 @@ def test_method_choices_come_from_the_registry():
     parser = build_parser()
     train_parser = parser._subparsers._group_actions[0].choices["train"]
     method = next(a for a in train_parser._actions if a.dest == "method")
-    assert set(method.choices) == set(REGISTRY) | {"auto"}  # auto: dprm tune's best
+    assert set(method.choices) == set(REGISTRY) | {"best-tuned"}  # dprm tune's best
 
 
 def test_config_file_and_overrides(world, tmp_path):

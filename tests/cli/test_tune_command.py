@@ -1,4 +1,4 @@
-"""``dprm tune`` and ``dprm train --method auto`` (CLI contract)."""
+"""``dprm tune`` and ``dprm train --method best-tuned`` (CLI contract)."""
 
 from __future__ import annotations
 
@@ -99,15 +99,15 @@ def test_out_that_is_a_file_is_refused_before_work(calib, tmp_path, capsys):
     assert "expected a directory" in capsys.readouterr().err
 
 
-def test_train_auto_picks_the_best_validation_method(search, calib, tmp_path):
+def test_train_best_tuned_picks_the_best_validation_method(search, calib, tmp_path):
     best = json.loads((search / "best.json").read_text())
-    out = tmp_path / "auto"
-    args = ["train", "--method", "auto", "--tune", str(search), "--data", calib]
+    out = tmp_path / "best-tuned"
+    args = ["train", "--method", "best-tuned", "--tune", str(search), "--data", calib]
     assert main([*args, "--out", str(out), "--quiet"]) == 0
     config = json.loads((out / "config.json").read_text())
     chosen = best["best_method"]
-    assert config["method"] == chosen == config["info"]["auto"]["chosen"]
-    scores = config["info"]["auto"]["scores"]
+    assert config["method"] == chosen == config["info"]["best_tuned"]["chosen"]
+    scores = config["info"]["best_tuned"]["scores"]
     assert scores == {m: e["validation"]["wql"] for m, e in best["methods"].items()}
     assert all(scores[chosen] <= s for s in scores.values())
     for key, value in best["methods"][chosen]["overrides"].items():
@@ -117,18 +117,33 @@ def test_train_auto_picks_the_best_validation_method(search, calib, tmp_path):
     assert config["weights_sha256"] == tuned["weights_sha256"]
 
 
-def test_train_auto_flags(search, calib, tmp_path, capsys):
+def test_train_method_auto_is_the_earlier_spelling_of_best_tuned(search, calib, tmp_path, capsys):
+    """``--method auto`` (the spelling before ``best-tuned``) still trains the same calibrator,
+    and ``--help`` lists only the name now."""
+    args = ["train", "--tune", str(search), "--data", calib, "--quiet"]
+    assert main([*args, "--method", "auto", "--out", str(tmp_path / "old")]) == 0
+    assert main([*args, "--method", "best-tuned", "--out", str(tmp_path / "new")]) == 0
+    old, new = (json.loads((tmp_path / d / "config.json").read_text()) for d in ("old", "new"))
+    assert old["method"] == new["method"] and "best_tuned" in old["info"]
+    assert old["weights_sha256"] == new["weights_sha256"]
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = capsys.readouterr().out
+    assert "best-tuned" in help_text and "auto" not in help_text
+
+
+def test_train_best_tuned_flags(search, calib, tmp_path, capsys):
     base = ["train", "--data", calib, "--out", str(tmp_path / "m"), "--quiet"]
-    assert main([*base, "--method", "auto", "--tune", str(search), "--set", "lr=1e-3"]) == 2
-    assert "--method auto" in capsys.readouterr().err
+    assert main([*base, "--method", "best-tuned", "--tune", str(search), "--set", "lr=1e-3"]) == 2
+    assert "--method best-tuned" in capsys.readouterr().err
     assert main([*base, "--method", "qr", "--tune", str(search)]) == 2
-    assert "--tune is only read with --method auto" in capsys.readouterr().err
+    assert "--tune is only read with --method best-tuned" in capsys.readouterr().err
     (tmp_path / "no_search").mkdir()
-    assert main([*base, "--method", "auto", "--tune", str(tmp_path / "no_search")]) == 2
+    assert main([*base, "--method", "best-tuned", "--tune", str(tmp_path / "no_search")]) == 2
     assert "best.json" in capsys.readouterr().err
     # the model's --out may not lie inside the search it reads
     inside = ["train", "--data", calib, "--out", str(search / "m"), "--quiet"]
-    assert main([*inside, "--method", "auto", "--tune", str(search)]) == 2
+    assert main([*inside, "--method", "best-tuned", "--tune", str(search)]) == 2
     assert "lies inside the input --tune" in capsys.readouterr().err
 
 
@@ -159,13 +174,22 @@ def test_the_parser_defaults_are_the_library_defaults():
     assert cli_tune.DEFAULT_OBJECTIVE == T.DEFAULT_OBJECTIVE
 
 
-def test_train_auto_prints_the_scores_it_compared(search, calib, tmp_path, capsys):
+def test_train_best_tuned_prints_the_scores_it_compared(search, calib, tmp_path, capsys):
     best = json.loads((search / "best.json").read_text())
-    out = tmp_path / "auto-printed"
-    args = ["train", "--method", "auto", "--tune", str(search), "--data", calib, "--no-progress"]
+    out = tmp_path / "best-tuned-printed"
+    args = [
+        "train",
+        "--method",
+        "best-tuned",
+        "--tune",
+        str(search),
+        "--data",
+        calib,
+        "--no-progress",
+    ]
     assert main([*args, "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    head = next(i for i, line in enumerate(lines) if "auto compared validation wql" in line)
+    head = next(i for i, line in enumerate(lines) if "best-tuned compared validation wql" in line)
     rows = {line.split()[0]: line.split()[1] for line in lines[head + 1 : head + 3]}
     for method, entry in best["methods"].items():
         assert rows[method] == f"{entry['validation']['wql']:.4f}"

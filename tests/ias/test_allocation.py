@@ -89,7 +89,7 @@ def test_pays_table_headroom_and_share():
     rows = pd.DataFrame(
         {
             "method": ["uniform", "oracle", "ot", "ot", "ot"],
-            "sweep": ["uniform", "oracle", "auto", "C", "C"],
+            "allocation": ["uniform", "oracle", "auto", "C", "C"],
             "C": [np.nan, np.nan, np.nan, 0.5, 0.9],
             "target_cost": [0.1, 0.1, 0.1, np.nan, np.nan],
             "cost": [0.1, 0.1, 0.1, 0.05, 0.2],
@@ -97,7 +97,7 @@ def test_pays_table_headroom_and_share():
             "rule": "highest-last",
         }
     )
-    table = pays_table(rows, costs=(0.1,)).set_index(["method", "kind"])
+    table = pays_table(rows, costs=(0.1,)).set_index(["method", "allocation"])
     assert table.loc[("ot", "auto"), "share"] == pytest.approx(0.5)
     assert table.loc[("ot", "C"), "accuracy"] == pytest.approx(0.4 + 0.2 * (0.05 / 0.15))
     assert table.loc[("oracle", "oracle"), "headroom"] == pytest.approx(0.1)
@@ -113,15 +113,15 @@ def test_run_ias_auto_rows_on_a_twin_world(tiny_world):
         bon, {}, mc_trials=0, rules=["highest-last", "majority"], train_bon=train,
         extra_estimates=[truth_estimate(bon)], vote_trials=16,
     )  # fmt: skip
-    extra = summary[summary["sweep"].isin(["uniform", "oracle", "oracle-p", "auto"])]
+    extra = summary[summary["allocation"].isin(["uniform", "oracle", "oracle-p", "auto"])]
     assert set(extra["rule"]) == {"highest-last", "majority"}
-    assert set(extra.loc[extra["sweep"] == "auto", "method"]) == {"base", "truth"}
-    ref = extra.pivot_table(index=["rule", "target_cost"], columns="sweep", values="accuracy")
+    assert set(extra.loc[extra["allocation"] == "auto", "method"]) == {"base", "truth"}
+    ref = extra.pivot_table(index=["rule", "target_cost"], columns="allocation", values="accuracy")
     assert (ref["oracle"] >= ref["uniform"] - 1e-12).all()
     assert (ref["oracle"] >= ref["oracle-p"] - 1e-12).all()
     assert extra["floor_share"].dropna().between(0, 1).all()
     table = pays_table(summary)
-    assert {"uniform", "oracle", "oracle-p", "auto", "C"} <= set(table["kind"])
+    assert {"uniform", "oracle", "oracle-p", "auto", "C"} <= set(table["allocation"])
 
 
 def test_shift_auc_tells_shifted_states_apart():

@@ -9,6 +9,7 @@ Monte Carlo on 64-candidate pools.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from fractions import Fraction
@@ -278,7 +279,7 @@ def test_run_sweeps_shapes_and_columns():
     summary, budgets = ias.run_sweeps(pools, _oracle_estimates(30, rng), mc_trials=400, seed=1)
     assert list(summary.columns[: len(ias.SUMMARY_COLUMNS)]) == ias.SUMMARY_COLUMNS
     assert list(budgets.columns) == ias.BUDGET_COLUMNS
-    counts = summary.groupby(["method", "sweep"]).size().to_dict()
+    counts = summary.groupby(["method", "allocation"]).size().to_dict()
     assert counts == {
         ("base", "C"): 10,
         ("ot", "C"): 10,
@@ -289,17 +290,19 @@ def test_run_sweeps_shapes_and_columns():
         ("qr", "beta"): 11,
     }
     assert len(budgets) == len(summary) * 30
-    assert summary.loc[summary.sweep == "C", "level"].isna().all()
-    assert (summary.loc[summary.sweep == "tau", "C"] == 0.99).all()
-    assert (summary.loc[summary.sweep == "beta", "C"] == 0.9).all()
+    assert summary.loc[summary.allocation == "C", "level"].isna().all()
+    assert (summary.loc[summary.allocation == "tau", "C"] == 0.99).all()
+    assert (summary.loc[summary.allocation == "beta", "C"] == 0.9).all()
     assert summary[["cost", "accuracy", "accuracy_mc"]].notna().all().all()
     assert summary["cost"].between(1 / 64, 1).all()
     # C-sweep cost is mean N / 64, taken from the same budgets that budgets.parquet holds
-    for (method, c), grp in budgets[budgets.sweep == "C"].groupby(["method", "C"]):
-        row = summary[(summary.method == method) & (summary.sweep == "C") & (summary["C"] == c)]
+    for (method, c), grp in budgets[budgets.allocation == "C"].groupby(["method", "C"]):
+        row = summary[
+            (summary.method == method) & (summary.allocation == "C") & (summary["C"] == c)
+        ]
         assert row["cost"].iloc[0] == pytest.approx(grp["n"].mean() / 64)
     # costs rise with C for every method, and the exact value is within MC error
-    for _, grp in summary[summary.sweep == "C"].groupby("method"):
+    for _, grp in summary[summary.allocation == "C"].groupby("method"):
         assert (np.diff(grp["cost"].to_numpy()) >= 0).all()
     diff = (summary["accuracy"] - summary["accuracy_mc"]).abs()
     assert (diff <= 4 * summary["accuracy_mc_se"] + 1e-12).all()
@@ -310,12 +313,12 @@ def test_beta_sweep_cost_rises_with_beta():
     pools = random_pools(rng, q=40, ties=False)
     est = _oracle_estimates(40, rng)[1]
     # put thresholds on the score scale so the sweep has something to do
-    est.q_levels = est.q_levels * 2.0 - 0.5
+    est = dataclasses.replace(est, q_levels=est.q_levels * 2.0 - 0.5)
     summary, _ = ias.run_sweeps(pools, [est], mc_trials=0)
-    beta = summary[summary.sweep == "beta"]
+    beta = summary[summary.allocation == "beta"]
     assert (np.diff(beta["cost"].to_numpy()) >= -1e-12).all()
     assert beta["accuracy_mc"].isna().all()
-    cap = summary[(summary.sweep == "C") & (summary.C == 0.9)]["cost"].iloc[0]
+    cap = summary[(summary.allocation == "C") & (summary.C == 0.9)]["cost"].iloc[0]
     assert beta["cost"].max() <= cap + 1e-12  # early stopping never draws past the cap
 
 

@@ -16,14 +16,14 @@ def test_pays_table_reports_both_headrooms():
     rows = pd.DataFrame(
         {
             "method": ["uniform", "oracle", "oracle-pop", "ot"],
-            "sweep": ["uniform", "oracle", "oracle-pop", "auto"],
+            "allocation": ["uniform", "oracle", "oracle-pop", "auto"],
             "target_cost": 0.1,
             "cost": 0.1,
             "accuracy": [0.5, 0.7, 0.6, 0.55],
             "rule": "highest-last",
         }
     )
-    table = pays_table(rows, costs=(0.1,)).set_index(["method", "kind"])
+    table = pays_table(rows, costs=(0.1,)).set_index(["method", "allocation"])
     assert table.loc[("ot", "auto"), "share"] == pytest.approx(0.25)
     assert table.loc[("ot", "auto"), "share_pop"] == pytest.approx(0.5)
     assert table.loc[("ot", "auto"), "headroom_pop"] == pytest.approx(0.1)
@@ -44,14 +44,14 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
         bon, {"qr": model}, mc_trials=0, rules=["highest-last"], train_bon=train,
         sequential=True, vote_trials=8,
     )  # fmt: skip
-    seq = summary[summary["sweep"] == "auto-seq"].set_index(["method", "target_cost"])
-    auto = summary[summary["sweep"] == "auto"].set_index(["method", "target_cost"])
+    seq = summary[summary["allocation"] == "auto-seq"].set_index(["method", "target_cost"])
+    auto = summary[summary["allocation"] == "auto"].set_index(["method", "target_cost"])
     assert set(seq.index.get_level_values("method")) == {"base", "qr"}
     assert sorted(set(seq.index.get_level_values("target_cost"))) == [0.05, 0.1, 0.25]
     for key, row in seq.iterrows():  # control variate: auto's exact accuracy + the difference
         assert row["accuracy"] == pytest.approx(auto.loc[key, "accuracy"] + row["minus_auto"])
         assert row["cost"] == pytest.approx(auto.loc[key, "cost"])  # the same budget
-    assert "auto-seq" in set(pays_table(summary)["kind"])
+    assert "auto-seq" in set(pays_table(summary)["allocation"])
     # both sets are contract v2: the policy read the draws' answers, from a floor share chosen
     # on the training pools
     from dprm.ias.allocation import SHIFT_AUC
@@ -66,7 +66,7 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
         v1, {"qr": model}, mc_trials=0, rules=["highest-last"], train_bon=train,
         sequential=True, vote_trials=8,
     )  # fmt: skip
-    seq_v1 = summary_v1[summary_v1["sweep"] == "auto-seq"].set_index(["method", "target_cost"])
+    seq_v1 = summary_v1[summary_v1["allocation"] == "auto-seq"].set_index(["method", "target_cost"])
     assert not seq_v1["seq_answers"].any()
     assert not np.allclose(seq_v1["accuracy"], seq.loc[seq_v1.index, "accuracy"])
 
@@ -75,35 +75,30 @@ def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, 
     """``references=False`` (a calibrator's unit) skips the rows that do not depend on the
     calibrator, and its own rows, a calibrated rule's reference rows included, are unchanged."""
     from dprm.data import read_bon_set
-    from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
+    from dprm.ias.estimates import truth_estimate
+    from dprm.ias.inputs import calibrator_input
     from dprm.ias.pays import run_pays
     from dprm.models.raw_score import RawScoreCalibrator
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
     bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
     model = RawScoreCalibrator(bon.hidden_dim)
-    est, train_est = (
-        estimate_from_model(model, bon, "raw"),
-        estimate_from_model(model, train, "raw"),
+    raw = calibrator_input(
+        model, bon, "raw", train_bon=train, test_candidates=True, train_candidates=True
     )
     kwargs = dict(
         rules=("highest-last", "highest-calibrated"),
         train_bon=train,
-        train_estimates={"raw": train_est},
-        calibrated={
-            "raw": candidate_estimates(model, bon),
-            "train:raw": candidate_estimates(model, train),
-        },
         population_pools=2,
         trials=4,
     )
     assert truth_estimate(bon) is not None  # a twin set: oracle-p and oracle-pop rows exist
-    full = run_pays(bon, [est], **kwargs)
-    own = run_pays(bon, [est], references=False, **kwargs)
-    assert {"oracle-pop", "oracle-p", "uniform"} <= set(full["sweep"])
+    full = run_pays(bon, [raw], **kwargs)
+    own = run_pays(bon, [raw], references=False, **kwargs)
+    assert {"oracle-pop", "oracle-p", "uniform"} <= set(full["allocation"])
     keep = (full["method"] == "raw") | full["rule"].str.endswith("[raw]")
     expected = full[keep].reset_index(drop=True)
-    assert not own["sweep"].eq("oracle-pop").any()
+    assert not own["allocation"].eq("oracle-pop").any()
     pop_only = [c for c in expected.columns if c not in own.columns]  # oracle-pop's columns
     assert set(pop_only) <= {"pop_curve_se", "pop_pools"} and expected[pop_only].isna().all().all()
     expected = expected.drop(columns=pop_only)
@@ -119,7 +114,7 @@ def test_sequential_rows_under_shift_fall_back_to_the_peer_chosen_on_training(
     import dprm.ias.pays as pays_module
     from dprm.data import read_bon_set
     from dprm.ias import run_ias
-    from dprm.ias.peer_curves import prior_estimates, set_curves
+    from dprm.ias.peer_curves import prior_inputs, set_curves
     from dprm.ias.peers import CALIBRATOR_FREE
     from dprm.ias.sequential import SEQ_TRAIN_TRIALS
     from dprm.models.raw_score import RawScoreCalibrator
@@ -132,23 +127,23 @@ def test_sequential_rows_under_shift_fall_back_to_the_peer_chosen_on_training(
         bon, {"raw": model}, mc_trials=0, include_base=False,
         rules=["highest-last", "majority"], train_bon=train, sequential=True, vote_trials=8,
     )  # fmt: skip
-    seq = summary[summary["sweep"] == "auto-seq"]
+    seq = summary[summary["allocation"] == "auto-seq"]
     assert set(seq["rule"]) == {"highest-last", "majority"}
-    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train)
+    priors = prior_inputs(model, bon, train)
     for rule, rows in seq.groupby("rule"):
         peer = set(rows["falls_back_to"])
         assert len(peer) == 1 and peer <= set(CALIBRATOR_FREE), peer
         chosen = set_curves(
-            bon, train, test_est, train_est, rule, train_trials=SEQ_TRAIN_TRIALS, shifted=True,
+            bon, train, priors, rule, train_trials=SEQ_TRAIN_TRIALS, shifted=True,
             priors=("calibrated",),
         ).fallback  # fmt: skip
         assert peer == {chosen}
         assert rows["floor_share"].isna().all()  # the policy did not run
         assert rows["accuracy"].between(0, 1).all() or rows["accuracy"].isna().any()
     table = pays_table(summary)
-    cells = table[table["kind"] == "auto-seq"]
+    cells = table[table["allocation"] == "auto-seq"]
     assert len(cells) and (cells["falls_back_to"] != "").all()
-    assert (table.loc[table["kind"] != "auto-seq", "falls_back_to"] == "").all()
+    assert (table.loc[table["allocation"] != "auto-seq", "falls_back_to"] == "").all()
 
 
 @pytest.mark.slow
@@ -179,6 +174,6 @@ def test_majority_auto_seq_indexes_the_vote_race(tiny_world, one_thread, monkeyp
     sizes = {len(bon.questions), len(train.questions)}
     assert {n for n, _ in seen} == sizes
     assert [m for _, m in seen] == [False, False, True, True]  # rules in order, train then test
-    seq = summary[summary["sweep"] == "auto-seq"]
+    seq = summary[summary["allocation"] == "auto-seq"]
     assert set(seq["rule"]) == {"highest-last", "majority"} and set(seq["method"]) == {"qr"}
-    assert {"base", "qr"} <= set(summary.loc[summary["sweep"] == "auto", "method"])
+    assert {"base", "qr"} <= set(summary.loc[summary["allocation"] == "auto", "method"])

@@ -10,7 +10,7 @@ from dprm.ias.peer_curves import (
     curve_at_cost,
     draws_to_reach,
     per_question,
-    prior_estimates,
+    prior_inputs,
     set_curves,
     shuffle_priors,
     summarise,
@@ -49,13 +49,13 @@ def world(tiny_world):
     train = read_bon_set(paths["train/bon"], check_hidden=False)
     test = read_bon_set(paths["id/bon"], check_hidden=False)
     model = RawScoreCalibrator(test.hidden_dim)
-    return test, train, prior_estimates(model, test), prior_estimates(model, train)
+    return test, train, prior_inputs(model, test, train)
 
 
 @pytest.mark.parametrize("rule", ["highest-last", "majority"])
 def test_under_a_shift_auto_seq_falls_back_to_the_best_calibrator_free_peer(world, rule):
-    test, train, est, train_est = world
-    cs = set_curves(test, train, est, train_est, rule, trials=2, shifted=True)
+    test, train, priors = world
+    cs = set_curves(test, train, priors, rule, trials=2, shifted=True)
     assert cs.fallback in CALIBRATOR_FREE
     scores = cs.extra["fallback_scores"]
     assert scores[cs.fallback] == max(v for v in scores.values() if np.isfinite(v))
@@ -78,10 +78,13 @@ def test_a_subtle_shift_goes_unnoticed_by_the_shift_check(world):
     the question states are the very same set. The shift check (it reads question states
     only) stays below its threshold, so auto-seq runs on the wrong priors: the check cannot
     see a calibrator that is wrong without states that look different."""
-    test, train, est, train_est = world
-    wrong = shuffle_priors(est, ("calibrated",), seed=0)
-    assert not np.array_equal(wrong["calibrated"].p, est["calibrated"].p)
-    np.testing.assert_array_equal(wrong["calibrated"].candidate, est["calibrated"].candidate)
-    cs = set_curves(test, train, wrong, train_est, "highest-last", trials=2, priors=("calibrated",))
+    test, train, priors = world
+    wrong = shuffle_priors(priors, ("calibrated",), seed=0)
+    was, now = priors[0], wrong[0]
+    assert was.label == now.label == "calibrated"
+    assert not np.array_equal(now.test.p, was.test.p)
+    np.testing.assert_array_equal(now.test_candidates, was.test_candidates)
+    assert now.train is was.train  # the training set is not shifted
+    cs = set_curves(test, train, wrong, "highest-last", trials=2, priors=("calibrated",))
     assert cs.shift_auc < 0.75 and not cs.extra["shifted"]
     assert cs.curves["auto-seq[calibrated]"].falls_back_to == ""

@@ -124,12 +124,12 @@ def test_twin_questions_replays_the_written_set_and_refuses_others(tiny_world):
     bon = read_bon_set(paths["id/bon"])
     assert twin_questions(replace(bon, meta={**bon.meta, "source": "real"})) is None
     rows = run_pays(bon, [], rules=("highest-last", "majority"), population_pools=4, trials=8)
-    pop = rows[rows["sweep"] == "oracle-pop"]
+    pop = rows[rows["allocation"] == "oracle-pop"]
     assert set(pop["rule"]) == {"highest-last", "majority"}
     assert (pop.loc[pop["rule"] == "majority", "pop_pools"] == 4).all()
     assert (pop.loc[pop["rule"] == "highest-last", "pop_pools"] == 0).all()  # exact
     assert (
-        run_pays(bon, [], rules=("highest-last",), population_pools=0)["sweep"]
+        run_pays(bon, [], rules=("highest-last",), population_pools=0)["allocation"]
         .ne("oracle-pop")
         .all()
     )

@@ -62,7 +62,7 @@ def test_live_budgets_equal_dprm_ias_budgets(
                "--mc-trials", "0", "--quiet"])  # fmt: skip
     assert rc == 0
     budgets = pd.read_parquet(ias / "budgets.parquet")
-    rows = budgets[(budgets["sweep"] == "C") & np.isclose(budgets["C"], C)]
+    rows = budgets[(budgets["allocation"] == "C") & np.isclose(budgets["C"], C)]
     for method, live_records in (("mono", records), ("qr", qr_records)):
         offline = rows[rows["method"] == method].set_index("question_id")["n"]
         assert sorted(offline.index) == sorted(live_records)

@@ -240,11 +240,13 @@ def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, tr
     from dprm.ias.sequential import sequential_floor_shares
 
     fitted = fit_auto(cprm, states, str(v1))
-    fitted.train_estimate.candidate = candidate_estimates(cprm.calibrator, fitted.train)
+    train_est = fitted.train_estimate.with_candidate(
+        candidate_estimates(cprm.calibrator, fitted.train)
+    )
     cands = Candidates.from_bon(fitted.train)
     assert cands.answer is None
     (expect,), _ = sequential_floor_shares(
-        seq, cands, fitted.train_estimate, cands.weights["last"], [COST], n_max=N_MAX
+        seq, cands, train_est, cands.weights["last"], [COST], n_max=N_MAX
     )
     assert share == expect
     assert not seq.policy(np.full((1, 4), 0.5), np.array([N_MAX]), N_MAX).reads_answers
@@ -625,10 +627,12 @@ def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
     states = _live_states(out)
     seq, _, share, _ = fit_sequential(cprm, states, config.train_bon, COST, "majority")
     fitted = fit_auto(cprm, states, config.train_bon, "majority")
-    fitted.train_estimate.candidate = candidate_estimates(cprm.calibrator, fitted.train)
+    train_est = fitted.train_estimate.with_candidate(
+        candidate_estimates(cprm.calibrator, fitted.train)
+    )
     cands = Candidates.from_bon(fitted.train)
     (expect,), _ = sequential_floor_shares(
-        seq, cands, fitted.train_estimate, table_weight(cands, "majority", None), [COST],
+        seq, cands, train_est, table_weight(cands, "majority", None), [COST],
         vote=True, majority=True, n_max=N_MAX,
     )  # fmt: skip
     assert share == expect

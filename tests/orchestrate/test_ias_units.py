@@ -62,14 +62,14 @@ def test_stage_writes_uniform_oracle_and_auto_rows_per_rule(pipe_world):
     out = Layout(pipe.out).ias_dir(WORLD, "id", REFERENCE, 0)
     rows = pd.read_csv(out / "ias_full.csv")
     # the paper's sweeps are unchanged; the new rows come on top
-    assert {"C", "tau", "greedy"} <= set(rows["sweep"])
-    pays = rows[rows["sweep"].isin(PAYS_SWEEPS)]
+    assert {"C", "tau", "greedy"} <= set(rows["allocation"])
+    pays = rows[rows["allocation"].isin(PAYS_SWEEPS)]
     for rule in ("highest-last", "majority"):
         sub = pays[pays["rule"] == rule]
-        assert set(sub["sweep"]) == PAYS_SWEEPS, rule
-        assert set(sub.loc[sub["sweep"] == "auto", "method"]) == {"base", "truth"}
-    oracle = pays[pays["sweep"] == "oracle"].set_index(["rule", "target_cost"])["accuracy"]
-    uniform = pays[pays["sweep"] == "uniform"].set_index(["rule", "target_cost"])["accuracy"]
+        assert set(sub["allocation"]) == PAYS_SWEEPS, rule
+        assert set(sub.loc[sub["allocation"] == "auto", "method"]) == {"base", "truth"}
+    oracle = pays[pays["allocation"] == "oracle"].set_index(["rule", "target_cost"])["accuracy"]
+    uniform = pays[pays["allocation"] == "uniform"].set_index(["rule", "target_cost"])["accuracy"]
     assert (oracle >= uniform - 1e-12).all()  # the oracle allocation can always be uniform
     assert (out / "pays.csv").exists()
 
@@ -86,7 +86,7 @@ def test_v1_bon_skips_vote_rules_with_a_log_line(pipe_world):
     assert _reference_unit(units, "id").inputs["pays"]["rules"] == ["highest-last", "majority"]
     _reference_unit(units, "ood").run()
     rows = pd.read_csv(Layout(pipe.out).ias_dir(WORLD, "ood", REFERENCE, 0) / "ias_full.csv")
-    assert set(rows.loc[rows["sweep"].isin(PAYS_SWEEPS), "rule"]) == {"highest-last"}
+    assert set(rows.loc[rows["allocation"].isin(PAYS_SWEEPS), "rule"]) == {"highest-last"}
 
 
 def test_missing_train_bon_skips_auto_keeps_uniform_and_oracle(pipe_world):
@@ -100,7 +100,7 @@ def test_missing_train_bon_skips_auto_keeps_uniform_and_oracle(pipe_world):
     assert not any(name.endswith("train/bon") for name in unit.reads)
     unit.run()
     rows = pd.read_csv(Layout(pipe.out).ias_dir(WORLD, "id", REFERENCE, 0) / "ias_full.csv")
-    assert set(rows["sweep"]) & PAYS_SWEEPS == {"uniform", "oracle"}
+    assert set(rows["allocation"]) & PAYS_SWEEPS == {"uniform", "oracle"}
 
 
 def test_train_bon_is_part_of_the_fingerprint(pipe_world):
@@ -137,21 +137,21 @@ def test_tiny_run_reports_the_pays_table(tiny_run):
     out, _, outcome, _ = tiny_run
     assert outcome.ok
     rows = pd.read_csv(Layout(out).ias_dir(WORLD, "id", "ot", 0) / "ias_full.csv")
-    auto = rows[rows["sweep"] == "auto"]
+    auto = rows[rows["allocation"] == "auto"]
     assert set(auto["method"]) == {"ot"} and set(auto["rule"]) == {"highest-last", "majority"}
-    assert not (set(rows["sweep"]) & {"uniform", "oracle"})  # computed once, in the reference
+    assert not (set(rows["allocation"]) & {"uniform", "oracle"})  # computed once, in the reference
     pays = pd.read_csv(out / "tables" / "pays.csv")
-    assert {"uniform", "oracle", "oracle-p", "auto", "C"} <= set(pays["kind"])
-    assert set(pays.loc[pays["kind"] == "auto", "method"]) == {"base", "truth", "ot", "qr",
+    assert {"uniform", "oracle", "oracle-p", "auto", "C"} <= set(pays["allocation"])
+    assert set(pays.loc[pays["allocation"] == "auto", "method"]) == {"base", "truth", "ot", "qr",
                                                                "isotonic"}  # fmt: skip
     text = (out / "report.md").read_text()
     assert "## Does adaptive compute pay?" in text
     summary = pays_summary(pays)
-    for kind, method in (("uniform", "uniform"), ("auto", "ot")):
+    for allocation, method in (("uniform", "uniform"), ("auto", "ot")):
         r = summary[
             (summary["split"] == "id")
             & (summary["rule"] == "highest-last")
-            & (summary["kind"] == kind)
+            & (summary["allocation"] == allocation)
             & (summary["method"] == method)
             & np.isclose(summary["cost"], 0.1)
         ].iloc[0]
@@ -216,8 +216,8 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     answers on a twin world), the report's table and text show them; off: none."""
     from dprm.ias.allocation import REPORT_COSTS
     from dprm.orchestrate.ias_units import ias_units
-    from dprm.report.document_md import pays_lines
     from dprm.report.pays import pays_markdown, pays_rows
+    from dprm.report.sections.pays import pays_lines
 
     pipe, logs = trained_world
     off = ias_units(pipe, WORLD)
@@ -233,19 +233,19 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     _unit(on, "id", REFERENCE).run()
     assert _unit(on, "id", "ot").run() == {"pays_notes": []}
     reference, rows = _rows(pipe, "id", REFERENCE), _rows(pipe, "id", "ot")
-    assert "auto-seq" not in set(reference["sweep"])  # the calibrators' own rows
-    seq = rows[rows["sweep"] == "auto-seq"]
+    assert "auto-seq" not in set(reference["allocation"])  # the calibrators' own rows
+    seq = rows[rows["allocation"] == "auto-seq"]
     assert set(seq["rule"]) == {"highest-last", "majority"}  # every rule, voting included
     assert set(seq["method"]) == {"ot"}
     assert seq["seq_answers"].astype(bool).all()  # a v2 twin set: the draws' answers are read
     for _, sub in seq.groupby("rule"):
         assert np.allclose(np.sort(sub["target_cost"].to_numpy(float)), sorted(REPORT_COSTS))
     assert np.isfinite(seq["accuracy"]).all() and seq["accuracy"].between(0, 1).all()
-    assert (rows["sweep"] == "auto").any()  # auto's rows are still there
+    assert (rows["allocation"] == "auto").any()  # auto's rows are still there
 
     pays = pays_rows(reference, {0: rows}).assign(world=WORLD, split="id")
-    assert "auto-seq" in set(pays["kind"])
-    shares = pays.loc[pays["kind"] == "auto-seq", "share"]
+    assert "auto-seq" in set(pays["allocation"])
+    shares = pays.loc[pays["allocation"] == "auto-seq", "share"]
     assert len(shares) == 2 * len(REPORT_COSTS) and np.isfinite(shares).all()
     table = [line for line in pays_markdown(pays, WORLD).splitlines() if "auto-seq, OT" in line]
     assert len(table) == 2  # one row per rule, each cell with its share of the headroom
@@ -256,9 +256,9 @@ def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     pipe.config.ias_sequential = False
     assert _unit(ias_units(pipe, WORLD), "id", "ot").run() == {"pays_notes": []}
     rows = _rows(pipe, "id", "ot")
-    assert "auto-seq" not in set(rows["sweep"]) and (rows["sweep"] == "auto").any()
+    assert "auto-seq" not in set(rows["allocation"]) and (rows["allocation"] == "auto").any()
     pays = pays_rows(reference, {0: rows}).assign(world=WORLD, split="id")
-    assert "auto-seq" not in set(pays["kind"])
+    assert "auto-seq" not in set(pays["allocation"])
     text = "\n".join(pays_lines(pays, pipe.config))
     assert "auto-seq" not in text and "auto-seq" not in pays_markdown(pays, WORLD)
 
@@ -281,13 +281,13 @@ def test_sequential_without_candidate_states_skips_a_hidden_state_calibrator(tra
     note = info["pays_notes"][0]
     assert note.startswith(f"{WORLD}/ood: no 'auto-seq' rows of ot") and "test BoN set" in note
     rows = _rows(pipe, "ood", "ot")
-    assert "auto-seq" not in set(rows["sweep"]) and (rows["sweep"] == "auto").any()
+    assert "auto-seq" not in set(rows["allocation"]) and (rows["allocation"] == "auto").any()
     meta = json.loads(
         (Layout(pipe.out).ias_dir(WORLD, "ood", "ot", 0) / "ias_meta.json").read_text()
     )
     assert meta["pays_notes"] == info["pays_notes"]
 
     assert _unit(units, "ood", "isotonic").run() == {"pays_notes": []}
-    seq = _rows(pipe, "ood", "isotonic").query("sweep == 'auto-seq'")
+    seq = _rows(pipe, "ood", "isotonic").query("allocation == 'auto-seq'")
     assert set(seq["rule"]) == {"highest-last"}  # majority: skipped on the v1 set
     assert not seq["seq_answers"].astype(bool).any()  # the v1 set has no final answers

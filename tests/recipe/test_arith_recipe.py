@@ -31,8 +31,8 @@ def test_arith_recipe_runs_end_to_end_on_the_shipped_models(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     datasets = {row["dataset"] for row in results["metrics"]}
     assert {"id", "ood"} <= datasets, datasets
-    kinds = {row["kind"] for row in results["pays"]}
-    assert {"uniform", "oracle", "auto", "auto-seq"} <= kinds, kinds
+    allocations = {row["allocation"] for row in results["pays"]}
+    assert {"uniform", "oracle", "auto", "auto-seq"} <= allocations, allocations
     assert (tmp_path / "run" / "report.md").is_file()
 
 

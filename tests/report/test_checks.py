@@ -10,9 +10,16 @@ import pytest
 from dprm.report.checks import greedy_checks
 
 
-def _rows(sweep: str, accuracy: list[float], seed: int = 0) -> list[dict]:
+def _rows(allocation: str, accuracy: list[float], seed: int = 0) -> list[dict]:
     return [
-        {"world": "w", "dataset": "id", "method": "ot", "sweep": sweep, "C": c, "seed": seed}
+        {
+            "world": "w",
+            "dataset": "id",
+            "method": "ot",
+            "allocation": allocation,
+            "C": c,
+            "seed": seed,
+        }
         | {"cost": cost, "accuracy": a}
         for c, cost, a in zip((0.5, 0.9), (0.1, 0.5), accuracy, strict=True)
     ]
@@ -37,4 +44,4 @@ def test_greedy_minus_rule_and_minus_uniform_are_hand_computed():
     assert row["greedy_minus_uniform"] == pytest.approx(0.125)
     (no_uniform,) = greedy_checks(ias)
     assert math.isnan(no_uniform["rule_minus_uniform"])
-    assert greedy_checks(ias[ias["sweep"] != "greedy"]) == []
+    assert greedy_checks(ias[ias["allocation"] != "greedy"]) == []

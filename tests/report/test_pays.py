@@ -13,7 +13,7 @@ def _pays_frame() -> pd.DataFrame:
     """Hand-made pays rows: one world, ID, two rules, three seeds, costs 0.1 and 0.25."""
     rows = []
 
-    def add(seed, rule, method, kind, cost, acc, uniform, oracle, split="id"):
+    def add(seed, rule, method, allocation, cost, acc, uniform, oracle, split="id"):
         rows.append(
             {
                 "world": "w",
@@ -21,7 +21,7 @@ def _pays_frame() -> pd.DataFrame:
                 "seed": seed,
                 "rule": rule,
                 "method": method,
-                "kind": kind,
+                "allocation": allocation,
                 "cost": cost,
                 "accuracy": acc,
                 "headroom": oracle - uniform,
@@ -37,7 +37,7 @@ def _pays_frame() -> pd.DataFrame:
             add(seed, "highest-last", "truth", "auto", cost, uni + 0.03, uni, orc)
             # the C rule reaches cost 0.25 only (NaN at 0.1) and loses there
             add(seed, "highest-last", "qr", "C", cost, np.nan if cost == 0.1 else 0.68, uni, orc)
-            # a kind this module does not know (another helper's allocation) is rendered too
+            # an allocation this module does not know is rendered too
             add(seed, "highest-last", "ot", "auto-seq", cost, uni + 0.001, uni, orc)
             add(seed, "majority", "uniform", "uniform", cost, 0.4, 0.4, 0.45)
             add(seed, "majority", "oracle", "oracle", cost, 0.45, 0.4, 0.45)
@@ -48,7 +48,9 @@ def _pays_frame() -> pd.DataFrame:
 def test_pays_summary_means_and_spreads_over_seeds():
     summary = pays_summary(_pays_frame())
     ot = summary[
-        (summary["kind"] == "auto") & (summary["rule"] == "highest-last") & (summary["cost"] == 0.1)
+        (summary["allocation"] == "auto")
+        & (summary["rule"] == "highest-last")
+        & (summary["cost"] == 0.1)
     ].iloc[0]
     assert ot["seeds"] == 3
     assert np.isclose(ot["accuracy"], 0.53) and np.isclose(ot["accuracy_sd"], 0.01)
@@ -65,7 +67,7 @@ def test_pays_markdown_renders_the_numbers():
     assert "|  |  | auto-seq, OT | 0.501 (+1%) | 0.701 (+2%) |" in lines
     assert "|  |  | oracle (headroom) | 0.600 (+0.100) | 0.740 (+0.040) |" in lines
     assert "|  | majority | uniform | 0.400 | 0.400 |" in lines
-    # order inside a rule: uniform, the C rule, auto, other kinds, the oracle last
+    # order inside a rule: uniform, the C rule, auto, other allocations, the oracle last
     order = [line.split(" | ")[2] for line in lines[2:8]]
     assert order == [
         "uniform",
@@ -98,7 +100,7 @@ def test_pays_rows_joins_the_reference_with_each_seed():
     ref = [
         {
             "method": m,
-            "sweep": m,
+            "allocation": m,
             "rule": "highest-last",
             "target_cost": c,
             "cost": c,
@@ -108,7 +110,14 @@ def test_pays_rows_joins_the_reference_with_each_seed():
         for m, a in (("uniform", 0.5 + c), ("oracle", 0.6 + c))
     ]
     ref += [  # Base's C sweep: two points, interpolated at cost 0.1
-        {"method": "base", "sweep": "C", "C": C, "target_cost": np.nan, "cost": x, "accuracy": a}
+        {
+            "method": "base",
+            "allocation": "C",
+            "C": C,
+            "target_cost": np.nan,
+            "cost": x,
+            "accuracy": a,
+        }
         for C, x, a in ((0.5, 0.05, 0.5), (0.9, 0.15, 0.7))
     ]
     seeds = {
@@ -116,7 +125,7 @@ def test_pays_rows_joins_the_reference_with_each_seed():
             [
                 {
                     "method": "ot",
-                    "sweep": "auto",
+                    "allocation": "auto",
                     "rule": "highest-last",
                     "target_cost": c,
                     "cost": c,
@@ -129,9 +138,9 @@ def test_pays_rows_joins_the_reference_with_each_seed():
     }
     rows = pays_rows(pd.DataFrame(ref), seeds)
     assert set(rows["seed"]) == {0, 1}
-    auto = rows[(rows["kind"] == "auto") & np.isclose(rows["cost"], 0.1)].set_index("seed")
+    auto = rows[(rows["allocation"] == "auto") & np.isclose(rows["cost"], 0.1)].set_index("seed")
     assert np.allclose(auto["gain"], [0.02, 0.03]) and np.allclose(auto["headroom"], 0.1)
-    base = rows[(rows["kind"] == "C") & np.isclose(rows["cost"], 0.1)]
+    base = rows[(rows["allocation"] == "C") & np.isclose(rows["cost"], 0.1)]
     assert np.allclose(base["accuracy"], 0.6)  # halfway between the two C points
     assert pays_rows(pd.DataFrame(ref[-2:]), seeds).empty  # no uniform / oracle rows: nothing
 
@@ -142,7 +151,7 @@ def test_reference_lines_draw_uniform_and_oracle_of_one_rule():
 
     rows = pd.DataFrame(
         [
-            {"sweep": s, "rule": r, "target_cost": c, "cost": c, "accuracy": a + c}
+            {"allocation": s, "rule": r, "target_cost": c, "cost": c, "accuracy": a + c}
             for c in (0.02, 0.05, 0.1)
             for s, r, a in (
                 ("uniform", "highest-last", 0.5),
@@ -159,7 +168,7 @@ def test_reference_lines_draw_uniform_and_oracle_of_one_rule():
     assert np.allclose(lines["oracle (same mean cost)"].get_ydata(), [0.62, 0.65, 0.7])
     assert lines["uniform best-of-n"].get_linestyle() == "--"
     ax.clear()
-    reference_lines(ax, rows, sweeps=("oracle",), xrange=(0.03, 0.2), label=False)
+    reference_lines(ax, rows, allocations=("oracle",), xrange=(0.03, 0.2), label=False)
     (line,) = ax.get_lines()
     x, y = line.get_xdata(), line.get_ydata()
     assert x.min() == 0.03 and x.max() == 0.1  # clipped to the range and to the points
@@ -176,8 +185,8 @@ def test_population_oracle_row_and_share_against_both_headrooms():
         frame["cost"].map(pop) - np.where(frame["cost"] == 0.1, 0.5, 0.7),
         np.nan,
     )
-    extra = frame[(frame["kind"] == "uniform") & (frame["rule"] == "highest-last")].copy()
-    extra["kind"] = extra["method"] = "oracle-pop"
+    extra = frame[(frame["allocation"] == "uniform") & (frame["rule"] == "highest-last")].copy()
+    extra["allocation"] = extra["method"] = "oracle-pop"
     extra["accuracy"] = extra["cost"].map(pop)
     extra["gain"] = extra["accuracy"] - np.where(extra["cost"] == 0.1, 0.5, 0.7)
     lines = pays_markdown(pd.concat([frame, extra], ignore_index=True), "w").splitlines()

@@ -96,7 +96,7 @@ def _ias(args: argparse.Namespace) -> int:
             },
         )
     if not args.quiet:
-        c_rows = summary[summary["sweep"] == "C"]
+        c_rows = summary[summary["allocation"] == "C"]
         for method, grp in c_rows.groupby("method", sort=False):
             pts = ", ".join(
                 f"C={c:g}: {a:.3f}@{x:.3f}"
@@ -114,8 +114,8 @@ def _ias(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the rows of the printed equal-cost table, in order (``kind`` of pays.csv)
-EQUAL_COST_KINDS = ("uniform", "C", "auto", "auto-seq", "oracle")
+#: the rows of the printed equal-cost table, in order (``allocation`` of pays.csv)
+EQUAL_COST_ALLOCATIONS = ("uniform", "C", "auto", "auto-seq", "oracle")
 
 
 def equal_cost_table(pays) -> str:
@@ -131,7 +131,7 @@ def equal_cost_table(pays) -> str:
     costs = sorted(set(pays["cost"].astype(float)))
     lines = []
     for rule, rows in pays.groupby("rule", sort=False):
-        rows = rows[rows["kind"].isin(EQUAL_COST_KINDS)]
+        rows = rows[rows["allocation"].isin(EQUAL_COST_ALLOCATIONS)]
         if rows.empty:
             continue
         lines.append(f"does adaptive compute pay? accuracy at equal cost, rule {rule}")
@@ -139,10 +139,10 @@ def equal_cost_table(pays) -> str:
             f"{'cost ' + format(c, 'g'):>17}" for c in costs
         )
         lines.append(head)
-        for kind in EQUAL_COST_KINDS:
-            of_kind = rows[rows["kind"] == kind]
-            for method, grp in of_kind.groupby("method", sort=False):
-                reference = kind in ("uniform", "oracle")
+        for allocation in EQUAL_COST_ALLOCATIONS:
+            of_allocation = rows[rows["allocation"] == allocation]
+            for method, grp in of_allocation.groupby("method", sort=False):
+                reference = allocation in ("uniform", "oracle")
                 cells = []
                 for cost in costs:
                     at = grp[grp["cost"].astype(float) == cost]
@@ -153,7 +153,7 @@ def equal_cost_table(pays) -> str:
                         text += f" ({gain:+.3f})"
                     cells.append(f"{text:>17}")
                 name = "" if reference else str(method)
-                lines.append(f"  {kind:<10} {name:<14}" + "".join(cells))
+                lines.append(f"  {allocation:<10} {name:<14}" + "".join(cells))
     if lines:
         lines.append("  (gain over uniform in brackets; every row and seed in pays.csv)")
     return "\n".join(lines)
@@ -212,7 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--greedy",
         action="store_true",
-        help="also write sweep='greedy' rows: at each C, the C rule's total budget spent on the "
+        help="also write allocation='greedy' rows: at each C, the C rule's total budget spent on the "
         "largest marginal gains of the same success curves (optimal for them; beyond the paper, "
         "see docs/calibrators.md)",
     )
@@ -230,14 +230,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--train-bon",
         default=None,
-        help="training BoN set (e.g. a twin world's train/bon): adds sweep='auto' rows for every "
+        help="training BoN set (e.g. a twin world's train/bon): adds allocation='auto' rows for every "
         "calibrator (allocation on predicted selection accuracy, learnt on this set only) and "
         "writes pays.csv",
     )
     parser.add_argument(
         "--sequential",
         action="store_true",
-        help="with --train-bon: also the sequential allocation, sweep='auto-seq' (reads each "
+        help="with --train-bon: also the sequential allocation, allocation='auto-seq' (reads each "
         "drawn candidate's calibrated estimate and, on v2 sets, its final answer; every rule; "
         "its floor share chosen on the training pools; under a detected shift the best "
         "calibrator-free peer chosen on the training pools (uniform without final answers); "

@@ -17,8 +17,15 @@ from dprm.cli._common import (
     show_progress,
 )
 
-#: ``--method auto``: the best tuned calibrator on validation (dprm.models.tune)
-AUTO = "auto"
+#: ``--method best-tuned``: the best tuned calibrator on validation (dprm.models.tune)
+BEST_TUNED = "best-tuned"
+#: earlier spellings of a ``--method`` value, still accepted (not listed in ``--help``)
+METHOD_ALIASES = {"auto": BEST_TUNED}
+
+
+def _method_name(value: str) -> str:
+    """A ``--method`` value with an earlier spelling replaced by its name now."""
+    return METHOD_ALIASES.get(value, value)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -32,13 +39,13 @@ def _train(args: argparse.Namespace) -> int:
 
     data = read_calibration_set(args.data)
     overrides = parse_overrides(args.overrides)
-    method, auto = args.method, None
-    if method == AUTO:
-        method, overrides, auto = _auto(args, data, overrides)
+    method, best_tuned = args.method, None
+    if method == BEST_TUNED:
+        method, overrides, best_tuned = _best_tuned(args, data, overrides)
     elif args.tune is not None:
         from dprm.config import ConfigError
 
-        raise ConfigError("--tune is only read with --method auto")
+        raise ConfigError(f"--tune is only read with --method {BEST_TUNED}")
     try:
         model = fit(
             method,
@@ -51,8 +58,8 @@ def _train(args: argparse.Namespace) -> int:
     except (CollapseError, FloatingPointError) as err:
         print(f"dprm train: error: {err}; nothing written to {out}", file=sys.stderr)
         return 3
-    if auto is not None:
-        model.info["auto"] = auto
+    if best_tuned is not None:
+        model.info["best_tuned"] = best_tuned
     run = {
         "method": method,
         "seed": args.seed,
@@ -71,32 +78,40 @@ def _train(args: argparse.Namespace) -> int:
     if not args.quiet:
         training = model.info.get("training", {})
         best = f", best step {training['best_step']}" if "best_step" in training else ""
-        chosen = f" (auto: best tuned on validation {auto['select']})" if auto else ""
+        chosen = (
+            f" ({BEST_TUNED}: best tuned on validation {best_tuned['select']})"
+            if best_tuned
+            else ""
+        )
         print(f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
-        if auto:
-            print(auto_scores_text(auto))
+        if best_tuned:
+            print(best_tuned_scores_text(best_tuned))
             if method != "binomial":
-                print("dprm train: auto picks for calibration tables; for IAS (ias, solve) "
-                      "the recommendation is binomial (docs/calibrators.md)")  # fmt: skip
+                print(f"dprm train: {BEST_TUNED} picks for calibration tables; for IAS (ias, "
+                      "solve) the recommendation is binomial (docs/calibrators.md)")  # fmt: skip
     return 0
 
 
-def auto_scores_text(auto: dict) -> str:
-    """The validation scores ``--method auto`` compared, lowest (chosen) first."""
-    select = auto["select"]
+def best_tuned_scores_text(best_tuned: dict) -> str:
+    """The validation scores ``--method best-tuned`` compared, lowest (chosen) first."""
+    select = best_tuned["select"]
     scored = sorted(
-        auto["scores"].items(), key=lambda kv: (kv[1] is None, kv[1] if kv[1] is not None else 0)
+        best_tuned["scores"].items(),
+        key=lambda kv: (kv[1] is None, kv[1] if kv[1] is not None else 0),
     )
-    lines = [f"dprm train: auto compared validation {select} (lower is better; {auto['source']}):"]
+    lines = [
+        f"dprm train: {BEST_TUNED} compared validation {select} (lower is better; "
+        f"{best_tuned['source']}):"
+    ]
     for method, score in scored:
         shown = "-" if score is None else f"{score:.4f}"
-        mark = "  <- chosen" if method == auto["chosen"] else ""
+        mark = "  <- chosen" if method == best_tuned["chosen"] else ""
         lines.append(f"  {method:<10} {shown}{mark}")
     return "\n".join(lines)
 
 
-def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, dict]:
-    """``--method auto``: the best tuned calibrator on validation and its parameters.
+def _best_tuned(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, dict]:
+    """``--method best-tuned``: the best tuned calibrator on validation and its parameters.
 
     Read from ``--tune DIR`` (a ``dprm tune`` search), else from a search of
     ``--tune-trials`` trials per method run now in a temporary directory (not resumable).
@@ -107,7 +122,9 @@ def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, d
     from dprm.models.tune import TuneSettings, choose, read_best, tune
 
     if overrides or args.config:
-        raise ConfigError("--method auto takes its settings from the search; drop --set/--config")
+        raise ConfigError(
+            f"--method {BEST_TUNED} takes its settings from the search; drop --set/--config"
+        )
     if args.tune is not None:
         best = read_best(args.tune)
         source = str(args.tune)
@@ -121,7 +138,7 @@ def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, d
     if method is None:
         raise ConfigError(f"{source}: no tuned method has a validation {select}")
     entry = best["methods"][method]
-    auto = {
+    chosen = {
         "source": source,
         "select": select,
         "chosen": method,
@@ -129,7 +146,7 @@ def _auto(args: argparse.Namespace, data, overrides: dict) -> tuple[str, dict, d
         "tune_data": best.get("data"),
         "trial": entry.get("trial"),
     }
-    return method, dict(entry["overrides"]), auto
+    return method, dict(entry["overrides"]), chosen
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -153,8 +170,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--method",
         required=True,
-        choices=[*methods, AUTO],
-        help="calibrator to fit; auto: the best tuned one on validation WQL (see --tune), the "
+        type=_method_name,
+        choices=[*methods, BEST_TUNED],
+        help=f"calibrator to fit; {BEST_TUNED}: the best tuned one on validation WQL (see --tune), the "
         "choice for calibration tables; for IAS (ias, solve) train binomial "
         "(docs/calibrators.md, 'One recommendation')",
     )
@@ -164,14 +182,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tune",
         metavar="DIR",
-        help="with --method auto: a `dprm tune` directory; its best method on validation is "
+        help=f"with --method {BEST_TUNED}: a `dprm tune` directory; its best method on validation is "
         "trained with its best parameters (without it a search runs first)",
     )
     parser.add_argument(
         "--tune-trials",
         type=integer_at_least(1),
         default=20,
-        help="with --method auto and no --tune: trials per method of the search",
+        help=f"with --method {BEST_TUNED} and no --tune: trials per method of the search",
     )
     add_config_flags(parser)
     add_threads_flag(parser)

@@ -35,6 +35,8 @@ Modules:
 * :mod:`dprm.ias.pools` -- :class:`Pools`, the candidate pools of a BoN set;
 * :mod:`dprm.ias.accuracy` -- exact accuracy tables, exact early stopping, Monte Carlo;
 * :mod:`dprm.ias.estimates` -- :class:`Estimate` from any calibrator (or the synthetic truth);
+* :mod:`dprm.ias.inputs` -- :class:`CalibratorInput`, one calibrator's estimates on the test
+  and training sets, the input of the equal-cost rows;
 * :mod:`dprm.ias.sweeps` -- the C / tau / beta / beta-cal sweeps, plain best-of-n,
   :func:`run_ias`;
 * :mod:`dprm.ias.rules` -- selection rules (highest / weighted / majority x last / min /
@@ -63,6 +65,7 @@ _EXPORTS = {
     "C_GRID": "dprm.ias.constants",
     "DEFAULT_BETA": "dprm.ias.constants",
     "EXTRA_COLUMNS": "dprm.ias.constants",
+    "CalibratorInput": "dprm.ias.inputs",
     "Estimate": "dprm.ias.estimates",
     "MC_TRIALS": "dprm.ias.constants",
     "M_LEVELS": "dprm.ias.constants",
@@ -103,6 +106,7 @@ __all__ = [
     "P_CLIP",
     "SUMMARY_COLUMNS",
     "TAU_C",
+    "CalibratorInput",
     "Estimate",
     "Pools",
     "budget_from_curve",

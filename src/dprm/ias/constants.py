@@ -20,7 +20,7 @@ BETA_GRID = tuple(round(i / 10, 10) for i in range(11))
 #: mean draws / N_MAX of an equal-cost row (uniform, oracle, auto, auto-seq, ...)
 SUMMARY_COLUMNS = [
     "method",
-    "sweep",
+    "allocation",
     "C",
     "level",
     "cost",
@@ -37,7 +37,7 @@ EXTRA_COLUMNS = [
     "oracle_bound",
     "floor_share",
 ]
-BUDGET_COLUMNS = ["question_id", "method", "sweep", "C", "level", "n"]
+BUDGET_COLUMNS = ["question_id", "method", "allocation", "C", "level", "n"]
 
 #: step aggregations of a candidate's PRM scores (name -> [steps] -> score)
 STEP_AGGREGATIONS = ("last", "min", "product")

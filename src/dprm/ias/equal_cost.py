@@ -18,7 +18,7 @@ of them is :func:`dprm.ias.pays.pays_table`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,8 @@ from dprm.ias.allocation import REPORT_COSTS, auto_budgets, concave_hull_greedy,
 from dprm.ias.auto import AutoAllocator, mean_budget
 from dprm.ias.constants import COST_GRID, N_MAX
 from dprm.ias.draws import draw_orders, outcome_accuracy, rule_outcomes
-from dprm.ias.estimates import Estimate, estimate_samples
+from dprm.ias.estimates import estimate_samples
+from dprm.ias.inputs import CalibratorInput
 from dprm.ias.peer_curves import Curve, choose_fallback, peer_curve, training_scores
 from dprm.ias.peers import DrawView
 from dprm.ias.rules import Candidates, RuleTable
@@ -43,7 +44,7 @@ def reference_rows(
     """Uniform and oracle rows of one rule at each target cost.
 
     Returns:
-        columns ``rule, method (uniform | oracle), sweep (= method), target_cost, cost,
+        columns ``rule, method (uniform | oracle), allocation (= method), target_cost, cost,
         accuracy, accuracy_se, oracle_bound`` (the hull bound; oracle rows only).
     """
     rows = []
@@ -60,47 +61,49 @@ def reference_rows(
         rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "oracle_bound"]
     )
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", frame["method"])
+    frame.insert(2, "allocation", frame["method"])
     return frame
 
 
 def auto_rows(
     table: RuleTable,
-    estimates: Sequence[Estimate],
-    train_estimates: Mapping[str, Estimate],
+    inputs: Sequence[CalibratorInput],
     allocator: AutoAllocator,
     costs: Sequence[float] = COST_GRID,
     n_max: int = N_MAX,
     seed: int = 0,
     shifted: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """``sweep = auto`` rows of every estimate at each target cost (one rule).
+    """``allocation = auto`` rows of every calibrator with a training estimate at each target
+    cost (one rule): its floor share is chosen on ``train``, its budgets read ``test``.
 
     With ``shifted`` (:func:`dprm.ias.allocation.shift_auc` above its threshold) every estimate
     falls back to uniform (floor share 1).
 
     Returns:
-        (columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, floor_share``;
-        method -> budgets [len(costs), Q]).
+        (columns ``rule, method, allocation, target_cost, cost, accuracy, accuracy_se, floor_share``;
+        label -> budgets [len(costs), Q]).
     """
     rows, budgets = [], {}
-    for est in estimates:
-        share, _ = allocator.floor_share(train_estimates[est.method], seed=seed)
+    for inp in inputs:
+        if inp.train is None:
+            continue
+        share, _ = allocator.floor_share(inp.train, seed=seed)
         if shifted:  # the selection model was learnt on unlike questions: do not adapt
             share = 1.0
         per_cost = []
-        predicted = allocator.predicted(est)
+        predicted = allocator.predicted(inp.test)
         for cost in costs:
-            b = allocator.budgets(est, cost, share, n_max, predicted)
+            b = allocator.budgets(inp.test, cost, share, n_max, predicted)
             acc, se = table.accuracy(b)
-            rows.append((est.method, cost, b.mean() / n_max, acc, se, share))
+            rows.append((inp.label, cost, b.mean() / n_max, acc, se, share))
             per_cost.append(b)
-        budgets[est.method] = np.stack(per_cost)
+        budgets[inp.label] = np.stack(per_cost)
     frame = pd.DataFrame(
         rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se", "floor_share"]
     )
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "auto")
+    frame.insert(2, "allocation", "auto")
     return frame, budgets
 
 
@@ -108,9 +111,8 @@ def sequential_rows(
     cands: Candidates,
     table: RuleTable,
     weight: np.ndarray,
-    estimates: Sequence[Estimate],
+    inputs: Sequence[CalibratorInput],
     train_cands: Candidates,
-    train_estimates: Mapping[str, Estimate],
     allocator: AutoAllocator,
     costs: Sequence[float] = REPORT_COSTS,
     n_max: int = N_MAX,
@@ -120,8 +122,8 @@ def sequential_rows(
     vote: bool = False,
     train_weight: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """``sweep = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every estimate that has
-    candidate estimates on both sets, for one rule (``vote``: an answer-level vote,
+    """``allocation = auto-seq`` rows (:mod:`dprm.ias.sequential`) of every calibrator that has
+    candidate estimates on both sets (:attr:`CalibratorInput.reads_candidates`), for one rule (``vote``: an answer-level vote,
     ``weighted-*`` or ``majority``; else ``highest-*``).
 
     When both sets carry final answers (BoN contract v2) the policy also reads each draw's
@@ -141,12 +143,12 @@ def sequential_rows(
     Args:
         cands, table, weight: the test pools, the rule's exact table on them, and the rule's
             candidate weights [Q, K].
-        estimates: test estimates (``candidate`` [R] set); train_estimates: the same methods on
-            the training set (``candidate`` set).
+        inputs: the calibrators (those without candidate estimates on both sets are skipped).
+        train_cands: the training pools.
         allocator: ``auto``'s allocator for the rule (its selection model g).
 
     Returns:
-        columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, floor_share,
+        columns ``rule, method, allocation, target_cost, cost, accuracy, accuracy_se, floor_share,
         minus_auto, minus_auto_se, accuracy_orders, accuracy_orders_se, falls_back_to,
         seq_trials, seq_answers`` (whether the policy read the draws' final answers: both sets
         contract v2).
@@ -159,10 +161,10 @@ def sequential_rows(
     replay = None  # the training pools' orders and outcomes, shared by every estimate
     rows = []
     fallback = None  # (peer, its rows per cost), shared by every estimate
-    for est in estimates:
-        train_est = train_estimates.get(est.method)
-        if est.candidate is None or train_est is None or train_est.candidate is None:
+    for inp in inputs:
+        if not inp.reads_candidates:
             continue
+        est, train_est = inp.test, inp.train
         predicted = allocator.predicted(est)
         if shifted:  # the models were learnt on unlike questions: the calibrator-free fallback
             if fallback is None:
@@ -176,7 +178,7 @@ def sequential_rows(
             peer, at_cost = fallback
             for cost, (acc, se, spent) in zip(costs, at_cost, strict=True):
                 auto_acc = table.accuracy(allocator.budgets(est, cost, 1.0, n_max, predicted))[0]
-                rows.append((est.method, cost, spent, acc, se, np.nan, acc - auto_acc, np.nan,
+                rows.append((inp.label, cost, spent, acc, se, np.nan, acc - auto_acc, np.nan,
                              acc, se, peer))  # fmt: skip
             continue
         auto_share, _ = allocator.floor_share(train_est, seed=seed)
@@ -199,7 +201,7 @@ def sequential_rows(
             # control variate: auto's exact accuracy + the paired difference on common orders
             # (unbiased, as the orders' mean of auto is unbiased for its exact accuracy)
             acc, acc_se = table.accuracy(fixed)[0] + diff.mean(), diff_se
-            rows.append((est.method, cost, budgets[j].mean() / n_max, acc, acc_se,
+            rows.append((inp.label, cost, budgets[j].mean() / n_max, acc, acc_se,
                          fit.floor_shares[j], diff.mean(), diff_se, raw, raw_se, ""))  # fmt: skip
     frame = pd.DataFrame(
         rows,
@@ -208,7 +210,7 @@ def sequential_rows(
                  "falls_back_to"],
     )  # fmt: skip
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "auto-seq")
+    frame.insert(2, "allocation", "auto-seq")
     return frame.assign(seq_trials=trials, seq_answers=answers)
 
 
@@ -271,7 +273,7 @@ def curve_mixture(curve: Curve, target_draws: float, n_max: int) -> tuple[float,
 def p_oracle_rows(
     table: RuleTable, bon, allocator: AutoAllocator, costs: Sequence[float], n_max: int = N_MAX
 ) -> pd.DataFrame:
-    """``sweep = oracle-p`` rows (synthetic sets): the allocation of ``auto`` (no floor) on
+    """``allocation = oracle-p`` rows (synthetic sets): the allocation of ``auto`` (no floor) on
     g_n(true p_q), i.e. knowing each question's true success probability but not its pool.
 
     The gap between it and the oracle is pool luck (which candidates a pool happens to hold),
@@ -286,5 +288,5 @@ def p_oracle_rows(
         rows.append(("oracle-p", cost, b.mean() / n_max, acc, se))
     frame = pd.DataFrame(rows, columns=["method", "target_cost", "cost", "accuracy", "accuracy_se"])
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "oracle-p")
+    frame.insert(2, "allocation", "oracle-p")
     return frame

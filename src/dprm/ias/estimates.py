@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,9 +17,10 @@ from dprm.ias.constants import BETA_GRID, DEFAULT_BETA, M_LEVELS, N_MAX
 from dprm.metrics import midpoint_levels, true_quantiles
 
 
-@dataclass
+@dataclass(frozen=True)
 class Estimate:
-    """What the budget rules need from one calibrator on one BoN set.
+    """What the budget rules need from one calibrator on one BoN set (immutable: a variant is a
+    new estimate, e.g. :meth:`with_candidate`).
 
     Attributes:
         method: display name.
@@ -32,7 +33,7 @@ class Estimate:
         beta: the level behind ``p`` for ``levels`` calibrators.
         candidate: [R] the calibrator's point estimate on each candidate's own state
             (:func:`candidate_estimates`, ``bon.responses`` order), or None; the paper's
-            reading of the beta rule (``beta-cal`` sweep) needs it.
+            reading of the beta rule (``beta-cal`` allocation) needs it.
     """
 
     method: str
@@ -43,6 +44,10 @@ class Estimate:
     q_levels: np.ndarray | None = None
     beta: float | None = None
     candidate: np.ndarray | None = None
+
+    def with_candidate(self, candidate: np.ndarray | None) -> Estimate:
+        """The same estimate with candidate estimates [R] (``bon.responses`` order)."""
+        return replace(self, candidate=candidate)
 
     def budgets(self, C, n_max: int = N_MAX, curve: np.ndarray | None = None) -> np.ndarray:
         """Budgets by the rule of this kind (mixture for distributions, point otherwise).

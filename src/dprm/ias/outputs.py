@@ -19,7 +19,7 @@ from dprm.ias.constants import BUDGET_COLUMNS, SUMMARY_COLUMNS
 
 COLUMN_DOC = {
     "method": "calibrator display name (base = the raw PRM score; names as in dprm evaluate)",
-    "sweep": "C (target sweep), tau (quantile-level sweep at C=0.99), beta (beta-threshold early "
+    "allocation": "C (target sweep), tau (quantile-level sweep at C=0.99), beta (beta-threshold early "
     "stopping on the raw prm_score, cap at C=0.9), beta-cal (the paper's reading: on each "
     "candidate's calibrated estimate), greedy, auto (allocation on predicted selection accuracy), "
     "auto-seq (sequential auto: draws one candidate at a time, updating each question's posterior "
@@ -33,19 +33,19 @@ COLUMN_DOC = {
     "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
     "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
     "rule": "selection rule (dprm.ias.rules.RULES; the contract sweeps use highest-last). Rows with "
-    "sweep uniform / oracle / auto have a target_cost; accuracy "
+    "allocation uniform / oracle / auto have a target_cost; accuracy "
     "exact for highest-* rules, a seeded Monte Carlo mean (standard error in ias_full.csv's "
     "accuracy_se) for voting rules",
-    "target_cost": "the target mean draws / n_max of an equal-cost row (sweep uniform, oracle, "
+    "target_cost": "the target mean draws / n_max of an equal-cost row (allocation uniform, oracle, "
     "oracle-pop, oracle-p, auto, auto-seq); empty for the sweeps",
 }
 #: every file of an IAS run directory and what it holds (``dprm ias --help`` lists them)
 FILE_DOC = {
-    "ias.csv": "method, sweep, C, level, cost, accuracy, accuracy_mc, rule, target_cost (one row "
+    "ias.csv": "method, allocation, C, level, cost, accuracy, accuracy_mc, rule, target_cost (one row "
     "per point)",
     "ias_full.csv": "ias.csv plus accuracy_mc_se, cost_mc (Monte Carlo mean draws / n_max), "
     "n_questions",
-    "budgets.parquet": "per-question budget n (question_id, method, sweep, C, level, n); for the "
+    "budgets.parquet": "per-question budget n (question_id, method, allocation, C, level, n); for the "
     "beta sweep n is the cap N_i",
     "uniform.csv": "reference: the same n for every question (plain best-of-n), exact",
     "pays.csv": "does it pay? accuracy at cost 0.05 / 0.1 / 0.25 of uniform, oracle, auto and "
@@ -54,6 +54,37 @@ FILE_DOC = {
     "and share_pop (written when the run has uniform / oracle rows)",
     "ias_meta.json": "settings, inputs, column meanings, version",
 }
+
+
+#: columns renamed since earlier versions wrote them (old -> new); readers of run directories
+#: apply it, so a run folder written before the rename still reads
+RENAMED_COLUMNS = {"sweep": "allocation"}
+#: the same for ``pays.csv``
+RENAMED_PAYS_COLUMNS = {"kind": "allocation"}
+#: the same for ``peer_curves.csv`` (``dprm ias --peers``): a point's knob setting, which for
+#: ``auto-seq`` is a target mean number of draws, not a quantile level
+RENAMED_PEER_CURVE_COLUMNS = {"level": "knob"}
+
+
+def read_ias_rows(path: str | Path) -> pd.DataFrame:
+    """``ias.csv`` / ``ias_full.csv`` rows of a run directory, old column names renamed
+    (:data:`RENAMED_COLUMNS`)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    return frame.rename(columns={k: v for k, v in RENAMED_COLUMNS.items() if v not in frame})
+
+
+def read_ias_budgets(path: str | Path, allocation: str | None = None) -> pd.DataFrame:
+    """``budgets.parquet`` of a run directory (:data:`BUDGET_COLUMNS`, old column names renamed),
+    only the rows of ``allocation`` when given (read with a filter: the file can be large)."""
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(path).names
+    column = "allocation" if "allocation" in names else "sweep"
+    filters = None if allocation is None else [(column, "==", allocation)]
+    frame = pq.read_table(path, filters=filters).to_pandas()
+    return frame.rename(columns={k: v for k, v in RENAMED_COLUMNS.items() if v not in frame})
 
 
 def write_ias_outputs(
@@ -87,7 +118,7 @@ def write_ias_outputs(
     frames = {"ias.csv": summary[SUMMARY_COLUMNS], "ias_full.csv": summary}
     if uniform is not None:
         frames["uniform.csv"] = uniform
-    if "sweep" in summary.columns and summary["sweep"].isin(["uniform", "oracle"]).any():
+    if "allocation" in summary.columns and summary["allocation"].isin(["uniform", "oracle"]).any():
         from dprm.ias.pays import pays_table
 
         frames["pays.csv"] = pays_table(summary)

@@ -15,7 +15,7 @@ cells say so (``falls_back_to``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,11 +32,11 @@ from dprm.ias.equal_cost import (
     reference_rows,
     sequential_rows,
 )
-from dprm.ias.estimates import Estimate
+from dprm.ias.inputs import CalibratorInput
 from dprm.ias.population import POP_POOLS, population_curves, population_oracle_rows
 from dprm.ias.rules import CONTRACT_RULE, DEFAULT_TRIALS, Candidates, rule_table, uses_answers
 
-PAYS_COLUMNS = ["rule", "method", "kind", "cost", "accuracy", "accuracy_se"]
+PAYS_COLUMNS = ["rule", "method", "allocation", "cost", "accuracy", "accuracy_se"]
 
 
 def pays_table(
@@ -47,7 +47,7 @@ def pays_table(
     calibrator (selection ``c_rule``), each at every cost in ``costs``.
 
     Returns:
-        columns ``rule, method, kind (uniform | oracle | oracle-pop | oracle-p | auto | auto-seq
+        columns ``rule, method, allocation (uniform | oracle | oracle-pop | oracle-p | auto | auto-seq
         | C), cost,
         accuracy, accuracy_se, headroom, gain (over uniform, same rule), share (gain /
         headroom)``, then ``headroom_pop`` (oracle-pop - uniform) and ``share_pop`` (gain /
@@ -65,24 +65,24 @@ def pays_table(
     for cost in costs:
         at = rows[
             np.isclose(rows["target_cost"].astype(float), cost)
-            & rows["sweep"].isin(
+            & rows["allocation"].isin(
                 ["uniform", "oracle", "oracle-pop", "oracle-p", "auto", "auto-seq"]
             )
         ]
         for _, r in at.iterrows():
             peer = r.get("falls_back_to")
             peer = peer if isinstance(peer, str) else ""
-            out.append((r["rule"], r["method"], r["sweep"], cost, r["accuracy"], r["accuracy_se"],
+            out.append((r["rule"], r["method"], r["allocation"], cost, r["accuracy"], r["accuracy_se"],
                         peer))  # fmt: skip
-        c_rows = rows[rows["sweep"] == "C"]
+        c_rows = rows[rows["allocation"] == "C"]
         for method, grp in c_rows.groupby("method", sort=False):
             grp = grp.sort_values("cost")
             x, y = grp["cost"].to_numpy(float), grp["accuracy"].to_numpy(float)
             acc = float(np.interp(cost, x, y)) if x.min() <= cost <= x.max() else np.nan
             out.append((c_rule, method, "C", cost, acc, np.nan, ""))
     table = pd.DataFrame(out, columns=[*PAYS_COLUMNS, "falls_back_to"])
-    ref = table[table["kind"].isin(["uniform", "oracle", "oracle-pop"])].pivot_table(
-        index=["rule", "cost"], columns="kind", values="accuracy"
+    ref = table[table["allocation"].isin(["uniform", "oracle", "oracle-pop"])].pivot_table(
+        index=["rule", "cost"], columns="allocation", values="accuracy"
     )
     if "oracle-pop" not in ref.columns:
         ref["oracle-pop"] = np.nan
@@ -103,12 +103,10 @@ def pays_table(
 
 def run_pays(
     bon,
-    estimates: Sequence[Estimate],
+    inputs: Sequence[CalibratorInput],
     *,
     rules: Sequence[str] = (CONTRACT_RULE,),
     train_bon=None,
-    train_estimates: Mapping[str, Estimate] | None = None,
-    calibrated: Mapping[str, np.ndarray] | None = None,
     costs: Sequence[float] = COST_GRID,
     n_max: int = N_MAX,
     trials: int = DEFAULT_TRIALS,
@@ -122,28 +120,27 @@ def run_pays(
 
     Args:
         bon: the test BoN set.
-        estimates: the calibrators' question estimates on ``bon`` (for ``auto``).
-        rules: selection rules (:data:`dprm.ias.rules.RULES`); a ``*-calibrated`` rule runs
-            once per entry of ``calibrated``, named ``rule[method]``.
+        inputs: the calibrators (:class:`dprm.ias.inputs.CalibratorInput`): ``auto`` rows for
+            each with a ``train`` estimate; a ``*-calibrated`` rule runs once per calibrator
+            with test candidate estimates, named ``rule[label]`` (with a ``train_bon``, its
+            ``auto`` rows need its training candidate estimates too).
+        rules: selection rules (:data:`dprm.ias.rules.RULES`).
         train_bon: the training BoN set ``auto`` learns on; None: no auto rows.
-        train_estimates: method -> estimate on ``train_bon`` (required with ``train_bon``).
-        calibrated: method -> candidate estimates [R] on ``bon`` (``*-calibrated`` rules), and
-            with a ``train_bon``, method -> on ``train_bon`` under key ``"train:" + method``.
         costs: target costs.
         trials: Monte Carlo orders of the voting rules; seed: their seed.
         population_pools: fresh pools per question of the population oracle (``oracle-pop``
             rows, twin test sets only; 0: none).
-        sequential: add ``auto-seq`` rows (True: of every estimate, a collection of methods:
-            of those only, as it is slow; every rule; estimates whose ``candidate`` is set,
-            here and in ``train_estimates``), at :data:`REPORT_COSTS` within ``costs``;
-            seq_trials: its draw orders per question.
+        sequential: add ``auto-seq`` rows (True: of every calibrator, a collection of labels:
+            of those only, as it is slow; every rule; calibrators with candidate estimates on
+            both sets), at :data:`REPORT_COSTS` within ``costs``; seq_trials: its draw orders
+            per question.
         references: False: only the calibrators' own rows (``auto``, ``auto-seq``, and every
             row of a ``*-calibrated`` rule weighted by their estimates), without the rows that
             do not depend on them (uniform, oracle, oracle-pop and oracle-p of the other rules),
             which a caller computing them once per set skips here.
 
     Returns:
-        rows with ``rule, method, sweep, level, cost, accuracy, accuracy_se, oracle_bound,
+        rows with ``rule, method, allocation, level, cost, accuracy, accuracy_se, oracle_bound,
         floor_share`` (and ``pop_curve_se``, ``pop_pools`` on oracle-pop rows).
     """
     cands = Candidates.from_bon(bon)
@@ -158,18 +155,18 @@ def run_pays(
     auc = np.nan
     if train_bon is not None:
         auc = shift_auc(train_bon.hidden, bon.hidden, seed)
-    seq_methods = None if sequential is True else set(sequential or ())
-    seq_estimates = [e for e in estimates if seq_methods is None or e.method in seq_methods]
+    seq_labels = None if sequential is True else set(sequential or ())
+    seq_inputs = [i for i in inputs if seq_labels is None or i.label in seq_labels]
     for rule in rules:
-        variants = [(rule, None)]
+        variants: list[tuple[str, CalibratorInput | None]] = [(rule, None)]
         if rule.endswith("-calibrated"):
-            variants = [(f"{rule}[{m}]", m) for m in (calibrated or {}) if ":" not in m]
-        for label, method in variants:
+            variants = [(f"{rule}[{i.label}]", i) for i in inputs if i.test_candidates is not None]
+        for label, weighted_by in variants:
             kw = dict(n_max=n_max, trials=trials, seed=seed)
-            weights = None if method is None else cands.gather(calibrated[method])
+            weights = None if weighted_by is None else cands.gather(weighted_by.test_candidates)
             table = rule_table(cands, rule, calibrated=weights, **kw)
             table.rule = label
-            own = references or method is not None  # a calibrated rule's rows are its own
+            own = references or weighted_by is not None  # a calibrated rule's rows are its own
             if own:
                 frames.append(reference_rows(table, costs, n_max))
             if label in pop:
@@ -177,22 +174,23 @@ def run_pays(
             if train_cands is None:
                 continue
             tw = None
-            if method is not None:
-                tw = train_cands.gather(calibrated[f"train:{method}"])
+            if weighted_by is not None:
+                if weighted_by.train_candidates is None:  # nothing to weight the training pools
+                    continue
+                tw = train_cands.gather(weighted_by.train_candidates)
             train_table = rule_table(train_cands, rule, calibrated=tw, **kw)
             allocator = AutoAllocator(train_table, pool_share(train_cands))
             frame, _ = auto_rows(
-                table, estimates, train_estimates or {}, allocator, costs, n_max, seed,
-                shifted=auc > SHIFT_AUC,
-            )  # fmt: skip
+                table, inputs, allocator, costs, n_max, seed, shifted=auc > SHIFT_AUC
+            )
             frames.append(frame.assign(shift_auc=auc))
             if sequential:
                 seq_costs = [c for c in costs if any(np.isclose(c, REPORT_COSTS))] or list(costs)
                 weight = table_weight(cands, rule, weights)
                 frames.append(
                     sequential_rows(
-                        cands, table, weight, seq_estimates, train_cands, train_estimates or {},
-                        allocator, seq_costs, n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
+                        cands, table, weight, seq_inputs, train_cands, allocator, seq_costs,
+                        n_max, seq_trials, seed, shifted=auc > SHIFT_AUC,
                         vote=uses_answers(rule), train_weight=table_weight(train_cands, rule, tw),
                     ).assign(shift_auc=auc)
                 )  # fmt: skip

@@ -29,7 +29,8 @@ expectation), each with a standard error from a bootstrap over questions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,7 @@ from dprm.ias.auto import pool_share
 from dprm.ias.constants import N_MAX
 from dprm.ias.draws import draw_orders, rule_outcomes, table_weight
 from dprm.ias.estimates import Estimate, estimate_samples
+from dprm.ias.inputs import CalibratorInput
 from dprm.ias.peers import (
     CALIBRATOR_FREE,
     PEERS,
@@ -138,10 +140,22 @@ def draws_to_reach(draws: np.ndarray, accuracy: np.ndarray, target: float) -> fl
     return float(x0 + (goal - y0) * (x1 - x0) / (y1 - y0))
 
 
-def _flat_estimate(q_count: int, m: int = 100) -> Estimate:
-    """No prior: p uniform on [0, 1] (its M mid-point quantiles) for every question."""
+def _flat_estimate(q_count: int, r_count: int, m: int = 100) -> Estimate:
+    """No prior: p uniform on [0, 1] (its M mid-point quantiles) for each of ``q_count``
+    questions, and 0.5 for each of their ``r_count`` candidates."""
     mid = (np.arange(m) + 0.5) / m
-    return Estimate("none", "distribution", q_mid=np.broadcast_to(mid, (q_count, m)).copy())
+    q_mid = np.broadcast_to(mid, (q_count, m)).copy()
+    return Estimate("none", "distribution", q_mid=q_mid, candidate=np.full(r_count, 0.5))
+
+
+def flat_prior(bon, train_bon) -> CalibratorInput:
+    """The ``none`` prior of ``auto-seq``: a flat prior and constant candidate estimates on
+    both sets (the policy then reads only the answers)."""
+    return CalibratorInput(
+        "none",
+        _flat_estimate(len(bon.questions), len(bon.responses)),
+        _flat_estimate(len(train_bon.questions), len(train_bon.responses)),
+    )
 
 
 def auto_seq_curve(
@@ -226,8 +240,7 @@ def choose_fallback(
 def set_curves(
     bon,
     train_bon,
-    estimates: dict[str, Estimate],
-    train_estimates: dict[str, Estimate],
+    inputs: Sequence[CalibratorInput],
     rule: str,
     *,
     trials: int = 16,
@@ -241,9 +254,9 @@ def set_curves(
 
     Args:
         bon, train_bon: the test and training BoN sets (contract v2: candidate answers).
-        estimates: prior label (``calibrated``, ``base``, ``none``, ``truth``) -> estimate on
-            ``bon`` with ``candidate`` set (``none`` may be omitted: added here);
-            train_estimates: the same labels on ``train_bon``.
+        inputs: the priors (:func:`prior_inputs`), labelled ``calibrated``, ``base``, ``none``
+            or ``truth``, each with candidate estimates on both sets (``none`` may be omitted:
+            :func:`flat_prior` is added here).
         rule: ``highest-last``, ``weighted-last`` or ``majority``.
         trials: draw orders per question; seed: their seed (as ``auto-seq``'s).
         shifted: override the shift check (None: ``shift_auc`` > ``SHIFT_AUC``).
@@ -256,10 +269,12 @@ def set_curves(
     weight, train_weight = table_weight(cands, rule, None), table_weight(train_cands, rule, None)
     orders = draw_orders(cands.size, trials, seed)
     outcomes = rule_outcomes(cands, weight, orders, vote, seed)
-    calibrated = estimates.get("calibrated")
-    cal_cand = None if calibrated is None else cands.gather(calibrated.candidate, 0.5)
-    train_cal = train_estimates.get("calibrated")
-    scores = training_scores(train_cands, None if train_cal is None else train_cal.candidate)
+    by_label = {inp.label: inp for inp in inputs}
+    calibrated = by_label.get("calibrated")
+    cal_cand = None if calibrated is None else cands.gather(calibrated.test_candidates, 0.5)
+    scores = training_scores(
+        train_cands, None if calibrated is None else calibrated.train_candidates
+    )
     view = DrawView.from_pools(
         cands.answer, cands.weights["last"], cands.size, orders, cal_cand, n_max
     )
@@ -273,16 +288,11 @@ def set_curves(
     )
     auc = float(shift_auc(train_bon.hidden, bon.hidden, seed))
     is_shifted = auc > SHIFT_AUC if shifted is None else bool(shifted)
-    estimates = dict(estimates)
-    train_estimates = dict(train_estimates)
-    if "none" not in estimates:
-        estimates["none"] = _flat_estimate(len(cands))
-        estimates["none"].candidate = np.full(len(bon.responses), 0.5)
-        train_estimates["none"] = _flat_estimate(len(train_cands))
-        train_estimates["none"].candidate = np.full(len(train_bon.responses), 0.5)
+    if "none" not in by_label:
+        by_label["none"] = flat_prior(bon, train_bon)
     for label in PRIORS if priors is None else priors:
-        est, train_est = estimates.get(label), train_estimates.get(label)
-        if est is None or train_est is None:
+        prior = by_label.get(label)
+        if prior is None or prior.train is None:
             continue
         name = f"auto-seq[{label}]"
         if is_shifted:
@@ -290,7 +300,7 @@ def set_curves(
             curves[name] = Curve(name, peer.levels, peer.accuracy, peer.draws, fallback)
             continue
         curves[name] = auto_seq_curve(
-            name, est, train_est, cands, train_cands, weight, train_weight, rule, orders,
+            name, prior.test, prior.train, cands, train_cands, weight, train_weight, rule, orders,
             outcomes, replay, n_max, seed,
         )  # fmt: skip
     return CurveSet(rule, curves, auc, fallback, n_max, {"fallback_scores": fallback_scores,
@@ -351,61 +361,70 @@ def summarise(curve_set: CurveSet, bootstrap: int = BOOTSTRAP, seed: int = 0) ->
     return out
 
 
-def prior_estimates(model, bon, name: str = "calibrated") -> dict[str, Estimate]:
-    """The priors ``auto-seq`` runs with on one BoN set (contract v2, candidate states):
-    ``calibrated`` (``model``'s distribution and candidate estimates), ``base`` (the raw PRM:
-    question score as a point prior, candidates' scores) and, on a synthetic set, ``truth``
-    (the true distribution of p, with the calibrator's candidate estimates). ``none`` is added
-    by :func:`set_curves`."""
-    from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
+def prior_inputs(model, bon, train_bon) -> tuple[CalibratorInput, ...]:
+    """The priors ``auto-seq`` runs with, on a test and a training BoN set (contract v2,
+    candidate states): ``calibrated`` (``model``'s distribution and candidate estimates),
+    ``base`` (the raw PRM: question score as a point prior, candidates' scores) and, on
+    synthetic sets, ``truth`` (the true distribution of p, with the calibrator's candidate
+    estimates). ``none`` is added by :func:`set_curves`."""
+    from dprm.ias.estimates import truth_estimate
+    from dprm.ias.inputs import calibrator_input
     from dprm.models.raw_score import RawScoreCalibrator
 
-    calibrated = estimate_from_model(model, bon, name)
-    calibrated.candidate = candidate_estimates(model, bon)
-    base_model = RawScoreCalibrator(bon.hidden_dim)
-    base = estimate_from_model(base_model, bon, "base")
-    base.candidate = candidate_estimates(base_model, bon)
-    out = {"calibrated": calibrated, "base": base}
-    truth = truth_estimate(bon)
-    if truth is not None:
-        truth.candidate = calibrated.candidate
-        out["truth"] = truth
-    return out
-
-
-def shuffle_priors(estimates: dict[str, Estimate], labels, seed: int) -> dict[str, Estimate]:
-    """A subtle shift: the question-level priors of ``labels`` permuted across questions (a
-    calibrator wrong about every question while the question states look as in training);
-    candidate estimates (each candidate's own state) are kept."""
-    import copy
-
-    out = dict(estimates)
-    for label in labels:
-        est = copy.copy(estimates[label])
-        perm = np.random.default_rng([seed, 61]).permutation(
-            len(est.p if est.p is not None else est.q_mid)
+    both = dict(train_bon=train_bon, test_candidates=True, train_candidates=True)
+    calibrated = calibrator_input(model, bon, "calibrated", **both)
+    base = calibrator_input(RawScoreCalibrator(bon.hidden_dim), bon, "base", **both)
+    out = [calibrated, base]
+    truth, train_truth = truth_estimate(bon), truth_estimate(train_bon)
+    if truth is not None and train_truth is not None:
+        out.append(
+            CalibratorInput(
+                "truth",
+                truth.with_candidate(calibrated.test_candidates),
+                train_truth.with_candidate(calibrated.train_candidates),
+            )
         )
-        for attr in ("p", "q_mid", "q_levels"):
-            value = getattr(est, attr)
-            if value is not None:
-                setattr(est, attr, np.asarray(value)[perm])
-        out[label] = est
-    return out
+    return tuple(out)
+
+
+def shuffle_priors(
+    inputs: Sequence[CalibratorInput], labels, seed: int
+) -> tuple[CalibratorInput, ...]:
+    """A subtle shift: the test questions' priors of ``labels`` permuted across questions (a
+    calibrator wrong about every question while the question states look as in training);
+    candidate estimates (each candidate's own state) and the training set are kept."""
+    out = []
+    for inp in inputs:
+        if inp.label in labels:
+            est = inp.test
+            perm = np.random.default_rng([seed, 61]).permutation(
+                len(est.p if est.p is not None else est.q_mid)
+            )
+            permuted = {
+                attr: np.asarray(getattr(est, attr))[perm]
+                for attr in ("p", "q_mid", "q_levels")
+                if getattr(est, attr) is not None
+            }
+            inp = replace(inp, test=replace(est, **permuted))
+        out.append(inp)
+    return tuple(out)
 
 
 def peer_tables(
     bon, train_bon, model, rules, *, trials: int = 4, seed: int = 0, n_max: int = N_MAX
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``dprm ias --peers``: (:func:`summarise` rows of every rule, the mean curves: ``rule,
-    method, level, draws, accuracy``) on one BoN set, with ``model`` as the calibrated prior."""
-    test_est, train_est = prior_estimates(model, bon), prior_estimates(model, train_bon)
+    method, knob, draws, accuracy``) on one BoN set, with ``model`` as the calibrated prior.
+
+    ``knob`` is the setting of the method at that point of its curve: uniform's n, a peer's
+    threshold or window count, ``auto-seq``'s target mean draws per question."""
+    priors = prior_inputs(model, bon, train_bon)
     rows, curves = [], []
     for rule in rules:
-        cs = set_curves(bon, train_bon, test_est, train_est, rule, trials=trials, seed=seed,
-                        n_max=n_max)  # fmt: skip
+        cs = set_curves(bon, train_bon, priors, rule, trials=trials, seed=seed, n_max=n_max)
         rows.append(summarise(cs, seed=seed).assign(fallback=cs.fallback))
         for name, c in cs.curves.items():
-            curves.append(pd.DataFrame({"rule": rule, "method": name, "level": c.levels,
+            curves.append(pd.DataFrame({"rule": rule, "method": name, "knob": c.levels,
                                         "draws": c.draws.mean(axis=1),
                                         "accuracy": c.accuracy.mean(axis=1)}))  # fmt: skip
     return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)

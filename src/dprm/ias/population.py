@@ -101,12 +101,12 @@ def population_oracle_rows(
     table: RuleTable, pop: PopulationCurves, costs: Sequence[float] = COST_GRID,
     n_max: int = N_MAX,
 ) -> pd.DataFrame:  # fmt: skip
-    """``sweep = oracle-pop`` rows: :func:`concave_hull_greedy` on the population curves
+    """``allocation = oracle-pop`` rows: :func:`concave_hull_greedy` on the population curves
     (budget a flat curve cannot use is left unspent, as the oracle's), evaluated on the realised
     pools (``table``).
 
     Returns:
-        columns ``rule, method, sweep, target_cost, cost, accuracy, accuracy_se, oracle_bound`` (the
+        columns ``rule, method, allocation, target_cost, cost, accuracy, accuracy_se, oracle_bound`` (the
         population hull value of the allocation), ``pop_curve_se`` (the mean Monte Carlo
         standard error of the population curves at the allocated n), ``pop_pools``.
     """
@@ -124,5 +124,5 @@ def population_oracle_rows(
                  "pop_curve_se"],
     )  # fmt: skip
     frame.insert(0, "rule", table.rule)
-    frame.insert(2, "sweep", "oracle-pop")
+    frame.insert(2, "allocation", "oracle-pop")
     return frame.assign(pop_pools=pop.pools)

@@ -22,7 +22,7 @@ from dprm.ias.accuracy import (
 )
 from dprm.ias.budgets import budget_greedy, budget_point
 from dprm.ias.constants import BETA_C, BETA_GRID, C_GRID, DEFAULT_BETA, MC_TRIALS, N_MAX, TAU_C
-from dprm.ias.estimates import Estimate, estimate_from_model
+from dprm.ias.estimates import Estimate
 from dprm.ias.pools import Pools
 from dprm.ias.rules import CONTRACT_RULE
 from dprm.metrics import midpoint_levels
@@ -32,7 +32,7 @@ from dprm.threads import torch_threads
 @dataclass
 class _Row:
     method: str
-    sweep: str
+    allocation: str
     C: float
     level: float
     budgets: np.ndarray  # [Q]
@@ -205,7 +205,7 @@ def run_sweeps(
     summary = pd.DataFrame(
         {
             "method": [r.method for r in rows],
-            "sweep": [r.sweep for r in rows],
+            "allocation": [r.allocation for r in rows],
             "C": [r.C for r in rows],
             "level": [r.level for r in rows],
             "cost": cost,
@@ -223,7 +223,7 @@ def run_sweeps(
         {
             "question_id": np.tile(pools.question_id.astype(str), len(rows)),
             "method": np.repeat([r.method for r in rows], q),
-            "sweep": np.repeat([r.sweep for r in rows], q),
+            "allocation": np.repeat([r.allocation for r in rows], q),
             "C": np.repeat([r.C for r in rows], q),
             "level": np.repeat([r.level for r in rows], q),
             "n": np.concatenate([r.budgets for r in rows]).astype(np.int32)
@@ -289,11 +289,11 @@ def run_ias(
         greedy: add the ``greedy`` sweep (see :func:`sweep_rows`).
         rules: selection rules (:data:`dprm.ias.rules.RULES`) whose uniform and oracle rows
             (and, with ``train_bon``, ``auto`` rows) are added; empty: none.
-        train_bon: a training BoN set: adds ``sweep = auto`` rows for every calibrator and rule
+        train_bon: a training BoN set: adds ``allocation = auto`` rows for every calibrator and rule
             (the contract rule when ``rules`` is empty).
         extra_estimates: further estimates (e.g. the synthetic truth) swept like the models.
         vote_trials: Monte Carlo orders of the voting rules (default ``max(mc_trials, 64)``).
-        sequential: with ``train_bon`` (contract v2 sets), add ``sweep = auto-seq`` rows
+        sequential: with ``train_bon`` (contract v2 sets), add ``allocation = auto-seq`` rows
             (:mod:`dprm.ias.sequential`) for every calibrator with candidate estimates (or,
             given a collection of method names, for those only: it is slow).
         threads: torch threads for this call only (default: the CLI's ``--threads`` policy,
@@ -317,61 +317,51 @@ def _run_ias(
     extra_estimates, vote_trials, sequential,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """:func:`run_ias` under its thread setting."""
-    from dprm.ias.estimates import candidate_estimates
+    from dprm.ias.estimates import truth_estimate
+    from dprm.ias.inputs import CalibratorInput, calibrator_input, reads_states
     from dprm.ias.pays import run_pays
     from dprm.models.raw_score import RawScoreCalibrator
 
     named = dict(models or {})
     if include_base and "base" not in named:
         named = {"base": RawScoreCalibrator(bon.hidden_dim), **named}
-    estimates = [estimate_from_model(m, bon, name, beta=beta) for name, m in named.items()]
-    has_states = bon.response_hidden is not None
-    for est, model in zip(estimates, named.values(), strict=True):
-        if has_states or not model.uses_hidden:
-            est.candidate = candidate_estimates(model, bon)
-    estimates += list(extra_estimates)
+    rules = tuple(rules) or ((CONTRACT_RULE,) if train_bon is not None else ())
+    calibrated_rules = any(r.endswith("-calibrated") for r in rules)
+    inputs = []
+    for name, model in named.items():
+        test_candidates = reads_states(model, bon)
+        # the training candidates: a *-calibrated rule weights the training pools with them,
+        # auto-seq reads them
+        train_candidates = train_bon is not None and (
+            (calibrated_rules and test_candidates)
+            or (bool(sequential) and reads_states(model, train_bon))
+        )
+        inputs.append(
+            calibrator_input(
+                model,
+                bon,
+                name,
+                train_bon=train_bon,
+                beta=beta,
+                test_candidates=test_candidates,
+                train_candidates=train_candidates,
+            )  # fmt: skip
+        )
+    for est in extra_estimates:  # e.g. the synthetic truth, on the training set too
+        train = None
+        if train_bon is not None and est.method == "truth":
+            train = truth_estimate(train_bon)
+        inputs.append(CalibratorInput(est.method, est, train))
     pools = Pools.from_bon(bon)
     summary, budgets = run_sweeps(
-        pools, estimates, n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy
+        pools, [i.test for i in inputs], n_max=n_max, mc_trials=mc_trials, seed=seed, greedy=greedy
     )
-    rules = tuple(rules) or ((CONTRACT_RULE,) if train_bon is not None else ())
     if rules:
-        calibrated, train_estimates = {}, None
-        if any(r.endswith("-calibrated") for r in rules):
-            calibrated = {e.method: e.candidate for e in estimates if e.candidate is not None}
-        if train_bon is not None:
-            train_estimates = {
-                name: estimate_from_model(m, train_bon, name, beta=beta)
-                for name, m in named.items()
-            }
-            for est in extra_estimates:  # the truth of a synthetic training set
-                if est.method == "truth":
-                    from dprm.ias.estimates import truth_estimate
-
-                    train_estimates["truth"] = truth_estimate(train_bon)
-            for name in list(calibrated):
-                if name in named:
-                    calibrated[f"train:{name}"] = candidate_estimates(named[name], train_bon)
-            if sequential:  # auto-seq reads the training candidates' calibrated estimates
-                train_states = train_bon.response_hidden is not None
-                for name, model in named.items():
-                    if train_states or not model.uses_hidden:
-                        cand = calibrated.get(f"train:{name}")
-                        if cand is None:
-                            cand = candidate_estimates(model, train_bon)
-                        train_estimates[name].candidate = cand
-            auto_est = [e for e in estimates if e.method in train_estimates]
-        else:
-            auto_est = []
         extra = run_pays(
             bon,
-            auto_est,
+            inputs,
             rules=rules,
             train_bon=train_bon,
-            train_estimates=train_estimates,
-            calibrated={
-                k: v for k, v in calibrated.items() if not k.startswith("train:") or k[6:] in named
-            },  # fmt: skip
             n_max=n_max,
             trials=vote_trials or max(mc_trials, 64),
             seed=seed,

@@ -140,8 +140,9 @@ def fit_sequential(
     check_sequential_training(cprm.calibrator, train_bon)
     fitted = fit_auto(cprm, states, train_bon, rule)
     cands = Candidates.from_bon(fitted.train)
-    train_est = fitted.train_estimate
-    train_est.candidate = candidate_estimates(cprm.calibrator, fitted.train)
+    train_est = fitted.train_estimate.with_candidate(
+        candidate_estimates(cprm.calibrator, fitted.train)
+    )
     # the live draws always have answers: the policy reads them when the training set has them
     # (None for a contract-v1 set: the estimates-only policy)
     fit = fit_policy(

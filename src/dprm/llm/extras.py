@@ -34,7 +34,7 @@ EXTRAS: dict[str, Extra] = {
     "datasets": Extra("datasets", "datasets", "llm", "hub question sets (math500train)"),
     "peft": Extra("peft", "peft", "llm", "Park et al.'s adapters"),
     "vllm": Extra("vllm", "vllm", "vllm", "the vllm backend (CUDA GPU)"),
-    "optuna": Extra("optuna", "optuna", "tune", "dprm tune, --method auto, tune_trials"),
+    "optuna": Extra("optuna", "optuna", "tune", "dprm tune, --method best-tuned, tune_trials"),
     "ray": Extra("ray", "ray", "ray", "--executor ray"),
     "submitit": Extra("submitit", "submitit", "slurm", "--executor slurm"),
 }

@@ -181,33 +181,27 @@ def _pays_rows(
     """
     from dprm.ias.allocation import REPORT_COSTS
     from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
+    from dprm.ias.inputs import CalibratorInput
     from dprm.ias.pays import COST_GRID, run_pays
 
     bon = _for_rules(bon, plan.rules)
     train = None
-    train_estimates: dict = {}
     if plan.train_bon is not None:
         train = _for_rules(_read_train_bon(plan.train_bon, _stamp(plan.train_bon)), plan.rules)
-        train_estimates = {
-            name: estimate_from_model(m, train, name, beta=beta) for name, m in models.items()
-        }
-        if any(e.method == "truth" for e in estimates):
-            truth = truth_estimate(train)
-            if truth is not None:
-                train_estimates["truth"] = truth
-    calibrated: dict = {}
-    if any(r.endswith("-calibrated") for r in plan.rules):
-        for name, model in models.items():
-            calibrated[name] = candidate_estimates(model, bon)
-            if train is not None:
-                calibrated[f"train:{name}"] = candidate_estimates(model, train)
+    calibrated_rules = any(r.endswith("-calibrated") for r in plan.rules)
     notes: list[str] = []
     sequential = sequential and method != REFERENCE and train is not None
-    if sequential:  # auto-seq reads every candidate's calibrated estimate on both sets
-        for est in estimates:
-            model = models.get(est.method)
-            if model is None or est.method not in train_estimates:
-                continue
+    inputs = []
+    for est in estimates:
+        model = models.get(est.method)
+        if model is None:  # the synthetic truth: its estimate on the training set, if any
+            train_est = truth_estimate(train) if train is not None else None
+            inputs.append(CalibratorInput(est.method, est, train_est))
+            continue
+        # a *-calibrated rule weights the pools with every candidate's calibrated estimate;
+        # auto-seq reads them on both sets
+        candidates = calibrated_rules
+        if sequential:
             lacking = [
                 what
                 for what, data in (("test", bon), (TRAIN_SPLIT, train))
@@ -219,24 +213,23 @@ def _pays_rows(
                     f"{' and '.join(lacking)} BoN set{'s have' if len(lacking) > 1 else ' has'} "
                     "no candidate hidden states"
                 )
-                continue
-            est.candidate = calibrated.get(est.method)
-            if est.candidate is None:
-                est.candidate = candidate_estimates(model, bon)
-            cand = calibrated.get(f"train:{est.method}")
-            if cand is None:
-                cand = candidate_estimates(model, train)
-            train_estimates[est.method].candidate = cand
+            else:
+                candidates = True
+        test = est.with_candidate(candidate_estimates(model, bon)) if candidates else est
+        train_est = None
+        if train is not None:
+            train_est = estimate_from_model(model, train, est.method, beta=beta)
+            if candidates:
+                train_est = train_est.with_candidate(candidate_estimates(model, train))
+        inputs.append(CalibratorInput(est.method, test, train_est))
     # the reference's lines are drawn in the IAS figures (a cost grid); a calibrator's auto
     # rows are read at the report's costs only (each cost is an allocation to evaluate)
     costs = COST_GRID if method == REFERENCE else REPORT_COSTS
     rows = run_pays(
         bon,
-        [e for e in estimates if e.method in train_estimates],
+        inputs,
         rules=plan.rules,
         train_bon=train,
-        train_estimates=train_estimates or None,
-        calibrated=calibrated or None,
         costs=costs,
         trials=vote_trials,
         seed=seed,

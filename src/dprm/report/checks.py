@@ -20,7 +20,7 @@ def frontier_checks(
     """Per (world, dataset): ``method``'s C-sweep frontier against Base's.
 
     Args:
-        ias: rows of ``dprm ias`` with ``world``, ``dataset`` (sweep "C" used; seeds averaged).
+        ias: rows of ``dprm ias`` with ``world``, ``dataset`` (allocation "C" used; seeds averaged).
         method: the method to check.
         uniform: optional ``world, dataset, cost, accuracy`` rows of plain best-of-n.
 
@@ -30,7 +30,7 @@ def frontier_checks(
         same cost.
     """
     rows = []
-    c = ias[ias["sweep"] == "C"]
+    c = ias[ias["allocation"] == "C"]
     c = (
         c.groupby(["world", "dataset", "method", "C"], sort=False)[["cost", "accuracy"]]
         .mean()
@@ -76,10 +76,10 @@ def _minus_uniform(
 
 
 def greedy_checks(ias: pd.DataFrame, uniform: pd.DataFrame | None = None) -> list[dict[str, Any]]:
-    """Per (world, dataset, method) with a ``greedy`` sweep: the cost-aware allocation's gain.
+    """Per (world, dataset, method) with ``greedy`` rows: the cost-aware allocation's gain.
 
     Args:
-        ias: rows with ``world``, ``dataset``, ``method``, ``sweep``, ``C``, ``cost``,
+        ias: rows with ``world``, ``dataset``, ``method``, ``allocation``, ``C``, ``cost``,
             ``accuracy`` (sweeps "C" and "greedy" used; seeds averaged).
         uniform: optional ``world, dataset, cost, accuracy`` rows of plain best-of-n.
 
@@ -87,15 +87,19 @@ def greedy_checks(ias: pd.DataFrame, uniform: pd.DataFrame | None = None) -> lis
         one dict per (world, dataset, method): mean over the C points of greedy minus C-rule
         accuracy at the same cost, and of each minus plain best-of-n (NaN without ``uniform``).
     """
-    if "greedy" not in set(ias["sweep"]):
+    if "greedy" not in set(ias["allocation"]):
         return []
-    keys = ["world", "dataset", "method", "sweep", "C"]
-    mean = ias[ias["sweep"].isin(["C", "greedy"])].groupby(keys, sort=False)[["cost", "accuracy"]]
+    keys = ["world", "dataset", "method", "allocation", "C"]
+    mean = ias[ias["allocation"].isin(["C", "greedy"])].groupby(keys, sort=False)[
+        ["cost", "accuracy"]
+    ]
     wide = (
         mean.mean()
         .reset_index()
         .pivot_table(
-            index=["world", "dataset", "method", "C"], columns="sweep", values=["cost", "accuracy"]
+            index=["world", "dataset", "method", "C"],
+            columns="allocation",
+            values=["cost", "accuracy"],
         )
     )
     rows = []

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from dprm.ias.outputs import read_ias_budgets, read_ias_rows
 from dprm.io import atomic_path, read_json, write_json
 from dprm.report.checks import frontier_checks, greedy_checks, table_checks
 from dprm.report.pays import pays_rows
@@ -74,7 +75,7 @@ def collect(
             for method, seed in [(REFERENCE, 0)] + [(m, s) for m in methods for s in seeds]:
                 path = layout.ias_dir(world, split, method, seed) / "ias_full.csv"
                 if path.exists():
-                    df = pd.read_csv(path)
+                    df = read_ias_rows(path)
                     ias.append(df.assign(**tag, dataset=split, seed=seed))
                     if method == REFERENCE:
                         reference = df
@@ -153,7 +154,7 @@ def _budgets_at(path: Path, c: float) -> pd.DataFrame | None:
     """Per-question budgets of the C sweep at the grid's C nearest ``c`` (None: no file)."""
     if not path.exists():
         return None
-    df = pd.read_parquet(path, filters=[("sweep", "==", "C")])
+    df = read_ias_budgets(path, "C")
     if df.empty:
         return None
     nearest = df["C"].unique()[np.argmin(np.abs(df["C"].unique() - c))]
@@ -228,7 +229,7 @@ def make_figures(data: dict[str, Any], fig_dir: Path, methods: list[str]) -> lis
         dist = [
             m
             for m in ("ot",) + tuple(methods)
-            if m in set(sub.loc[sub["sweep"] == "beta", "method"])
+            if m in set(sub.loc[sub["allocation"] == "beta", "method"])
         ]
         if dist:
             add(

@@ -7,7 +7,7 @@ Rows come from the IAS stage's units (:mod:`dprm.orchestrate.ias_units`): the re
 Base's and the truth's ``auto`` and C rows; each calibrator's unit holds its own ``auto`` and C
 rows (and ``auto-seq`` rows with ``RunConfig.ias_sequential``). :func:`pays_rows` joins the
 reference with each training seed's calibrator rows and evaluates them at the report costs;
-:func:`pays_markdown` renders whatever ``kind`` and ``method`` values are present (a new
+:func:`pays_markdown` renders whatever ``allocation`` and ``method`` values are present (a new
 allocation appears without a change here).
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-#: row order inside one (split, rule) block; a kind not listed comes after ``auto``
-KIND_ORDER = {
+#: row order inside one (split, rule) block; an allocation not listed comes after ``auto``
+ALLOCATION_ORDER = {
     "uniform": 0,
     "C": 1,
     "auto": 2,
@@ -55,9 +55,9 @@ def pays_rows(
     from dprm.ias.allocation import REPORT_COSTS
     from dprm.ias.pays import pays_table
 
-    if reference.empty or "sweep" not in reference.columns:
+    if reference.empty or "allocation" not in reference.columns:
         return pd.DataFrame()
-    if not {"uniform", "oracle"} <= set(reference["sweep"]):
+    if not {"uniform", "oracle"} <= set(reference["allocation"]):
         return pd.DataFrame()
     costs = REPORT_COSTS if costs is None else costs
     out = []
@@ -75,13 +75,16 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
             ``seed``.
 
     Returns:
-        one row per (world, split, rule, method, kind, cost) with ``accuracy``, ``accuracy_sd``
+        one row per (world, split, rule, method, allocation, cost) with ``accuracy``, ``accuracy_sd``
         (across seeds), ``gain``, ``gain_sd``, ``headroom``, ``share`` (mean gain / mean
         headroom), ``share_sd`` (of the per-seed shares), ``seeds``, ``falls_back_to`` (the peers
         ``auto-seq`` fell back to under a shift; "" where it ran).
     """
+    from dprm.ias.outputs import RENAMED_PAYS_COLUMNS
+
+    pays = pays.rename(columns={k: v for k, v in RENAMED_PAYS_COLUMNS.items() if v not in pays})
     keys = [k for k in ("world", "split") if k in pays.columns]
-    keys += ["rule", "method", "kind", "cost"]
+    keys += ["rule", "method", "allocation", "cost"]
     pays = pays.assign(
         _share=np.where(
             pays["headroom"] > 1e-9,
@@ -131,13 +134,13 @@ def _cell(r: pd.Series) -> str:
     if not np.isfinite(r["accuracy"]):
         return "--"
     text = _fmt(r["accuracy"], r["accuracy_sd"], ".3f")
-    if r["kind"] == "oracle":
+    if r["allocation"] == "oracle":
         if np.isfinite(r["headroom"]):
             text += f" (+{r['headroom']:.3f})"
-    elif r["kind"] == "oracle-pop":  # its gain is the population headroom
+    elif r["allocation"] == "oracle-pop":  # its gain is the population headroom
         if np.isfinite(r["gain"]):
             text += f" ({r['gain']:+.3f})"
-    elif r["kind"] != "uniform" and np.isfinite(r["share"]):
+    elif r["allocation"] != "uniform" and np.isfinite(r["share"]):
         text += f" ({_fmt(100 * r['share'], 100 * r['share_sd'], '+.0f', '%')}"
         if np.isfinite(r.get("share_pop", np.nan)):
             text += f"; {100 * r['share_pop']:+.0f}% pop."
@@ -147,18 +150,18 @@ def _cell(r: pd.Series) -> str:
     return text
 
 
-def _label(kind: str, method: str) -> str:
+def _label(allocation: str, method: str) -> str:
     from dprm.report.tables import display
 
-    if kind == "C":
+    if allocation == "C":
         return f"C rule, {display(method)}"
-    if kind == method:
+    if allocation == method:
         return {
             "oracle": "oracle (headroom)",
             "oracle-p": "oracle-p (true p, no pool)",
             "oracle-pop": "oracle-pop (true curve, no pool)",
-        }.get(kind, kind)
-    return f"{kind}, {display(method)}"
+        }.get(allocation, allocation)
+    return f"{allocation}, {display(method)}"
 
 
 def _order(summary: pd.DataFrame) -> pd.DataFrame:
@@ -169,9 +172,9 @@ def _order(summary: pd.DataFrame) -> pd.DataFrame:
     return summary.assign(
         _split=summary["split"].map(lambda s: dataset_order(str(s))),
         _rule=summary["rule"].map(rules.index),
-        _kind=summary["kind"].map(lambda k: KIND_ORDER.get(k, 5)),
+        _allocation=summary["allocation"].map(lambda k: ALLOCATION_ORDER.get(k, 5)),
         _method=summary["method"].map(methods.index),
-    ).sort_values(["_split", "_rule", "_kind", "_method", "cost"], kind="stable")
+    ).sort_values(["_split", "_rule", "_allocation", "_method", "cost"], kind="stable")
 
 
 def pays_markdown(pays: pd.DataFrame, world: str | None = None) -> str:
@@ -194,8 +197,8 @@ def pays_markdown(pays: pd.DataFrame, world: str | None = None) -> str:
     header = ["split", "selection rule", "allocation", *(f"cost {c:g}" for c in costs)]
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|" + "---:|" * len(costs)]
     last = (None, None)
-    for (split, rule, kind, method), grp in summary.groupby(
-        ["split", "rule", "kind", "method"], sort=False
+    for (split, rule, allocation, method), grp in summary.groupby(
+        ["split", "rule", "allocation", "method"], sort=False
     ):
         cells = []
         for cost in costs:
@@ -205,7 +208,7 @@ def pays_markdown(pays: pd.DataFrame, world: str | None = None) -> str:
         shown_rule = str(rule) if (split, rule) != last else ""
         last = (split, rule)
         lines.append(
-            "| " + " | ".join([shown_split, shown_rule, _label(kind, method), *cells]) + " |"
+            "| " + " | ".join([shown_split, shown_rule, _label(allocation, method), *cells]) + " |"
         )
     return "\n".join(lines) + "\n"
 
@@ -230,7 +233,7 @@ def _cells_text(sub: pd.DataFrame) -> str:
 
 def pays_reading(pays: pd.DataFrame) -> list[str]:
     """Bullets generated from the numbers: per world, split and rule, the headroom and, for each
-    allocation kind, in how many (method, cost) cells it is above uniform, level or below.
+    allocation, in how many (method, cost) cells it is above uniform, level or below.
 
     Gains are seed means; "above" / "below" mean by more than :data:`LEVEL`, "level" within
     it, against uniform best-of-n at the same mean cost and selection rule.
@@ -244,7 +247,7 @@ def pays_reading(pays: pd.DataFrame) -> list[str]:
     summary = _order(pays_summary(pays))
     lines = []
     for (world, split, rule), block in summary.groupby(["world", "split", "rule"], sort=False):
-        oracle = block[block["kind"] == "oracle"]
+        oracle = block[block["allocation"] == "oracle"]
         if oracle.empty:
             continue
         low, high = f"{oracle['headroom'].min():+.3f}", f"{oracle['headroom'].max():+.3f}"
@@ -252,14 +255,14 @@ def pays_reading(pays: pd.DataFrame) -> list[str]:
             f"- **{world}, {dataset_label(str(split))}, {rule}**: headroom (oracle − uniform) "
             + (low if low == high else f"{low} to {high}")
         )
-        for kind, every in block.groupby("kind", sort=False):
-            if kind in ("uniform", "oracle"):
+        for allocation, every in block.groupby("allocation", sort=False):
+            if allocation in ("uniform", "oracle"):
                 continue
             # the synthetic truth is a reference, not a calibrator: counted apart
             truth = every[every["method"] == TRUTH]
             sub = every if len(truth) == len(every) else every[every["method"] != TRUTH]
             reached = sub[np.isfinite(sub["accuracy"])]
-            word = "The C rule" if kind == "C" else f"`{kind}`"
+            word = "The C rule" if allocation == "C" else f"`{allocation}`"
             if reached.empty:
                 text += f". {word} does not reach these costs"
                 continue
@@ -283,21 +286,21 @@ def reference_lines(
     ax,
     rows: pd.DataFrame,
     rule: str = "highest-last",
-    sweeps: Sequence[str] | None = None,
+    allocations: Sequence[str] | None = None,
     *,
     xrange: tuple[float, float] | None = None,
     color: str | Sequence[float] = "0.25",
     label: bool = True,
 ) -> None:
     """Draw uniform (dashed) and oracle (dotted) accuracy-vs-cost lines of one rule on an IAS
-    axis, from ``ias_full.csv`` rows (``sweep`` uniform / oracle; seeds averaged).
+    axis, from ``ias_full.csv`` rows (``allocation`` uniform / oracle; seeds averaged).
 
     Args:
         ax: a matplotlib axis.
-        rows: IAS rows of one panel (any sweeps; rows without a ``rule`` count as the contract
+        rows: IAS rows of one panel (any allocations; rows without a ``rule`` count as the contract
             rule's).
         rule: the selection rule whose lines are drawn.
-        sweeps: which of the two lines to draw (default both).
+        allocations: which of the two lines to draw (default both).
         xrange: draw only this cost range (the lines interpolated linearly between their
             points), so a panel's narrow cost range is not widened to the lines' own.
         color: line colour.
@@ -305,11 +308,11 @@ def reference_lines(
     """
     styles = {"uniform": ("--", "uniform best-of-n"), "oracle": (":", "oracle (same mean cost)")}
     rule_of = rows["rule"].fillna(rule) if "rule" in rows.columns else pd.Series(rule, rows.index)
-    for sweep in sweeps or ("uniform", "oracle"):
-        sub = rows[(rows["sweep"] == sweep) & (rule_of == rule)]
+    for allocation in allocations or ("uniform", "oracle"):
+        sub = rows[(rows["allocation"] == allocation) & (rule_of == rule)]
         if sub.empty:
             continue
-        style, name = styles[sweep]
+        style, name = styles[allocation]
         mean = sub.groupby("target_cost", sort=True)[["cost", "accuracy"]].mean()
         mean = mean.sort_values("cost")
         x, y = mean["cost"].to_numpy(float), mean["accuracy"].to_numpy(float)

@@ -36,7 +36,7 @@ class RunConfig:
     ias_rules: list[str] = field(default_factory=lambda: ["highest-last", "majority"])
     #: Monte Carlo orders per question of the voting rules (``majority``, ``weighted-*``) there
     vote_trials: int = 64
-    #: also the sequential allocation there (``sweep = auto-seq``, dprm.ias.sequential): each
+    #: also the sequential allocation there (``allocation = auto-seq``, dprm.ias.sequential): each
     #: calibrator's unit draws candidates one at a time, reading their calibrated estimates and
     #: final answers (needs candidate hidden states for calibrators that read hidden states);
     #: slower than ``auto``, so off by default

@@ -1,5 +1,5 @@
 """``dprm tune``: check a request, search every method (in parallel worker processes or not),
-write ``best.json`` and ``trials.csv``, choose the best method (``dprm train --method auto``).
+write ``best.json`` and ``trials.csv``, choose the best method (``dprm train --method best-tuned``).
 """
 
 from __future__ import annotations

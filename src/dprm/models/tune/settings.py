@@ -9,7 +9,7 @@ from typing import Any
 
 #: the gradient-trained calibrators a search covers by default (each gets the same trials)
 TUNED_METHODS = ("ot", "qr", "mono", "binomial")
-#: the validation scores ``dprm train --method auto`` can choose by (lower is better)
+#: the validation scores ``dprm train --method best-tuned`` can choose by (lower is better)
 SELECT_METRICS = ("wql", "brier", "calibration_area")
 DEFAULT_SELECT = "wql"
 #: what a trial is scored by on the validation questions (lower is better). ``checkpoint``: the

@@ -34,7 +34,7 @@ def frontier_figure(
     """IAS accuracy vs normalised cost from the C sweep; rows = generators, columns = datasets.
 
     Args:
-        ias: rows of ``dprm ias`` (sweep "C" used) plus ``dataset``, ``generator`` (and
+        ias: rows of ``dprm ias`` (allocation "C" used) plus ``dataset``, ``generator`` (and
             ``seed``, averaged).
         stem: output path without suffix (``.png`` and ``.pdf`` are written).
         uniform: optional ``dataset, generator, n, cost, accuracy`` rows of plain best-of-n.
@@ -44,12 +44,12 @@ def frontier_figure(
         (the written files, the caption).
     """
     df = _seed_band(
-        ias[ias["sweep"] == "C"], ["dataset", "generator", "method", "C"], ["cost", "accuracy"]
+        ias[ias["allocation"] == "C"], ["dataset", "generator", "method", "C"], ["cost", "accuracy"]
     )
     banded = bool((df["n_seeds"] > 1).any())
     # the IAS stage's uniform / oracle rows of the contract rule (the "does it pay?" lines)
-    refs = ias[ias["sweep"].isin(["uniform", "oracle"])]
-    has_oracle = bool((refs["sweep"] == "oracle").any())
+    refs = ias[ias["allocation"].isin(["uniform", "oracle"])]
+    has_oracle = bool((refs["allocation"] == "oracle").any())
 
     def reference(ax, gen: str, dataset: str) -> None:
         if uniform is not None:
@@ -126,7 +126,7 @@ def beta_figure(
     """beta-threshold early stopping (C = 0.9): accuracy vs cost per generator, beta annotated.
 
     Args:
-        ias: rows of ``dprm ias`` (sweep "beta" used) plus ``dataset``, ``generator``.
+        ias: rows of ``dprm ias`` (allocation "beta" used) plus ``dataset``, ``generator``.
         stem: output path without suffix.
         methods: methods to draw (default: all but the truth oracle).
         title: figure title.
@@ -135,13 +135,13 @@ def beta_figure(
         (the written files, the caption).
     """
     df = _mean_over_seeds(
-        ias[ias["sweep"] == "beta"],
+        ias[ias["allocation"] == "beta"],
         ["dataset", "generator", "method", "level"],
         ["cost", "accuracy"],
     )
     methods = methods or [m for m in method_order(df["method"]) if m != "truth"]
     df = df[df["method"].isin(methods)]
-    refs = ias[ias["sweep"].isin(["uniform", "oracle"])]
+    refs = ias[ias["allocation"].isin(["uniform", "oracle"])]
     datasets, generators = _datasets(df), _generators(df)
     fig, axes = _grid(1, len(datasets), width=5.2, height=4.0)
     plt = _plt()
@@ -223,9 +223,9 @@ def tau_figure(ias: pd.DataFrame, stem: str | Path, title: str = "") -> tuple[li
         (the written files, the caption).
     """
     tau = _mean_over_seeds(
-        ias[ias["sweep"] == "tau"], ["dataset", "method", "level"], ["cost", "accuracy"]
+        ias[ias["allocation"] == "tau"], ["dataset", "method", "level"], ["cost", "accuracy"]
     )
-    base = ias[(ias["sweep"] == "C") & (ias["method"] == "base") & np.isclose(ias["C"], 0.99)]
+    base = ias[(ias["allocation"] == "C") & (ias["method"] == "base") & np.isclose(ias["C"], 0.99)]
     base = _mean_over_seeds(base, ["dataset"], ["cost", "accuracy"])
     datasets = _datasets(pd.concat([tau[["dataset"]], base[["dataset"]]]))
     methods = method_order(tau["method"])

@@ -1,0 +1,159 @@
+"""The opening of ``report.md``: its title, what the data and the calibrators were, versions and
+timing of the run, failed and reused units."""
+
+from __future__ import annotations
+
+from dprm.report.sections.names import SPLITS, RunNames
+from dprm.report.tables import display
+
+
+def data_lines(cfg, names: RunNames, ran: dict[str, list[int]], ias_ran: bool) -> list[str]:
+    """The "Run" bullets that say what the data and the calibrators were."""
+    methods = [m for m in cfg.methods if m in ran]
+    missing = [m for m in cfg.methods if m not in ran]
+    trained = ", ".join(f"{display(m)} (seeds {ran[m]})" for m in methods) or "none"
+    calibrators = f"- Calibrators: Base (the raw PRM score) + {trained}" + (
+        f"; requested but without results: {', '.join(display(m) for m in missing)} (see Failures)"
+        if missing
+        else ""
+    )
+    if not names.real:
+        return [
+            f"- Grid: generators {', '.join(cfg.generators)} × PRMs {', '.join(cfg.prms)} × datasets "
+            f"ID, OOD (world size `{cfg.size}`).",
+            calibrators
+            + ". Calibrators are trained and early-stopped on the world's `train` split "
+            "only (MATH-train-like, 80/20 question split inside, seed 42). Two evaluation "
+            "protocols, each labelled: **held out** (the headline) = ID metrics on the `id` split "
+            "(MATH500-like; no calibrator trained or early-stopped on its questions) and OOD on the "
+            "`ood` split (AIME-like); **paper protocol** = ID metrics on the `train` split (training "
+            "questions included, as the paper evaluated MATH; for the side-by-side with its "
+            "tables) and the same OOD split. IAS runs on the held-out `id` and `ood` BoN sets. See "
+            "docs/report.md.",
+            f"- IAS: N_max = 64, QR at β = {cfg.beta}, mixture over 100 mid-point levels, accuracy "
+            f"exact (Monte Carlo with {cfg.mc_trials} trials as a cross-check in `results.json`).",
+        ]
+    recipe = names.recipe
+
+    def models(key: str) -> str:
+        items = recipe.get(key, [])
+        return ", ".join(
+            f"`{g['name']}`" + (f" ({g['model']})" if g.get("model") else "") for g in items
+        )
+
+    train, id_, ood = (names.set_text(s) for s in SPLITS)
+    lines = [
+        f"- Generators: {models('generators') or ', '.join(cfg.generators)}; PRMs: "
+        f"{models('prms') or ', '.join(cfg.prms)}.",
+        f"- Sets: train = {train}; ID = {id_}; OOD = {ood}.",
+        calibrators
+        + f". Calibrators are trained and early-stopped on the train sets only ({train}; "
+        "80/20 question split inside, seed 42). Two evaluation protocols, each labelled: **held "
+        f"out** (the headline) = ID metrics on {id_} (no calibrator trained or early-stopped on "
+        f"its questions) and OOD on {ood}; **in-sample** = ID metrics on the train sets {train} "
+        "(training questions included: the protocol of Park et al.'s Table 1, optimistic for "
+        "every calibrator) and the same OOD sets.",
+    ]
+    n_max = int(recipe.get("bon", {}).get("n", 0))
+    if ias_ran:
+        from dprm.ias.constants import N_MAX
+
+        pool = (
+            f"pools of {n_max} candidates per question (a budget above {n_max} draws the whole "
+            "pool)"
+            if n_max < N_MAX
+            else f"pools of {n_max} candidates per question"
+        )
+        lines.append(
+            f"- IAS on the held-out ID and OOD best-of-N {pool}: per-question budgets N_i up to "
+            f"N_max = {N_MAX}, cost = mean drawn / N_max, β = {cfg.beta} for the β-quantile "
+            f"rules, accuracy exact (Monte Carlo with {cfg.mc_trials} trials as a cross-check in "
+            "`results.json`)."
+        )
+    else:
+        lines.append(
+            f"- IAS: not run (the recipe's `[bon] n = {n_max}`: no best-of-N pools)."
+            if n_max == 0
+            else "- IAS: no results (see Failures)."
+        )
+    return lines
+
+
+def intro_lines(cfg, names: RunNames, ias_ran: bool) -> list[str]:
+    """The title and the paragraph that says where the data comes from."""
+    budgets = " (per-question budgets in `ias/**/budgets.parquet`)" if ias_ran else ""
+    if not names.real:
+        return [
+            f"# dprm reproduction: grid `{cfg.grid}`",
+            "",
+            "Synthetic worlds with a known truth stand in for the paper's data (MATH500 → `ID`, "
+            "AIME24-25 → `OOD`); every number below is recomputed by `dprm reproduce` and listed "
+            f"in `results.json`{budgets}.",
+        ]
+    data = names.recipe.get("data", {})
+    if data.get("source") == "park":
+        source = (
+            f"Park et al.'s released Monte Carlo labels (`{data.get('park', '')}`), embedded with "
+            "the recipe's PRMs"
+        )
+    else:
+        sampling, rollout = names.recipe.get("sampling", {}), names.recipe.get("rollout", {})
+        source = (
+            f"labels generated by the recipe's generators ({sampling.get('n', '?')} responses per "
+            f"question, {rollout.get('n', '?')} Monte Carlo rollouts per prefix), embedded with "
+            "the recipe's PRMs"
+        )
+    return [
+        f"# dprm run: recipe `{names.name}`",
+        "",
+        f"Real data from the recipe `{names.name}` (`dprm run`; the resolved recipe is in "
+        f"`recipe.json`): {source}. Every number below is listed in `results.json`{budgets}.",
+    ]
+
+
+def run_lines(cfg, run: dict, failures: list[dict] | None = None) -> list[str]:
+    """The "Run" bullets after the data's: overrides, versions, wall time and the stage table,
+    then the failed units (a "Failures" section) and the reused ones."""
+    v = run["versions"]
+    lines = [
+        f"- Training overrides: {cfg.overrides if cfg.overrides else 'none (each method’s defaults)'}.",
+        f"- Versions: dprm {v['dprm']}, torch {v['torch']}, numpy {v['numpy']}, pandas {v['pandas']}, "
+        f"python {v['python']}"
+        + (f", matplotlib {v['matplotlib']}" if "matplotlib" in v else "")
+        + ".",
+        f"- Wall time of this invocation, from its start to writing this report: "
+        f"{run['wall_time_s']:.1f} s"
+        + (" (resumed: finished units were skipped)" if run["resumed"] else "")
+        + f"; total time of all units so far: {run['unit_seconds_total']:.1f} s.",
+        "",
+        "| stage | seconds (this invocation) | units run | units skipped | unit seconds (all invocations) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    by_stage = run.get("unit_seconds_by_stage", {})
+    for stage, t in run["stage_timing"].items():
+        total = by_stage.get(stage)
+        cell = f"{total:.1f}" if total is not None else "--"
+        lines.append(f"| {stage} | {t['seconds']:.1f} | {t['units']} | {t['skipped']} | {cell} |")
+    if failures:
+        lines += [
+            "",
+            "## Failures",
+            "",
+            "These units failed in this invocation; their methods are missing from the results "
+            "below (a rerun of the same command retries them):",
+            "",
+        ]
+        lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in failures]
+    reused = run.get("reused_units", [])
+    if reused:
+        lines += [
+            "",
+            f"Reused from an earlier invocation ({len(reused)} units whose recorded input "
+            "fingerprint — settings, data, content hash of the model read — was unchanged):",
+            "",
+            "<details><summary>Reused units</summary>",
+            "",
+        ]
+        lines += [f"- `{key}`" for key in reused] + ["", "</details>"]
+    lines.append("")
+    return lines
