@@ -65,6 +65,7 @@ def test_unknown_key_exits_2(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- end to end
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
 def test_local_run_writes_report_tables_figures(local_run):
     root, _, out = local_run
     assert (out / "report.md").read_text().startswith("# dprm run: recipe `tiny`")
@@ -82,6 +83,7 @@ def test_local_run_writes_report_tables_figures(local_run):
     assert stored["recipe"]["sampling"]["seed"] == 42 and "dprm" in stored
 
 
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
 def test_local_run_data_is_complete_and_duplicate_free(local_run):
     from dprm.data.contract import read_bon_set, read_calibration_set, read_labels
 
@@ -101,6 +103,7 @@ def test_local_run_data_is_complete_and_duplicate_free(local_run):
         assert len(bon) == 3 and len(bon.responses) == 3 * 4  # bon.n = 4 per question
 
 
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
 def test_rerun_does_no_work(local_run):
     _, recipe, out = local_run
     before = read_json(out / "state.json")["done"]
@@ -110,6 +113,7 @@ def test_rerun_does_no_work(local_run):
     assert units and all(n == 0 for n in units.values()), units
 
 
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
 def test_changed_calibrator_setting_reruns_only_that_calibrator(
     local_run, tiny_dirs, question_files
 ):

@@ -127,6 +127,7 @@ def _last_recipe(out: Path):
     return recipe_from_dict(read_json(out / "recipe.json")["recipe"], str(out / "recipe.json"))
 
 
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
 def test_truncated_finished_output_is_redone(local_run, tmp_path):
     """A truncated ias_full.csv of a finished unit is redone, not published."""
     from dprm.recipe import run_recipe
@@ -149,6 +150,7 @@ def test_truncated_finished_output_is_redone(local_run, tmp_path):
     assert _rerun_units(out) == {f"ias/{WORLD}/id/isotonic/seed0"}
 
 
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
 def test_resume_removes_stale_temporaries(local_run, tmp_path):
     """A killed figure stage leaves ``.NAME.XXXX.tmp`` files of the atomic writers; the resumed
     run removes them (and says so)."""
