@@ -164,14 +164,18 @@ def _answer_codes(out, records):
 def _replay(records, seq, samples, share, answer=None, majority=False):
     """The offline policy's budgets [Q] on the live candidates in draw order (one order)."""
     # the candidates' estimates in draw order, padded to N_MAX (never read if the policies agree)
+    # and their PRM scores, read by the highest-score index (the contract rule's pick)
     estimates = np.full((len(records), N_MAX), 0.5)
+    scores = np.full((len(records), N_MAX), -np.inf)
     for i, r in enumerate(records):
         e = [c["estimate"] for c in r["candidates"]][:N_MAX]
         estimates[i, : len(e)] = e
+        scores[i, : len(e)] = [c["prm_score"] for c in r["candidates"]][:N_MAX]
     identity = np.broadcast_to(np.arange(N_MAX), (1, len(records), N_MAX)).copy()
     return seq.budgets(
         samples, estimates, np.full(len(records), N_MAX), identity, [COST * N_MAX], share, N_MAX,
         round_size=ROUND, answer=answer, majority=majority,
+        score=None if majority or seq.pick is None else scores,
     )[0, 0]  # fmt: skip
 
 
@@ -257,25 +261,109 @@ def test_answer_policy_floor_stays_uniform_under_shift(seq_run, monkeypatch):
     assert seq.answers is not None and share == 1.0 and shifted
 
 
-def test_live_allocation_under_shift_is_uniform_best_of_n(
-    tmp_path, seq_run, questions_file, model_dirs, calibrator_dirs, train_bon, generator,
-    grading_pool, monkeypatch,
+def _shifted(train_bon, dest):
+    """A copy of the training set whose question states are moved far from the live ones (a
+    shifted question set: the shift check's AUC is near 1); pools and answers kept, the
+    candidates' PRM scores mapped (monotonely) into the tiny live PRM's range, 0.55 + 0.05 s,
+    so that a score threshold learnt on them is one the live draws can cross."""
+    import shutil
+
+    shutil.copytree(train_bon, dest)
+    hidden = np.load(dest / "hidden_states.npy")
+    np.save(dest / "hidden_states.npy", (hidden + 8 * hidden.std(axis=0)).astype(hidden.dtype))
+    responses = pd.read_parquet(dest / "responses.parquet")
+    responses["prm_score"] = (0.55 + 0.05 * responses["prm_score"]).astype(np.float32)
+    responses.to_parquet(dest / "responses.parquet")
+    return dest
+
+
+def _draw_view(record, n):
+    """The offline peers' view of a record's first n draws (answer codes, raw scores,
+    estimates), one order, one question."""
+    from dprm.ias.peers import DrawView
+    from dprm.ias.rules import answer_key
+
+    index: dict = {}
+    cands = record["candidates"][:n]
+    codes = [index.setdefault(answer_key(c["answer"], j), len(index)) for j, c in enumerate(cands)]
+    return DrawView(
+        np.array(codes)[None, None, :], np.array([c["prm_score"] for c in cands])[None, None, :],
+        np.array([c["estimate"] for c in cands])[None, None, :], np.array([N_MAX]), N_MAX,
+    )  # fmt: skip
+
+
+def test_live_auto_seq_under_shift_falls_back_to_the_offline_peer(
+    tmp_path, seq_run, train_bon, generator, grading_pool
 ):  # fmt: skip
-    """As offline: questions unlike the training set's get exactly uniform best-of-N's budgets
-    (the fractional part of c N_max included), and the policy chooses no draw."""
-    import dprm.ias.allocation
+    """Live questions unlike the training set's: as offline, auto-seq runs the calibrator-free
+    peer chosen on the training pools (dprm.ias.fallback.shift_fallback), not uniform
+    best-of-N; records and summary say so; each question's draws stop where the offline rule
+    stops on them, or where the shard's total round(c N_max Q) ran out (a budget-matched peer
+    spends it exactly)."""
+    import dataclasses
+
+    from dprm.data import read_bon_set
+    from dprm.ias.allocation import uniform_budgets
+    from dprm.ias.fallback import shift_fallback
+    from dprm.ias.peers import PEERS
+    from dprm.ias.rules import Candidates
+    from dprm.live import run_bon
+    from dprm.live.bon_seq import fit_sequential
+
+    _, _, _, cprm, config, _ = seq_run
+    shifted_train = _shifted(train_bon, tmp_path / "train-shifted")
+    config = dataclasses.replace(config, train_bon=str(shifted_train))
+    out = tmp_path / "shifted"
+    summary = run_bon(config, cprm, generator, out, progress=False, pool=grading_pool)
+    records = _records(out / "bon.jsonl")
+    assert fit_sequential(cprm, _live_states(out), str(shifted_train), COST)[3]  # detected
+    cands = Candidates.from_bon(read_bon_set(shifted_train, check_hidden=False))
+    expect = shift_fallback(cands, cands.weights["last"], config.rule, COST, N_MAX)
+    assert expect.peer not in ("uniform", "")
+    assert summary["allocation"] == "auto-seq" and summary["falls_back_to"] == expect.peer
+    budgets = np.array([r["budget"] for r in records])
+    total = round(COST * N_MAX * len(records))
+    assert budgets.sum() <= total
+    stopped = 0
+    for r in records:
+        assert r["allocation"] == "auto-seq" and r["falls_back_to"] == expect.peer
+        assert r["peer_level"] == pytest.approx(expect.level) and r["floor_share"] == 1.0
+        if PEERS[expect.peer].budget_matched:
+            continue
+        n = r["budget"]
+        stop = int(PEERS[expect.peer].budgets(_draw_view(r, n), [expect.level])[0, 0, 0])
+        assert stop == n or (stop > n and (n == N_MAX or budgets.sum() == total))
+        stopped += stop == n
+    if PEERS[expect.peer].budget_matched:
+        assert budgets.sum() == total
+    else:
+        assert stopped >= 1, "no question stopped by the rule: this test would be weak"
+    assert not np.array_equal(budgets, uniform_budgets(len(records), COST * N_MAX, N_MAX))
+    assert {c["round"] for r in records for c in r["candidates"]} != {0}, "not the floor alone"
+
+
+def test_live_allocation_under_shift_without_answers_is_uniform_best_of_n(
+    tmp_path, seq_run, train_bon, generator, grading_pool
+):  # fmt: skip
+    """A training set without final answers (BoN contract v1) has no answer-reading peer to
+    fall back to: as offline, exactly uniform best-of-N's budgets (the fractional part of
+    c N_max included), the policy choosing no draw, recorded as falling back to uniform."""
+    import dataclasses
+
     from dprm.ias.allocation import uniform_budgets
     from dprm.live import run_bon
 
     _, _, records, cprm, config, _ = seq_run
     assert len({r["budget"] for r in records}) > 1  # unshifted: the policy adapts
-    monkeypatch.setattr(dprm.ias.allocation, "shift_auc", lambda a, b, seed=0: 1.0)
+    v1 = _without_answers(_shifted(train_bon, tmp_path / "shifted-v2"), tmp_path / "shifted-v1")
     out = tmp_path / "shifted"
-    run_bon(config, cprm, generator, out, progress=False, pool=grading_pool)
+    summary = run_bon(dataclasses.replace(config, train_bon=str(v1)), cprm, generator, out,
+                      progress=False, pool=grading_pool)  # fmt: skip
     shifted = _records(out / "bon.jsonl")
     budgets = np.array([r["budget"] for r in shifted])
     np.testing.assert_array_equal(budgets, uniform_budgets(len(shifted), COST * N_MAX, N_MAX))
-    assert all(r["floor_share"] == 1.0 for r in shifted)
+    assert all(r["floor_share"] == 1.0 and r["falls_back_to"] == "uniform" for r in shifted)
+    assert summary["falls_back_to"] == "uniform"
     policy_rounds = {c["round"] for r in shifted for c in r["candidates"][: r["budget"]]}
     assert policy_rounds == {0}, "every paid draw is the floor's"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from dprm.cli._common import (
     add_dataclass_flags,
@@ -111,6 +112,12 @@ def _solve(args: argparse.Namespace) -> int:
     )
     run = run_bon if args.mode == "bon" else run_beam
     summary = run(config, cprm, generator, args.out, progress=show_progress(args))
+    if summary.get("falls_back_to") and not args.quiet:
+        print(
+            f"auto-seq: the questions are unlike the training set's (shift check): falls back "
+            f"to {summary['falls_back_to']}, the calibrator-free rule chosen on the training pools",
+            file=sys.stderr,
+        )
     if not args.quiet:
         print(json.dumps({k: v for k, v in summary.items() if k != "fixed_curve"}, indent=2))
     return 0

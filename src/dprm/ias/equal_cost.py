@@ -188,7 +188,7 @@ def sequential_rows(
         budgets = fit.seq.budgets(
             estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders,
             mean_budgets, fit.floor_shares, n_max, answer=cands.answer if answers else None,
-            majority=fit.majority,
+            majority=fit.majority, score=weight if fit.seq.pick is not None else None,
         )  # fmt: skip
         for j, cost in enumerate(costs):
             raw, raw_se, per = outcome_accuracy(outcomes, budgets[j])

@@ -175,6 +175,7 @@ def auto_seq_curve(
     budgets = fit.seq.budgets(
         estimate_samples(est), cands.gather(est.candidate, 0.5), cands.size, orders, levels,
         shares, n_max, answer=cands.answer if answers else None, majority=fit.majority,
+        score=weight if fit.seq.pick is not None else None,
     )  # fmt: skip
     full = np.broadcast_to(np.minimum(cands.size, n_max), budgets.shape[1:])[None]
     budgets = np.concatenate([budgets, full], axis=0)

@@ -135,8 +135,9 @@ def run_bon(
     states, budgets = question_states(out, suffix, questions, cprm, float(config.C))
     if config.auto_seq:  # the sequential allocation reads candidates as they arrive
         records = solve_sequential(
-            config, cprm, generator, out, suffix, questions, states, progress=progress, pool=pool
-        )
+            config, cprm, generator, out, suffix, questions, states, progress=progress, pool=pool,
+            run_peer=solve_peer,
+        )  # fmt: skip
         write_bon_export(out, suffix, records, {"source": "dprm solve --mode bon", **provenance})
         return write_summary(out, summarize_bon(read_results(out, "bon"), config))
     if config.peer is not None:  # a calibrator-free peer reads candidates as they arrive
@@ -226,6 +227,9 @@ def summarize_bon(records: list[dict], config: SolveConfig) -> dict[str, Any]:
         "baseline": None,
         "grading": grading_totals(c for r in records for c in r["candidates"]),
     }
+    backs = sorted({str(r["falls_back_to"]) for r in records if r.get("falls_back_to")})
+    if backs:  # auto-seq under a detected shift ran a calibrator-free peer (or uniform)
+        summary["falls_back_to"] = ",".join(backs)
     if add_baseline(summary, records, adaptive, int(config.baseline_n)) is not None:
         curve = fixed_curve(records, int(config.baseline_n), config.rule)
         summary["fixed_curve"] = curve

@@ -80,9 +80,22 @@ def solve_peer(
     *,
     progress: bool = True,
     pool: Any = None,
+    peer: tuple[str, float] | None = None,
+    extra: dict[str, Any] | None = None,
+    budget_total: int | None = None,
 ) -> list[dict]:
     """Run the peer ``config.peer`` over this shard's questions; returns their records
-    (``allocation`` = ``peer:<name>``, ``peer_level``, ``budget`` = its draws)."""
+    (``allocation`` = ``peer:<name>``, ``peer_level``, ``budget`` = its draws).
+
+    Args:
+        peer: (name, level) to run instead of ``config.peer`` at ``peer_level(config)``
+            (``auto-seq``'s fallback under a shift, :mod:`dprm.live.bon_seq`).
+        extra: record fields replacing ``allocation`` (e.g. ``auto-seq`` and
+            ``falls_back_to``); ``peer_level`` is always recorded.
+        budget_total: the most draws of the shard (a stopping rule stops every question once
+            they are spent: a round that would overspend draws for the questions with the
+            fewest draws first, then in question order); None: no cap.
+    """
     from dprm.ias.rules import answer_key
     from dprm.live.bon_seq import DrawLog, _Drawer, logged_records, top_up_baseline
     from dprm.live.run_frame import solving
@@ -93,12 +106,14 @@ def solve_peer(
     log = ResultLog(out / f"bon{suffix}.jsonl")
     if all(r["question_id"] in log for r in rows):
         return [log.records[r["question_id"]] for r in rows]
-    name, level = config.peer, peer_level(config)
+    name, level = peer if peer is not None else (config.peer, peer_level(config))
+    fields = {"allocation": f"peer:{name}", **(extra or {}), "peer_level": float(level)}
+    label = f"auto-seq, falls back to {name}" if peer is not None else name
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
     draws = DrawLog(out / f"peer_draws{suffix}.jsonl")
     seen: list[list[tuple[float, Any, float]]] = [[] for _ in range(q_count)]
     total = q_count * n_max
-    with solving(total, total, f"solve bon {name}", config, progress=progress, pool=pool) as (
+    with solving(total, total, f"solve bon {label}", config, progress=progress, pool=pool) as (
         bar,
         grading,
     ):
@@ -106,8 +121,7 @@ def solve_peer(
 
         def read(requests: list[tuple[int, int]], round_index: int) -> None:
             for part in chunked(requests, size):
-                for (q, j), (e, a) in zip(part, drawer.fetch(part, round_index), strict=True):
-                    raw = float(draws.records[(rows[q]["question_id"], j)]["prm_score"])
+                for (q, j), (e, a, raw) in zip(part, drawer.fetch(part, round_index), strict=True):
                     seen[q].append((e, answer_key(a, j), raw))
 
         if name == "vote-lead":
@@ -136,11 +150,16 @@ def solve_peer(
         else:
             step = {"esc-4": 4, "esc-8": 8}.get(name, 1)
             active, round_index = list(range(q_count)), 0
-            while active:
+            left = q_count * n_max if budget_total is None else int(budget_total)
+            while active and left > 0:
                 requests = [
                     (q, len(seen[q]) + i) for q in active for i in range(step)
                     if len(seen[q]) + i < n_max
                 ]  # fmt: skip
+                if len(requests) > left:  # the cap: the questions with the fewest draws first
+                    requests = sorted(requests, key=lambda r: (len(seen[r[0]]), r[0], r[1]))
+                    requests = sorted(requests[:left])
+                left -= len(requests)
                 read(requests, round_index)
                 round_index += 1
                 active = [q for q in active if not stops(name, level, seen[q], n_max)]
@@ -148,5 +167,5 @@ def solve_peer(
         top_up_baseline(drawer, bar, budgets, config, size, drawn=int(budgets.sum()))
     return logged_records(
         rows, draws, budgets, config, cprm, states, log,
-        lambda q: {"allocation": f"peer:{name}", "peer_level": float(level)},
+        lambda q: dict(fields),
     )  # fmt: skip

@@ -25,7 +25,9 @@ estimates-only policy.
 A question's answer is picked from its draws by ``--rule`` (default the highest uncalibrated PRM
 score, docs/design.md §4; or weighted best-of-N / majority vote on the final answers). The policy
 is learnt for that rule; for ``majority`` with answers its index is the vote race of
-:meth:`dprm.ias.sequential.SequentialPolicy.race_wins`, as offline.
+:meth:`dprm.ias.sequential.SequentialPolicy.race_wins`, and for ``highest-last`` the
+highest-score index of :mod:`dprm.ias.sequential.pick` (it reads each draw's PRM score: what
+one more draw is worth given the current pick), as offline.
 The fixed baseline picks from the first ``baseline_n`` candidates of the same pool: questions
 the policy gave fewer draws are topped up after the allocation (never read by the policy).
 
@@ -39,6 +41,7 @@ one would.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +153,24 @@ def fit_sequential(
     return seq, estimate_samples(fitted.estimate), float(share), fitted.shifted
 
 
+def shift_fallback_for(train_bon: str, rule: str, cost: float, n_max: int):
+    """What ``auto-seq`` runs when the live questions are unlike the training set's: the
+    calibrator-free peer for ``rule`` chosen on the training pools and its level at target
+    ``cost`` (:func:`dprm.ias.fallback.shift_fallback`, the offline choice; ``uniform`` for a
+    training set without final answers).
+
+    Returns:
+        :class:`dprm.ias.fallback.ShiftFallback`.
+    """
+    from dprm.data import read_bon_set
+    from dprm.ias.draws import table_weight
+    from dprm.ias.fallback import shift_fallback
+    from dprm.ias.rules import Candidates
+
+    cands = Candidates.from_bon(read_bon_set(train_bon, check_hidden=False))
+    return shift_fallback(cands, table_weight(cands, rule, None), rule, cost, n_max)
+
+
 class _Drawer:
     """Draws, scores, grades and logs candidates (question index, draw index) in batches."""
 
@@ -160,9 +181,9 @@ class _Drawer:
 
     def fetch(
         self, requests: list[tuple[int, int]], round_index: int | None
-    ) -> list[tuple[float, str]]:
-        """The candidates' (calibrated estimate, canonical final answer), generating the ones
-        not in the log.
+    ) -> list[tuple[float, str, float]]:
+        """The candidates' (calibrated estimate, canonical final answer, PRM score), generating
+        the ones not in the log.
 
         ``round_index`` None: baseline top-ups (not the policy's draws, no ``order``).
         """
@@ -224,7 +245,7 @@ class _Drawer:
             self.order += len(requests)
         self.bar.update(len(requests))
         logged = [self.log.records[(qid[i], j)] for i, (_, j) in enumerate(requests)]
-        return [(float(d["estimate"]), str(d["answer"])) for d in logged]
+        return [(float(d["estimate"]), str(d["answer"]), float(d["prm_score"])) for d in logged]
 
 
 def solve_sequential(
@@ -238,6 +259,7 @@ def solve_sequential(
     *,
     progress: bool = True,
     pool: Any = None,
+    run_peer: Callable[..., list[dict]] | None = None,
 ) -> list[dict]:
     """Run ``auto-seq`` over this shard's questions; returns their finished records.
 
@@ -246,6 +268,16 @@ def solve_sequential(
     ``candidates`` every drawn candidate in draw order with its ``estimate``, ``answer`` (its
     canonical final answer), ``round`` (0: the floor; None: a baseline top-up) and ``order``
     (its place in the shard's sequence of draws); ``floor_share`` is the share the policy used.
+
+    When the shard's questions are unlike the training set's, the policy does not run: as
+    offline, it falls back to the calibrator-free peer chosen on the training pools
+    (:func:`shift_fallback_for`), run live by ``run_peer``
+    (:func:`dprm.live.bon_peers.solve_peer`, passed in: that module builds on this one) at the
+    level that spends the most within the target cost on the training pools, never past the
+    shard's total round(c N_max Q) (a stopping rule stops every question once it is spent);
+    every record says
+    ``falls_back_to`` (``uniform``: exactly uniform best-of-N, for a training set without
+    final answers).
     """
     from dprm.ias.allocation import uniform_budgets
     from dprm.ias.auto import mean_budget as target_mean_budget
@@ -259,6 +291,21 @@ def solve_sequential(
     seq, samples, share, shifted = fit_sequential(
         cprm, states, str(config.train_bon), float(config.auto_cost), config.rule
     )
+    fallback = None
+    if shifted:  # as offline: the calibrator-free peer chosen on the training pools
+        fallback = shift_fallback_for(
+            str(config.train_bon), config.rule, float(config.auto_cost), int(config.n_max)
+        )
+        if fallback.peer != "uniform":
+            if run_peer is None:
+                raise ValueError("auto-seq under a shift runs a peer: pass run_peer")
+            extra = {"allocation": "auto-seq", "falls_back_to": fallback.peer, "floor_share": 1.0}
+            total = int(round(target_mean_budget(float(config.auto_cost), int(config.n_max))
+                              * len(rows)))  # fmt: skip
+            return run_peer(
+                config, cprm, generator, out, suffix, questions, states, progress=progress,
+                pool=pool, peer=(fallback.peer, fallback.level), extra=extra, budget_total=total,
+            )  # fmt: skip
     q_count, n_max, size = len(rows), int(config.n_max), max(1, int(config.round_size))
     mean_budget = target_mean_budget(float(config.auto_cost), n_max)
     reads_answers = seq.answers is not None
@@ -266,9 +313,9 @@ def solve_sequential(
         samples, np.full(q_count, n_max), n_max, answers=reads_answers,
         majority=indexes_race(seq, config.rule),
     )  # fmt: skip
-    prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
+    reads_score = policy.pick is not None  # highest-last: the pick index reads PRM scores
     floor = policy.start(mean_budget, share)
-    if shifted:  # as offline: exactly uniform best-of-N (the policy chooses no draw)
+    if shifted:  # no answers to read: exactly uniform best-of-N (the policy chooses no draw)
         floor, policy.left = uniform_budgets(q_count, mean_budget, n_max), 0
     total = int(floor.sum()) + policy.left
     draws = DrawLog(out / f"seq_draws{suffix}.jsonl")
@@ -278,29 +325,38 @@ def solve_sequential(
     ):
         drawer = _Drawer(rows, cprm, generator, config, grading, draws, bar)
 
-        def read(requests: list[tuple[int, int]], round_index: int) -> list[tuple[float, Any]]:
-            """(log r(e), answer key or None) of each requested draw, as the policy reads it."""
+        def read(
+            requests: list[tuple[int, int]], round_index: int
+        ) -> list[tuple[float, Any, float | None]]:
+            """(log r, answer key or None, rule score or None) of each requested draw, as the
+            policy reads it (the score: a ``highest-last`` policy indexes its pick by the PRM
+            score, :mod:`dprm.ias.sequential.pick`)."""
             fetched = drawer.fetch(requests, round_index)
             qs = np.array([q for q, _ in requests], dtype=np.int64)
-            e = np.array([[est] for est, _ in fetched], dtype=np.float64)
-            log_r = seq.likelihood.log_ratio(prior_mean[qs], e)[:, 0]
+            e = np.array([[est] for est, _, _ in fetched], dtype=np.float64)
+            s = np.array([[score] for _, _, score in fetched], dtype=np.float64)
+            log_r = seq.log_ratio(samples[qs], e, s if reads_score else None)[:, 0]
             # grouped as offline (Candidates.answer): a draw stating no answer is its own group
             keys = [
                 answer_key(a, j) if reads_answers else None
-                for (_, j), (_, a) in zip(requests, fetched, strict=True)
+                for (_, j), (_, a, _) in zip(requests, fetched, strict=True)
             ]
-            return list(zip(log_r.tolist(), keys, strict=True))
+            scores = s[:, 0].tolist() if reads_score else [None] * len(requests)
+            return list(zip(log_r.tolist(), keys, scores, strict=True))
 
         floor_requests = [(q, j) for q in range(q_count) for j in range(int(floor[q]))]
         floor_r: list[list[float]] = [[] for _ in range(q_count)]
         floor_a: list[list[Any]] = [[] for _ in range(q_count)]
+        floor_s: list[list[Any]] = [[] for _ in range(q_count)]
         for part in chunked(floor_requests, size):
-            for (q, _), (r, a) in zip(part, read(part, 0), strict=True):
+            for (q, _), (r, a, sc) in zip(part, read(part, 0), strict=True):
                 floor_r[q].append(r)
                 floor_a[q].append(a)
+                floor_s[q].append(sc)
         policy.observe_floor(
             [np.asarray(r, dtype=np.float64) for r in floor_r],
             floor_a if reads_answers else None,
+            floor_s if reads_score else None,
         )
         round_index = 0
         while picks := policy.next_round(size):
@@ -310,13 +366,14 @@ def solve_sequential(
             for q in picks:  # a question picked k times gets its next k draws
                 requests.append((q, int(policy.n[q]) + seen.get(q, 0)))
                 seen[q] = seen.get(q, 0) + 1
-            for (q, _), (r, a) in zip(requests, read(requests, round_index), strict=True):
-                policy.observe(q, r, a)
+            for (q, _), (r, a, sc) in zip(requests, read(requests, round_index), strict=True):
+                policy.observe(q, r, a, sc)
         budgets = policy.n.copy()
         top_up_baseline(drawer, bar, budgets, config, size, drawn=total)
     return logged_records(
         rows, draws, budgets, config, cprm, states, log,
-        lambda q: {"allocation": "auto-seq", "floor": int(floor[q]), "floor_share": float(share)},
+        lambda q: {"allocation": "auto-seq", "floor": int(floor[q]), "floor_share": float(share),
+                   **({"falls_back_to": "uniform"} if shifted else {})},
     )  # fmt: skip
 
 

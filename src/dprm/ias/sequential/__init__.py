@@ -22,7 +22,8 @@ posterior over the question's success probability p:
   prod_{i in j} r(e_i). Agreement among draws is evidence of a large p, scattered answers of a
   small one, whatever the PRM: this is what the calibrated prior of a weak PRM cannot say.
   Without answers (contract v1) the candidates are independent given p, as above;
-* **index**: the expected gain in selected-answer accuracy per draw of the best look-ahead,
+* **index** (``weighted-*``, and every rule without candidate scores): the expected gain in
+  selected-answer accuracy per draw of the best look-ahead,
   Delta_i(n) = max_d sum_m w_im [g_{n+d}(p_m) - g_n(p_m)] / d, with g the rule's
   selection-accuracy model (:class:`dprm.ias.allocation.SelectionModel`, learnt on the training
   pools as for ``auto``) and w_i the posterior weights after the question's n draws (for the
@@ -32,6 +33,13 @@ posterior over the question's success probability p:
   more draws in a race between the gold cluster and its largest rival
   (:meth:`SequentialPolicy.race_wins`). The curves cannot tell a settled vote (5 of 5 agree)
   from a contested one (2-2); the race can.
+* **highest-score rules** (``highest-*``): the index reads the current pick, the top-scored
+  draw so far: the posterior-expected gain of one more draw, P(it outscores the pick and is
+  right while the pick is wrong) - P(it outscores a right pick and is wrong), with the score's
+  distributions by correctness learnt on the training pools and the pick's posterior
+  correctness from its likelihood ratio (and its answer cluster); each draw's rule score joins
+  its calibrated estimate as evidence (:mod:`~dprm.ias.sequential.pick`). The curves g value
+  a question by p alone and cannot tell a pick that scores near 1 from a weak one.
 
 The policy draws the next candidate for the question of largest index until the total budget
 round(mean_budget x Q) is spent (exactly: every draw is one candidate), after a uniform floor
@@ -49,6 +57,7 @@ method: :func:`dprm.ias.draws.draw_orders`), with the standard error over orders
 
 The package, by job: :mod:`~dprm.ias.sequential.posterior` (the candidate likelihood and the
 wrong answers' CRP), :mod:`~dprm.ias.sequential.race` (the majority race index),
+:mod:`~dprm.ias.sequential.pick` (the highest-score index),
 :mod:`~dprm.ias.sequential.policy` (the policy state and the fitted allocator) and
 :mod:`~dprm.ias.sequential.floor` (the one floor-share procedure). Its evaluation (draw orders,
 outcomes) is :mod:`dprm.ias.draws`; its equal-cost rows are :mod:`dprm.ias.equal_cost`.
@@ -62,6 +71,7 @@ from dprm.ias.sequential.floor import (
     sequential_floor_shares,
     training_replay,
 )
+from dprm.ias.sequential.pick import PickModel, ScoredLikelihood, pick_gain
 from dprm.ias.sequential.policy import SequentialAuto, SequentialPolicy, floor_draws
 from dprm.ias.sequential.posterior import CandidateLikelihood, WrongAnswerModel, rising_log
 from dprm.ias.sequential.race import RACE_GROUPS, RACE_HORIZON, race_wins
@@ -72,12 +82,15 @@ __all__ = [
     "SEQ_FLOOR_SHARES",
     "SEQ_TRAIN_TRIALS",
     "CandidateLikelihood",
+    "PickModel",
+    "ScoredLikelihood",
     "SequentialAuto",
     "SequentialFit",
     "SequentialPolicy",
     "WrongAnswerModel",
     "fit_sequential",
     "floor_draws",
+    "pick_gain",
     "race_wins",
     "rising_log",
     "sequential_floor_shares",

@@ -67,12 +67,17 @@ def fit_sequential(
         costs: target costs (mean draws / n_max).
         read_answers: the policy reads the draws' final answers (the training pools carry
             them, and so do the draws it will read).
+        rule: a ``highest-*`` rule gets the highest-score index (the policy reads each draw's
+            score ``train_weight`` there, and the rule's weights where it runs:
+            :mod:`dprm.ias.sequential.pick`); a vote keeps the curves (``majority`` with
+            answers: the race).
         replay: the training pools' draw orders and outcomes (:func:`training_replay`) when
             the caller has them; else drawn here with ``trials`` orders per question.
     """
     seq = SequentialAuto.fit(
         model, estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
         train_cands.correct, train_cands.row >= 0, train_cands.answer if read_answers else None,
+        None if uses_answers(rule) else train_weight,
     )  # fmt: skip
     majority = seq.answers is not None and rule == "majority"
     replay = replay or training_replay(train_cands, train_weight, uses_answers(rule), trials, seed)
@@ -126,6 +131,7 @@ def sequential_floor_shares(
         estimate_samples(train_est), train_cands.gather(train_est.candidate, 0.5),
         train_cands.size, orders, [mb for mb, _ in pairs], [sh for _, sh in pairs], n_max,
         answer=answers, majority=majority and answers is not None,
+        score=train_weight if seq.pick is not None else None,
     )  # fmt: skip
     acc = np.array([outcome_accuracy(outcomes, b)[0] for b in budgets])
     acc = acc.reshape(len(SEQ_FLOOR_SHARES), len(costs)).T  # [cost, share]

@@ -11,6 +11,7 @@ import numpy as np
 
 from dprm.ias.allocation import SelectionModel
 from dprm.ias.constants import N_MAX
+from dprm.ias.sequential.pick import PickModel, pick_gain
 from dprm.ias.sequential.posterior import (
     EPS,
     LOG_FACT,
@@ -29,6 +30,10 @@ class SequentialAuto:
     Args:
         model: the rule's selection-accuracy model g (fitted on the training pools).
         likelihood: the candidates' likelihood ratio (fitted on the training pools).
+        answers: the wrong answers' CRP (None: the policy does not read answers).
+        pick: a ``highest-*`` rule's pick model (:mod:`dprm.ias.sequential.pick`): the policy
+            reads each draw's rule score, its likelihood ratio is ``pick.likelihood`` and its
+            index the highest-score index; None: the fresh-draw curves (or the race).
     """
 
     def __init__(
@@ -36,10 +41,12 @@ class SequentialAuto:
         model: SelectionModel,
         likelihood: CandidateLikelihood,
         answers: WrongAnswerModel | None = None,
+        pick: PickModel | None = None,
     ):
         self.model = model
         self.likelihood = likelihood
         self.answers = answers
+        self.pick = pick
 
     @classmethod
     def fit(
@@ -50,16 +57,24 @@ class SequentialAuto:
         train_correct: np.ndarray,
         train_valid: np.ndarray,
         train_answer: np.ndarray | None = None,
+        train_score: np.ndarray | None = None,
     ) -> SequentialAuto:
         """Fit the likelihoods on training pools: prior samples [Q, M], candidate estimates,
         correctness, validity and (BoN contract v2) answer codes [Q, K]; without answers the
-        policy reads the candidates' estimates only."""
+        policy reads the candidates' estimates only. ``train_score`` [Q, K] (a ``highest-*``
+        rule's candidate weights): the policy also reads each draw's score and indexes the
+        current pick (:class:`dprm.ias.sequential.pick.PickModel`)."""
         prior_mean = np.asarray(train_samples, dtype=np.float64).mean(axis=1)
         like = CandidateLikelihood.fit(prior_mean, train_candidate, train_correct, train_valid)
         answers = None
         if train_answer is not None:
             answers = WrongAnswerModel.fit(train_answer, train_correct, train_valid)
-        return cls(model, like, answers)
+        pick = None
+        if train_score is not None:
+            pick = PickModel.fit(
+                prior_mean, train_candidate, train_score, train_correct, train_valid
+            )
+        return cls(model, like, answers, pick)
 
     def policy(
         self,
@@ -94,11 +109,19 @@ class SequentialAuto:
                 raise ValueError("this auto-seq was fitted without answers (train_answer)")
             log_alpha = self.answers.log_alpha(samples)
             crp = (log_alpha, rising_log(np.exp(log_alpha), int(cap.max(initial=1))))
-        return SequentialPolicy(step, log_p, log_q, cap, crp, race=majority)
+        pick = None if majority else self.pick
+        return SequentialPolicy(step, log_p, log_q, cap, crp, race=majority, pick=pick)
 
-    def log_ratio(self, samples: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-        """log r(e) [Q, K] of candidate estimates [Q, K] under priors ``samples`` [Q, M]."""
+    def log_ratio(
+        self, samples: np.ndarray, candidate: np.ndarray, score: np.ndarray | None = None
+    ) -> np.ndarray:
+        """log r(e) [Q, K] of candidate estimates [Q, K] under priors ``samples`` [Q, M]; with
+        the rule's scores ``score`` [Q, K] (a policy with a pick model), log r(e, s)."""
         prior_mean = np.asarray(samples, dtype=np.float64).mean(axis=1)
+        if score is not None:
+            if self.pick is None:
+                raise ValueError("this auto-seq was fitted without scores (train_score)")
+            return self.pick.likelihood.log_ratio(prior_mean, candidate, score)
         return self.likelihood.log_ratio(prior_mean, candidate)
 
     def budgets(
@@ -113,6 +136,7 @@ class SequentialAuto:
         round_size: int = 1,
         answer: np.ndarray | None = None,
         majority: bool = False,
+        score: np.ndarray | None = None,
     ) -> np.ndarray:
         """The policy's budgets for every draw order and mean budget.
 
@@ -129,6 +153,8 @@ class SequentialAuto:
             answer: [Q, K] the candidates' answer codes (candidate order; BoN contract v2),
                 read with each draw; None: estimates only.
             majority: the rule is a majority vote (needs ``answer``): the race index.
+            score: [Q, K] the rule's candidate weights (candidate order; -inf padding), read
+                with each draw; needed when the policy was fitted with a pick model.
 
         Returns:
             int64 [len(mean_budgets), T, Q] with sum over Q = round(mean budget x Q) (unless
@@ -138,24 +164,30 @@ class SequentialAuto:
         shares = np.broadcast_to(np.asarray(floor_share, dtype=np.float64), (len(mean_budgets),))
         cap = np.minimum(size, n_max).astype(np.int64)
         base = self.policy(samples, cap, n_max, answers=answer is not None, majority=majority)
-        log_r = self.log_ratio(samples, candidate)  # [Q, K]
+        reads_score = base.pick is not None  # a highest-* rule's pick index
+        if reads_score and score is None:
+            raise ValueError("this auto-seq reads the draws' rule scores: pass score")
+        log_r = self.log_ratio(samples, candidate, score if reads_score else None)  # [Q, K]
         out = np.zeros((len(mean_budgets), orders.shape[0], q_count), dtype=np.int64)
         for t in range(orders.shape[0]):
             r_in_order = np.take_along_axis(log_r, orders[t], axis=1)  # [Q, K]
             a_in_order = None if answer is None else np.take_along_axis(answer, orders[t], axis=1)
+            s_in_order = np.take_along_axis(score, orders[t], axis=1) if reads_score else None
             for j, (mb, share) in enumerate(zip(mean_budgets, shares, strict=True)):
                 policy = base.fresh()
                 floor = policy.start(mb, float(share))
                 policy.observe_floor(
                     [r_in_order[q, : floor[q]] for q in range(q_count)],
                     None if a_in_order is None else [a_in_order[q, : floor[q]] for q in range(q_count)],
+                    None if s_in_order is None else [s_in_order[q, : floor[q]] for q in range(q_count)],
                 )  # fmt: skip
                 while picks := policy.next_round(round_size):
                     for q in picks:
                         n = policy.n[q]
                         policy.observe(
-                            q, r_in_order[q, n], None if a_in_order is None else a_in_order[q, n]
-                        )
+                            q, r_in_order[q, n], None if a_in_order is None else a_in_order[q, n],
+                            None if s_in_order is None else s_in_order[q, n],
+                        )  # fmt: skip
                 out[j, t] = policy.n
         return out
 
@@ -188,6 +220,9 @@ class SequentialPolicy:
             at every prior sample (:class:`WrongAnswerModel`).
         race: (with ``crp``) the rule is a majority vote: the index is the race index
             (:meth:`race_wins`) instead of the posterior-expected curves ``step``.
+        pick: a ``highest-*`` rule's pick model: the policy reads each draw's rule score and
+            its index is the highest-score index (:func:`dprm.ias.sequential.pick.pick_gain`)
+            instead of the curves ``step``.
     """
 
     def __init__(
@@ -198,19 +233,28 @@ class SequentialPolicy:
         cap: np.ndarray,
         crp: tuple[np.ndarray, np.ndarray] | None = None,
         race: bool = False,
+        pick: PickModel | None = None,
     ):
         if race and crp is None:
             raise ValueError("the race index needs the answers' CRP (crp)")
+        if race and pick is not None:
+            raise ValueError("the race index (majority) and the pick index (highest-*) exclude")
         self.step, self.log_p, self.log_q = step, log_p, log_q
         self.cap = np.asarray(cap, dtype=np.int64)
         self.crp = crp
         self.race = race
+        self.pick = pick
         q_count, m = log_p.shape
         # the race merges consecutive prior samples (sorted quantiles) into RACE_GROUPS groups
         self._group_start = np.unique(np.linspace(0, m, RACE_GROUPS + 1).astype(np.int64)[:-1])
         self._joint: list[np.ndarray | None] = [None] * q_count  # log P(answers, H = j | p_m)
         if race:
             self._race_p, self._race_alpha = np.exp(log_p), np.exp(crp[0])
+        # the pick index: each question's top score so far, and its pick's log r and answer
+        self._p = np.exp(log_p)
+        self._top_score = np.full(q_count, -np.inf)
+        self._top_r = np.zeros(q_count)
+        self._top_answer: list = [None] * q_count
         self.n = np.zeros(q_count, dtype=np.int64)  # draws read so far
         self.log_w = np.zeros((q_count, m))  # log-likelihood of each prior sample
         self._weight = np.full((q_count, m), 1.0 / m)  # the posterior weights, normalised
@@ -230,7 +274,9 @@ class SequentialPolicy:
 
     def fresh(self) -> SequentialPolicy:
         """A new state on the same questions (the shared arrays are not copied)."""
-        return SequentialPolicy(self.step, self.log_p, self.log_q, self.cap, self.crp, self.race)
+        return SequentialPolicy(
+            self.step, self.log_p, self.log_q, self.cap, self.crp, self.race, self.pick
+        )
 
     def start(self, mean_budget: float, floor_share: float) -> np.ndarray:
         """Set the total round(mean_budget x Q) and return the floor's draws per question [Q]
@@ -260,14 +306,19 @@ class SequentialPolicy:
                 + (fact - LOG_FACT[sizes] + log_r)[:, None]
                 - rising[:, n - sizes].T
             )  # [k, M]: cluster j is the gold answer
-        if self.race:  # the race index reads the joint posterior of (gold cluster, p)
+        if self.race or self.pick is not None:  # the joint posterior of (gold cluster, p)
             self._joint[q] = terms
         top = terms.max(axis=0)
         return top + np.log(np.exp(terms - top).sum(axis=0))
 
-    def _read(self, q: int, log_r: np.ndarray, answers: np.ndarray | None) -> None:
-        """Add draws (log r [d], answers [d] or None) to question q's posterior."""
+    def _read(self, q: int, log_r: np.ndarray, answers: np.ndarray | None, scores=None) -> None:
+        """Add draws (log r [d], answers [d] or None, rule scores [d] or None) to question q's
+        posterior."""
         log_r = np.asarray(log_r, dtype=np.float64)
+        if self.pick is not None:
+            if scores is None:
+                raise ValueError("this policy reads the draws' rule scores: pass each draw's score")
+            self._track_pick(q, log_r, answers, scores)
         self.n[q] += len(log_r)
         if self.crp is None:
             # candidates independent given p: log(p r + 1 - p) summed over the draws
@@ -289,16 +340,31 @@ class SequentialPolicy:
         w = np.exp(self.log_w[q] - self.log_w[q].max())
         self._weight[q] = w / w.sum()
 
+    def _track_pick(self, q: int, log_r: np.ndarray, answers, scores) -> None:
+        """Update question q's pick (its top-scored draw; ties: the first drawn) with draws
+        about to be read: log r, answers (or None) and rule scores [d]."""
+        for i, s in enumerate(np.asarray(scores, dtype=np.float64).tolist()):
+            if s > self._top_score[q]:
+                self._top_score[q], self._top_r[q] = s, log_r[i]
+                self._top_answer[q] = None if answers is None else answers[i]
+
     def observe_floor(
-        self, log_r: Sequence[np.ndarray], answers: Sequence[np.ndarray] | None = None
+        self,
+        log_r: Sequence[np.ndarray],
+        answers: Sequence[np.ndarray] | None = None,
+        scores: Sequence[np.ndarray] | None = None,
     ) -> None:
         """Read every question's floor draws: ``log_r[q]`` [n_q] (and ``answers[q]`` [n_q],
-        hashable answer keys, when the policy reads answers) in draw order."""
+        hashable answer keys, when the policy reads answers; ``scores[q]`` [n_q], the rule's
+        scores, when it indexes the pick) in draw order."""
         for q, r in enumerate(log_r):
             self.n[q] = 0
             self.log_w[q] = 0.0
             self._clusters[q], self._sizes[q], self._cluster_r[q] = {}, [], []
-            self._read(q, r, None if answers is None else answers[q])
+            self._top_score[q], self._top_r[q], self._top_answer[q] = -np.inf, 0.0, None
+            self._read(
+                q, r, None if answers is None else answers[q], None if scores is None else scores[q]
+            )
         self._heap = [(-self._index(q), q, 0) for q in range(len(self.n))]
         heapq.heapify(self._heap)
 
@@ -319,6 +385,29 @@ class SequentialPolicy:
         gains = (wins[pending + 1 :] - wins[pending]) / _DRAWS[: horizon - pending]
         return float(gains.max())
 
+    def pick_right(self, q: int) -> np.ndarray:
+        """pi(p_m) [M]: question q's current pick is correct given p_m and its draws (0 before
+        any draw): from its likelihood ratio, or with answers the posterior that its answer
+        cluster is the gold one (:mod:`dprm.ias.sequential.pick`)."""
+        if self.n[q] == 0 or not np.isfinite(self._top_score[q]):
+            return np.zeros_like(self._p[q])
+        if self.crp is None:
+            odds = self._p[q] * np.exp(self._top_r[q])
+            return odds / (odds + 1 - self._p[q])
+        terms = self._joint[q]  # [c + 1, M]: H = 0 (no draw correct), H = j (cluster j gold)
+        j = self._clusters[q][self._top_answer[q]] + 1
+        top = terms.max(axis=0)
+        return np.exp(terms[j] - top) / np.exp(terms - top).sum(axis=0)
+
+    def _pick_index(self, q: int) -> float:
+        """The highest-score index: the posterior-expected gain in the pick's correctness
+        from one more draw, after the question's draws chosen but not read yet
+        (:func:`dprm.ias.sequential.pick.pick_gain`)."""
+        exceed = self.pick.exceed(float(self._top_score[q]))
+        return pick_gain(
+            self._weight[q], self._p[q], self.pick_right(q), exceed, int(self._pending[q])
+        )
+
     def _index(self, q: int) -> float:
         """The posterior-expected gain per draw of the best look-ahead from n draws:
         max_d E_post[g_{n+d}(p) - g_n(p)] / d over d = 1..cap - n, the slope of the expected
@@ -330,6 +419,8 @@ class SequentialPolicy:
             return -np.inf
         if self.race:
             return self._race_index(q)
+        if self.pick is not None:
+            return self._pick_index(q)
         steps = self._weight[q] @ self.step[q, :, n - 1 : self.cap[q] - 1]  # [cap - n]
         return float((np.cumsum(steps) / _DRAWS[: len(steps)]).max())
 
@@ -357,9 +448,13 @@ class SequentialPolicy:
                 self._version[q] += 1
         return picks
 
-    def observe(self, q: int, log_r: float, answer=None) -> None:
-        """Read question ``q``'s next draw: its log r(e) and, when the policy reads answers,
-        its final answer (any hashable key; equal keys are one answer)."""
-        self._read(q, np.array([log_r]), None if answer is None else [answer])
+    def observe(self, q: int, log_r: float, answer=None, score: float | None = None) -> None:
+        """Read question ``q``'s next draw: its log r(e) (with a pick model, log r(e, s)),
+        when the policy reads answers its final answer (any hashable key; equal keys are one
+        answer) and, when it indexes the pick, its rule score."""
+        self._read(
+            q, np.array([log_r]), None if answer is None else [answer],
+            None if score is None else [score],
+        )  # fmt: skip
         self._pending[q] -= 1
         self._push(q)
