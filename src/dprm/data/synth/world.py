@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from dprm.data.contract import SetWriter
 from dprm.data.synth.bon import add_v2, write_train_bon
+from dprm.data.synth.bon_fitted import write_fitted_bon, write_fitted_train_bon
 from dprm.data.synth.draws import (
     Embedding,
     Records,
@@ -20,6 +21,7 @@ from dprm.data.synth.draws import (
     simulate,
     split_rngs,
 )
+from dprm.data.synth.fitted_presets import fitted_default_seed, fitted_pair
 from dprm.data.synth.presets import (
     SIZES,
     ScoreCell,
@@ -52,7 +54,9 @@ def write_world(
 
     Args:
         out: output directory.
-        preset: ``GENERATOR__PRM`` or ``demo``.
+        preset: ``GENERATOR__PRM`` or ``demo``, or a fitted best-of-N preset
+            (:mod:`dprm.data.synth.fitted_presets`: its pools come from
+            :mod:`dprm.data.synth.bon_fitted`).
         size: ``paper`` (3584-dim, 500 + 60 + 500 questions), ``demo`` or ``tiny``; default
             ``paper`` (``demo`` for the demo preset).
         seed: world seed; default derived from the generator (:func:`default_seed`), so
@@ -68,14 +72,27 @@ def write_world(
     out = Path(out)
     if not overwrite and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists; pass overwrite=True to write into it")
-    gen, prm = resolve_preset(preset)
+    fitted = fitted_pair(preset)
+    if fitted is not None:
+        gen, prm = fitted.generator, fitted.prm
+
+        def cell_of(kind: str) -> ScoreCell:
+            return fitted.cell(kind)
+    else:
+        gen, prm = resolve_preset(preset)
+
+        def cell_of(kind: str) -> ScoreCell:
+            return score_cell(gen, prm, kind)
+
     size_name = size or ("demo" if preset == "demo" else "paper")
     if size_name not in SIZES:
         raise ValueError(f"unknown size {size_name!r}; choose from {sorted(SIZES)}")
     world = SIZES[size_name]
     if hidden_dim is not None:
         world = replace(world, hidden_dim=int(hidden_dim))
-    seed = default_seed(preset) if seed is None else int(seed)
+    if seed is None:
+        seed = fitted_default_seed(preset) if fitted is not None else default_seed(preset)
+    seed = int(seed)
     embed = Embedding(prm, world.hidden_dim)
     out = Path(out)
     written: dict[str, Path] = {}
@@ -98,7 +115,7 @@ def write_world(
 
     for split_index, split in enumerate(world.splits):
         rng, prm_rng, mask_rng = split_rngs(seed, split_index, prm)
-        cell = score_cell(gen, prm, split.kind)
+        cell = cell_of(split.kind)
         # -- calibration set -----------------------------------------------------------------
         draws = draw_generator(rng, gen, split, world, split.n_questions)
         prm_draws = draw_prm(prm_rng, draws, mask_rng)
@@ -123,6 +140,12 @@ def write_world(
             writer.meta.update(provenance, split=split.name)
         written[f"{split.name}/calib"] = path
         bar.update()
+        if split.n_bon_questions == 0 and fitted is not None:
+            written[f"{split.name}/bon"] = write_fitted_train_bon(
+                out / split.name / "bon", seed, split_index, fitted, cell, split, world, embed,
+                provenance)  # fmt: skip
+            bar.update()
+            continue
         if split.n_bon_questions == 0:  # a training split: its BoN pools (v2) come from a
             written[f"{split.name}/bon"] = write_train_bon(  # separate stream
                 out / split.name / "bon", seed, split_index, gen, prm, cell, split, world, embed,
@@ -133,6 +156,14 @@ def write_world(
         q_draws = draw_generator(rng, gen, split, world, split.n_bon_questions, question_only=True)
         q_prm_draws = draw_prm(prm_rng, q_draws, mask_rng)
         q_rec = simulate(gen, prm, cell, split.kind, q_draws, q_prm_draws, world.max_steps)
+        path = out / split.name / "bon"
+        if fitted is not None:
+            ids = [f"{split.name}-b{q:04d}" for q in q_draws.question]
+            written[f"{split.name}/bon"] = write_fitted_bon(
+                path, fitted, cell, q_rec, ids, seed, split_index, world, embed, provenance,
+                split.name)  # fmt: skip
+            bar.update()
+            continue
         questions, responses, correct = draw_pool(
             rng, prm_rng, prm, cell, q_rec, q_draws.question, split.name, world.pool_size
         )
