@@ -305,13 +305,14 @@ def render(name: str) -> Path:
         "",
         *uniform_lines(curves),
         "",
-        "How to read it. A PRM whose AUROC is near 0.5 does not rank a question's candidates: "
-        "highest-score best-of-n is then near one random draw, uniform best-of-64 is no more "
-        "accurate than best-of-4, and any method that stops early reaches its accuracy in a few "
-        "draws: those savings measure the PRM's failure, not a policy's skill. Majority voting "
-        "reads only the answers and gains with n where wrong answers scatter. A question with no "
-        "correct candidate in its pool is lost to every method; where most are (a low share "
-        "above), accuracies are small and their differences are a few questions.",
+        "How to read it. A within-question AUROC near 0.5 means the PRM's last-step score "
+        "barely ranks a question's candidates, so the score-threshold peers (`score-raw`, "
+        "`score-calibrated`) have little to stop on. Where uniform best-of-n stops gaining (or "
+        "loses) between n = 16 and n = 64, uniform reaches best-of-64's accuracy itself well "
+        "before 64 draws, and every method's samples-to-match mostly measures that flat curve, "
+        "not the policy. A question with no correct candidate in its pool is lost to every "
+        f"method; one question is {1 / facts['questions'].max():.3f} of accuracy here, so "
+        "compare differences with the bootstrap standard errors (±).",
         "",
         "Methods: as on [adaptive-peers.md](adaptive-peers.md) (the same code, "
         "`dprm.ias.peer_curves`). `auto-seq[truth]` on this world: each question's pool solve "
