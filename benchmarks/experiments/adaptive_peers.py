@@ -9,8 +9,8 @@ draw orders (:mod:`dprm.ias.peer_curves`): the peers (uniform, Adaptive-Consiste
 prior, the raw PRM (base), no prior and the truth. Writes docs/results/adaptive-peers.md and its
 CSVs.
 
-Any BoN set works: ``--bon TEST --train-bon TRAIN --calibrator DIR`` runs one set instead of
-the twin grid (e.g. a recipe's BoN sets), with a table of its own.
+Any world's BoN sets work: ``--bon id=DIR --bon ood=DIR --train-bon DIR --calibrator DIR ...``
+runs them instead of the twin grid (e.g. a recipe's; peer_sets.py), with a page of its own.
 
 Run: ``PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py --root /tmp/peers``; it
 stores the CSVs and ``source.json`` (commit, date, machine, settings) in
@@ -329,6 +329,10 @@ def render(name: str = PAGE) -> Path:
     in ``docs/results/<name>/`` alone."""
     out_dir = rp.folder(name)
     settings = rp.read_source(name)["settings"]
+    if settings.get("kind") == "bon-sets":  # written by --bon: peer_sets.py's page
+        import peer_sets
+
+        return peer_sets.render(name)
     cells = pd.read_csv(out_dir / "cells.csv")
     agg = pd.read_csv(out_dir / "summary.csv")
     agg["falls_back_to"] = agg["falls_back_to"].fillna("")
@@ -436,9 +440,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--train-trials", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=200)
-    parser.add_argument("--bon", type=Path, help="one test BoN set instead of the twin grid")
+    parser.add_argument("--bon", action="append", metavar="[SPLIT=]DIR",
+                        help="test BoN sets instead of the twin grid (peer_sets.py)")  # fmt: skip
     parser.add_argument("--train-bon", type=Path, help="with --bon: its training BoN set")
-    parser.add_argument("--calibrator", type=Path, help="with --bon: a saved calibrator")
+    parser.add_argument("--calibrator", type=Path, action="append",
+                        help="with --bon: a saved calibrator (repeat: one per seed)")  # fmt: skip
+    parser.add_argument("--world", default="", help="with --bon: the world's name")
     parser.add_argument("--out", type=Path, default=None,
                         help="the page (default: docs/results/adaptive-peers.md, honouring "
                              "DPRM_RESULTS_DIR); its CSVs go to the folder of its name")  # fmt: skip
@@ -459,18 +466,11 @@ def main() -> None:
     if args.smoke:
         cells = smoke_cells()
         curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "knob": [1.0]})
-    elif args.bon is not None:
-        if args.train_bon is None or args.calibrator is None:
-            parser.error("--bon needs --train-bon and --calibrator")
-        from dprm.data import read_bon_set
-        from dprm.models import load
+    elif args.bon is not None:  # one world's BoN sets: peer_sets.py runs, stores and renders
+        import peer_sets
 
-        bon = read_bon_set(args.bon, check_hidden=False)
-        train = read_bon_set(args.train_bon, check_hidden=False)
-        cells, curves = evaluate_set(bon, train, load(args.calibrator), args.rules, args.trials,
-                                     args.train_trials, args.bootstrap, 0)  # fmt: skip
-        meta = {"world": args.bon.name, "world_seed": 0, "calibrator_seed": 0, "split": "test"}
-        cells, curves = cells.assign(**meta), curves.assign(**meta)
+        print(f"wrote {peer_sets.main(args, name)} in {(time.time() - t0) / 60:.1f} min")
+        return
     else:
         frames, curve_frames = [], []
         seeds = [int(s) for s in args.world_seeds.split(",")]

@@ -54,13 +54,14 @@ EXPERIMENTS = [
         marks=slow,
     ),  # fmt: skip
 ]
-#: page name -> the script that renders it
+#: page name -> the script that renders it (or the script and its arguments after --render)
 PAGES = {
     "paper-vs-dprm": "paper_rows.py",
     "regime-map": "regime_map.py",
     "adaptive-compute": "ias_pays_grid.py",
     "performance": "performance.py",
     "adaptive-peers": "adaptive_peers.py",
+    "adaptive-peers-arith": ("adaptive_peers.py", "--out", "{tmp}/results/adaptive-peers-arith.md"),
     "real-world": "real_world.py",
 }
 
@@ -72,7 +73,8 @@ def test_experiment_script_runs_at_its_smallest_size(script, args, tmp_path, run
 
 def test_every_experiment_script_is_smoke_tested():
     listed = {p.values[0] if hasattr(p, "values") else p[0] for p in EXPERIMENTS}
-    listed |= {"paper_rows.py", "results_page.py"}  # paper_rows: below; results_page: a library
+    # paper_rows: below; results_page: a library; peer_sets: adaptive_peers.py --bon's half
+    listed |= {"paper_rows.py", "results_page.py", "peer_sets.py"}
     assert {p.name for p in (ROOT / "benchmarks" / "experiments").glob("*.py")} == listed
 
 
@@ -102,7 +104,8 @@ def test_results_page_rerenders_byte_for_byte(page, tmp_path, run):
     copy = tmp_path / "results"
     shutil.copytree(RESULTS, copy)
     (copy / f"{page}.md").unlink()
-    run(ROOT / "benchmarks" / "experiments" / PAGES[page], ["--render"], tmp_path,
+    script, *args = (PAGES[page],) if isinstance(PAGES[page], str) else PAGES[page]
+    run(ROOT / "benchmarks" / "experiments" / script, ["--render", *args], tmp_path,
          env={"DPRM_RESULTS_DIR": str(copy)})  # fmt: skip
     assert (copy / f"{page}.md").read_bytes() == (RESULTS / f"{page}.md").read_bytes()
 

@@ -8,6 +8,7 @@ import pytest
 
 from dprm.data.contract import read_bon_set, read_calibration_set
 from dprm.io import DataError
+from dprm.llm.answers import canonical_answer
 from dprm.llm.embed import EmbedConfig, build_chains, embed_label_part, run_embed
 from dprm.llm.prm import load_prm
 from dprm.llm.prompts import split_steps
@@ -81,6 +82,10 @@ def test_calibration_and_bon_sets_validate(toy_trajectories, qwen_prm, tmp_path)
     bon = read_bon_set(bon_path)
     assert len(bon) == 3 and len(bon.responses) == 6
     assert bon.responses["correct"].tolist() == pool["correct"].tolist()
+    # each candidate's own final answer, not the gold answer its pool row carries: toy/0's two
+    # candidates state 7 and 8 (gold 7), so majority and the vote peers see them disagree
+    assert bon.responses["answer"].tolist() == [canonical_answer(r) for r in pool["response"]]
+    assert bon.responses["answer"].tolist()[:2] == ["7", "8"]
     last = qwen_prm.score_steps(pool["question"][0], [split_steps(pool["response"][0])])[0].scores[
         -1
     ]

@@ -50,3 +50,18 @@ def test_bon_train_adds_a_training_pool_for_auto():
     assert "train/bon" not in world_data(plain, plain.worlds[0])
     data["bon"] = {"n": 0, "train": True}
     assert pool_splits(recipe_from_dict(data, str(EXAMPLE))) == ()
+
+
+def test_the_peer_table_recipe_is_arith_with_large_pools():
+    """examples/arith-peers.toml (docs/results/adaptive-peers-arith.md): the same world and first
+    pass as arith.toml, pools of 64 on >= 150 questions per split with a training pool, and the
+    calibrator meant for IAS over three seeds."""
+    from dprm.recipe.spec import load_recipe
+
+    base = load_recipe(EXAMPLE)
+    peers = load_recipe(EXAMPLE.parent / "arith-peers.toml")
+    assert peers.generators == base.generators and peers.prms == base.prms
+    assert peers.questions.train == base.questions.train and peers.questions.ood == ("arith-ood",)
+    assert peers.sampling == base.sampling  # the pools are drawn as arith.toml draws them
+    assert peers.bon.n == 64 and peers.bon.train and peers.questions.limit >= 150
+    assert peers.calibrators.methods == ("binomial",) and peers.calibrators.seeds == 3

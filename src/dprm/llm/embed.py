@@ -43,7 +43,7 @@ import pandas as pd
 
 from dprm.data.contract import write_bon_set, write_calibration_set
 from dprm.io import DataError, read_json
-from dprm.llm.answers import canonical_answer, normalise_answer
+from dprm.llm.answers import canonical_answer
 from dprm.llm.park_adapter import PARK_COLUMNS
 from dprm.llm.prm_interface import PRM, Encoded, UnscorableError
 from dprm.llm.prompts import split_steps
@@ -299,13 +299,10 @@ def embed_bon_part(
     dim = prm.hidden_dim
     q_hidden = np.stack([q_outputs[q].hidden[0] for q in qids]) if qids else np.zeros((0, dim))
     kept = pool.iloc[scored]
-    # BoN contract v2: the canonical final answer (the pool's, if its grader gave one) and the
-    # states / step scores of the complete trajectory (its last scored step)
-    texts = kept["answer"] if "answer" in kept.columns else kept["response"]
-    answers = [
-        (normalise_answer(str(t)) if "answer" in kept.columns else canonical_answer(str(t)))
-        for t in texts
-    ]
+    # BoN contract v2: the canonical final answer each candidate states (its own text: a
+    # pool's ``answer`` column is the question's gold answer, the same for every candidate) and
+    # the states / step scores of the complete trajectory (its last scored step)
+    answers = [canonical_answer(str(t)) for t in kept["response"]]
     r_hidden = (
         np.stack([by_row[r][1].hidden[-1] for r in scored]).astype(np.float32)
         if scored
