@@ -82,8 +82,9 @@ def test_a_set_without_truth_gets_the_pool_solve_rate_ceiling(tiny_world, monkey
     from dprm.data import read_bon_set
     from dprm.models.raw_score import RawScoreCalibrator
 
-    def capture(bon, train, estimates, train_estimates, rule, **kwargs):
-        raise _Captured(estimates["truth"], train_estimates["truth"])
+    def capture(bon, train, inputs, rule, **kwargs):
+        truth = next(i for i in inputs if i.label == "truth")
+        raise _Captured(truth.test, truth.train)
 
     monkeypatch.setattr(pc, "set_curves", capture)
     paths = tiny_world("llama-3.1-8b__qwen-prm")
@@ -161,7 +162,7 @@ def _hand_made(tmp_path, monkeypatch) -> str:
     cells = ap.smoke_cells()
     cells.loc[cells.index[0], "draws_to_u64"] = np.nan  # one seed never reaches uniform-64
     curves = pd.DataFrame([
-        {"rule": rule, "method": "uniform", "level": float(n), "draws": float(n),
+        {"rule": rule, "method": "uniform", "knob": float(n), "draws": float(n),
          "accuracy": 0.1 + 0.001 * n, "world": "smoke", "world_seed": s, "split": split}
         for rule in ("highest-last", "majority") for split in ("id", "ood")
         for s in (11, 12) for n in (1, 4, 16, 64)
