@@ -191,22 +191,10 @@ def _u16_cell(row) -> str:
 
 
 def world_table(agg: pd.DataFrame) -> list[str]:
-    lines = [
-        "| rule | split | method | draws to uniform-64 (saved) | draws to uniform-16 | "
-        "acc @ 0.05 | acc @ 0.1 | acc @ 0.25 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for _, r in agg.iterrows():
-        method = r["method"]
-        if r["falls_back_to"]:
-            method += f" — falls back to {r['falls_back_to']}"
-        accs = [_fmt(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_draws"]) for c in COSTS]
-        lines.append(
-            f"| {r['rule']} | {r['split']} | {method} | {_draws_cell(r)} | {_u16_cell(r)} | "
-            + " | ".join(accs)
-            + " |"
-        )
-    return lines
+    return rp.peer_table(
+        agg, _draws_cell, _u16_cell,
+        lambda r, c: _fmt(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_draws"]),
+    )  # fmt: skip
 
 
 def headline(agg: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:

@@ -207,24 +207,10 @@ def _draws(row, target: str, saved: bool) -> str:
 
 def table(agg: pd.DataFrame) -> list[str]:
     """The peer table: rule x split x method."""
-    lines = [
-        "| rule | split | method | draws to uniform-64 (saved) | draws to uniform-16 | "
-        "acc @ 0.05 | acc @ 0.1 | acc @ 0.25 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for _, r in agg.iterrows():
-        method = r["method"]
-        if r["falls_back_to"]:
-            method += f" — falls back to {r['falls_back_to']}"
-        accs = [
-            _pm(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_boot"], r[f"acc_at_{c}_se_draws"])
-            for c in COSTS
-        ]
-        lines.append(
-            f"| {r['rule']} | {r['split']} | {method} | {_draws(r, 'u64', True)} | "
-            f"{_draws(r, 'u16', False)} | " + " | ".join(accs) + " |"
-        )
-    return lines
+    return rp.peer_table(
+        agg, lambda r: _draws(r, "u64", True), lambda r: _draws(r, "u16", False),
+        lambda r, c: _pm(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_boot"], r[f"acc_at_{c}_se_draws"]),
+    )  # fmt: skip
 
 
 def uniform_lines(curves: pd.DataFrame) -> list[str]:

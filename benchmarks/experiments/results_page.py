@@ -100,3 +100,27 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+PEER_COSTS = ("0.05", "0.1", "0.25")
+
+
+def peer_table(agg, draws_u64, draws_u16, accuracy) -> list[str]:
+    """The peer table's lines, one row per (rule, split, method) of ``agg``: the cells are
+    written by ``draws_u64(row)``, ``draws_u16(row)`` and ``accuracy(row, cost)``."""
+    lines = [
+        "| rule | split | method | draws to uniform-64 (saved) | draws to uniform-16 | "
+        "acc @ 0.05 | acc @ 0.1 | acc @ 0.25 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in agg.iterrows():
+        method = r["method"]
+        if r["falls_back_to"]:
+            method += f" — falls back to {r['falls_back_to']}"
+        accs = [accuracy(r, c) for c in PEER_COSTS]
+        lines.append(
+            f"| {r['rule']} | {r['split']} | {method} | {draws_u64(r)} | {draws_u16(r)} | "
+            + " | ".join(accs)
+            + " |"
+        )
+    return lines
