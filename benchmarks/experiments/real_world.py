@@ -57,7 +57,9 @@ BON_INTRO = (
     "given cost (the share of the full budget of N = the pool size per question); "
     "`C` is the C rule, `auto` / `auto-seq` the learnt allocations; uniform and oracle "
     "do not depend on the calibrator. Mean ± sd over seeds; `nan`: the C rule has no "
-    "setting that spends exactly that cost on these questions. Pools of the recipe's "
+    'setting that spends exactly that cost on these questions; "falls back to X": the shift '
+    "check fired and the cell is the calibrator-free peer X's, not a gain of the calibrator. "
+    "Pools of the recipe's "
     "`[bon] n` candidates for its `[questions] limit` questions per split: a small "
     "sample, so differences of a few points are noise."
 )
@@ -86,6 +88,18 @@ def markdown(frame: pd.DataFrame) -> str:
     for row in frame.itertuples(index=False):
         lines.append("| " + " | ".join(str(v) for v in row) + " |")
     return "\n".join(lines)
+
+
+def _mark_fallbacks(wide: pd.DataFrame, rows: pd.DataFrame) -> None:
+    """Say "falls back to X" in a cell whose allocation ran a calibrator-free peer instead (a
+    detected shift): that cell is the peer's, not a gain of the calibrator."""
+    if "falls_back_to" not in rows:
+        return
+    fell = rows.dropna(subset=["falls_back_to"])
+    for (allocation, method, split), grp in fell.groupby(["allocation", "method", "split"]):
+        at = (wide["allocation"] == allocation) & (wide["method"] == method)
+        peers = "/".join(sorted(grp["falls_back_to"].astype(str).unique()))
+        wide.loc[at, split] = wide.loc[at, split].astype(str) + f" (falls back to {peers})"
 
 
 def render() -> Path:
@@ -126,6 +140,7 @@ def render() -> Path:
                 index=["allocation", "method"], columns="split", values="accuracy", aggfunc="first"
             ).reset_index()
             wide.columns.name = None
+            _mark_fallbacks(wide, at)
             lines += [f"### cost {cost:g}", "", markdown(wide), ""]
     else:
         lines += ["(no best-of-N rows: the run wrote none)", ""]
