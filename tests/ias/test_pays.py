@@ -177,3 +177,25 @@ def test_majority_auto_seq_indexes_the_vote_race(tiny_world, one_thread, monkeyp
     seq = summary[summary["allocation"] == "auto-seq"]
     assert set(seq["rule"]) == {"highest-last", "majority"} and set(seq["method"]) == {"qr"}
     assert {"base", "qr"} <= set(summary.loc[summary["allocation"] == "auto", "method"])
+
+
+def test_sequential_rows_of_a_calibrated_rule_run_once_per_calibrator(tiny_world, one_thread):
+    """``highest-calibrated`` labels its table ``highest-calibrated[<calibrator>]``; the
+    sequential policy is fitted for the rule that label names."""
+    import dprm
+    from dprm.data import read_bon_set, read_calibration_set
+    from dprm.ias import run_ias
+    from dprm.ias.rules import rule_of_label
+
+    assert rule_of_label("highest-calibrated[qr]") == "highest-calibrated"
+    assert rule_of_label("majority") == "majority"
+    paths = tiny_world("llama-3.1-8b__qwen-prm")
+    bon, train = read_bon_set(paths["id/bon"]), read_bon_set(paths["train/bon"])
+    model = dprm.fit("qr", read_calibration_set(paths["train/calib"]), seed=0, progress=False)
+    summary, _ = run_ias(
+        bon, {"qr": model}, mc_trials=0, rules=["highest-calibrated"], train_bon=train,
+        sequential=True, vote_trials=8,
+    )  # fmt: skip
+    seq = summary[summary["allocation"] == "auto-seq"]
+    assert set(seq["rule"]) == {"highest-calibrated[qr]", "highest-calibrated[base]"}
+    assert np.isfinite(seq["accuracy"]).all()

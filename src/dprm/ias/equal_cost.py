@@ -31,7 +31,7 @@ from dprm.ias.estimates import estimate_samples
 from dprm.ias.inputs import CalibratorInput
 from dprm.ias.peer_curves import Curve, choose_fallback, peer_curve, training_scores
 from dprm.ias.peers import DrawView
-from dprm.ias.rules import Candidates, RuleTable
+from dprm.ias.rules import Candidates, RuleTable, rule_of_label
 from dprm.ias.sequential.floor import SEQ_TRAIN_TRIALS, fit_sequential, training_replay
 
 #: draw orders per question of the ``auto-seq`` Monte Carlo
@@ -172,7 +172,7 @@ def sequential_rows(
                     train_cands, train_weight, vote, SEQ_TRAIN_TRIALS, seed
                 )
                 fallback = shift_fallback_rows(
-                    cands, train_cands, train_weight, table.rule, orders, outcomes, costs,
+                    cands, train_cands, train_weight, rule_of_label(table.rule), orders, outcomes, costs,
                     n_max, seed, replay,
                 )  # fmt: skip
             peer, at_cost = fallback
@@ -184,7 +184,7 @@ def sequential_rows(
         auto_share, _ = allocator.floor_share(train_est, seed=seed)
         replay = replay or training_replay(train_cands, train_weight, vote, SEQ_TRAIN_TRIALS, seed)
         fit = fit_sequential(
-            allocator.model, train_cands, train_est, train_weight, costs, table.rule,
+            allocator.model, train_cands, train_est, train_weight, costs, rule_of_label(table.rule),
             read_answers=answers, n_max=n_max, seed=seed, replay=replay,
         )  # fmt: skip
         budgets = fit.seq.budgets(

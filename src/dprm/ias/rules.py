@@ -52,6 +52,12 @@ def parse_rule(rule: str) -> tuple[str, str]:
     return kind, weight
 
 
+def rule_of_label(label: str) -> str:
+    """The rule a table's label names: a ``*-calibrated`` rule runs once per calibrator and
+    its table is labelled ``rule[calibrator]`` (``highest-calibrated[ot]`` -> ``highest-calibrated``)."""
+    return label.split("[", 1)[0]
+
+
 def uses_answers(rule: str) -> bool:
     """Whether a rule groups candidates by final answer (needs BoN contract v2)."""
     return parse_rule(rule)[0] in ("weighted", "majority")
