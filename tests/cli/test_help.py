@@ -36,10 +36,12 @@ def test_listed_methods_are_the_registry() -> None:
 
 
 def test_listed_presets_and_sizes_are_the_synthetic_worlds() -> None:
-    from dprm.cli._names import SYNTH_SIZES, synth_presets
+    from dprm.cli._names import SYNTH_SIZES, synth_fitted_presets, synth_presets
     from dprm.data.synth import SIZES, preset_names
+    from dprm.data.synth.fitted_presets import fitted_preset_names
 
     assert synth_presets() == preset_names()
+    assert synth_fitted_presets() == fitted_preset_names()
     assert list(SYNTH_SIZES) == sorted(SIZES)
 
 
@@ -50,3 +52,14 @@ def test_synth_help_names_the_training_split(capsys) -> None:
         main(["synth", "--help"])
     text = capsys.readouterr().out
     assert "OUT/train/calib" in text and "OUT/train/bon" in text
+
+
+def test_synth_writes_a_fitted_preset(tmp_path) -> None:
+    """``dprm synth`` takes the fitted best-of-N twin's presets by name."""
+    from dprm.cli import main
+    from dprm.data import read_bon_set
+
+    out = tmp_path / "w"
+    preset = "qwen2.5-math-7b-instruct__rlhflow-prm-deepseek-8b"
+    assert main(["synth", "--preset", preset, "--size", "tiny", "--out", str(out), "--quiet"]) == 0
+    assert len(read_bon_set(out / "id" / "bon").questions) > 0

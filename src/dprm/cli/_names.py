@@ -30,6 +30,12 @@ SYNTH_GENERATORS = (
     "r1-qwen-7b",
 )
 SYNTH_PRMS = ("qwen-prm", "reasoneval", "shepherd")
+#: ``dprm.data.synth.fitted_presets.fitted_preset_names()``: the best-of-N twin fitted to
+#: published best-of-N numbers (``dprm synth --preset``)
+SYNTH_FITTED = (
+    "qwen2.5-math-7b-instruct__qwen2.5-math-prm-7b",
+    "qwen2.5-math-7b-instruct__rlhflow-prm-deepseek-8b",
+)
 #: ``dprm.data.synth.SIZES``, sorted (``dprm synth --size``)
 SYNTH_SIZES = ("demo", "paper", "tiny")
 
@@ -37,3 +43,8 @@ SYNTH_SIZES = ("demo", "paper", "tiny")
 def synth_presets() -> list[str]:
     """``dprm.data.synth.preset_names()``: ``demo`` and every ``GENERATOR__PRM``."""
     return ["demo"] + [f"{g}__{p}" for p in SYNTH_PRMS for g in SYNTH_GENERATORS]
+
+
+def synth_fitted_presets() -> list[str]:
+    """``dprm.data.synth.fitted_presets.fitted_preset_names()``."""
+    return list(SYNTH_FITTED)

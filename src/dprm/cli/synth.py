@@ -18,10 +18,11 @@ from dprm.cli._common import (
 def _synth(args: argparse.Namespace) -> int:
     from dprm.config import ConfigError
     from dprm.data.synth import preset_names, write_world
+    from dprm.data.synth.fitted_presets import fitted_preset_names
     from dprm.io import atomic_dir, check_output
 
     presets = [p for p in args.preset.split(",") if p]
-    known = preset_names()
+    known = preset_names() + fitted_preset_names()
     unknown = [p for p in presets if p not in known]
     if unknown or not presets:
         raise ConfigError(
@@ -53,7 +54,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dprm.cli._names import SYNTH_SIZES, synth_presets
+    from dprm.cli._names import SYNTH_SIZES, synth_fitted_presets, synth_presets
 
     parser = sub.add_parser(
         "synth",
@@ -73,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--preset",
         required=True,
         help="GENERATOR__PRM or 'demo' (comma-separate several; each then goes to OUT/PRESET). "
-        f"Known: {', '.join(synth_presets())}",
+        f"Known: {', '.join(synth_presets())}; best-of-N pools fitted to published "
+        f"best-of-8 numbers: {', '.join(synth_fitted_presets())}",
     )
     add_output_flags(parser, "output directory", metavar="DIR")
     parser.add_argument(
