@@ -107,6 +107,9 @@ results: $(BIN)/dprm
 	$(BIN)/python benchmarks/experiments/paper_rows.py --render
 	$(BIN)/python benchmarks/experiments/regime_map.py --render
 	$(BIN)/python benchmarks/experiments/ias_pays_grid.py --render
+	$(BIN)/python benchmarks/experiments/adaptive_peers.py --render
+	$(BIN)/python benchmarks/experiments/adaptive_peers.py --render --out docs/results/adaptive-peers-arith.md
+	$(BIN)/python benchmarks/experiments/real_world.py --render
 	test ! -f docs/results/performance/source.json || $(BIN)/python benchmarks/experiments/performance.py --render
 
 clean:
