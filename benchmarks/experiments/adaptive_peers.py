@@ -198,7 +198,7 @@ def world_table(agg: pd.DataFrame) -> list[str]:
 
 
 def headline(agg: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
-    """The done-when check per world, rule and split: auto-seq[calibrated]'s draws to reach
+    """The target check per world, rule and split: auto-seq[calibrated]'s draws to reach
     uniform-64 (and -16) against the best calibrator-free peer's; ID needs <= 0.7x, OOD and the
     subtle shift <= 1.1x."""
     rows = []
@@ -361,7 +361,7 @@ def render(name: str = PAGE) -> Path:
         "questions: a calibrator that is wrong about every question while the question states "
         "look as in training.",
         "",
-        "## Done-when check: samples to reach uniform-64 (and -16)",
+        "## Against the target: samples to reach uniform-64 (and -16)",
         "",
         "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
         "target); ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD and subtle ≤ 1.1.",

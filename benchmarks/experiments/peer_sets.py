@@ -315,7 +315,7 @@ def render(name: str) -> Path:
         "uniform-n: mean draws per question to reach uniform best-of-n's accuracy (same rule, "
         "same orders) less 0.001; (saved) = 1 − draws / 64.",
         "",
-        "## Done-when check: samples to reach uniform-64 (and -16)",
+        "## Against the target: samples to reach uniform-64 (and -16)",
         "",
         "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
         "target), means over seeds; ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD ≤ 1.1.",
