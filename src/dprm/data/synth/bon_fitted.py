@@ -37,6 +37,7 @@ from dprm.data.synth.draws import (
     REFERENCE_STEP,
     STYLE_WEIGHT,
     Records,
+    _sigmoid,
     draw_generator,
     draw_prm,
     simulate,
@@ -49,10 +50,6 @@ GOLD = "a0"
 SINGLETON_BASE = 16
 #: the curves' n (powers of two up to the pool size)
 CURVE_NS = (1, 2, 4, 8, 16, 32, 64)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
 
 
 def draw_answer_groups(

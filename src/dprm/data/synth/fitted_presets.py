@@ -29,10 +29,17 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from importlib import resources
 
-from dprm.data.synth.presets import ScoreCell, SynthGenerator, SynthPRM, stable_seed
+from dprm.data.synth.presets import (
+    ScoreCell,
+    SynthGenerator,
+    SynthPRM,
+    read_keyed_csv,
+    stable_seed,
+    write_keyed_csv,
+)
 
 #: fitted numbers (package data, written by tools/fit_bon_twin.py) and the published points
 FITTED_FILE = "fitted_bon.csv"
@@ -108,21 +115,12 @@ def read_fitted(text: str) -> dict[tuple[str, str], FittedNumbers]:
     Raises:
         ValueError: a header other than :data:`FITTED_KEY` + the :class:`FittedNumbers` fields.
     """
-    reader = csv.reader(io.StringIO(text))
-    header = tuple(next(reader))
-    expected = FITTED_KEY + tuple(f.name for f in fields(FittedNumbers))
-    if header != expected:
-        raise ValueError(f"{FITTED_FILE}: header {header}, expected {expected}")
-    return {(g, p): FittedNumbers(*map(float, values)) for g, p, *values in reader if g}
+    return read_keyed_csv(text, FITTED_KEY, FittedNumbers, FITTED_FILE)
 
 
 def write_fitted(numbers: dict[tuple[str, str], FittedNumbers]) -> str:
     """The fitted numbers as CSV text (6 decimals): :func:`read_fitted`'s inverse."""
-    names = [f.name for f in fields(FittedNumbers)]
-    lines = [",".join(FITTED_KEY + tuple(names))]
-    for key, row in numbers.items():
-        lines.append(",".join([*key, *(f"{getattr(row, n):.6f}" for n in names)]))
-    return "\n".join(lines) + "\n"
+    return write_keyed_csv(numbers, FITTED_KEY, FittedNumbers, 6)
 
 
 def published_points() -> list[dict[str, str]]:

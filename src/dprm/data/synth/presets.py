@@ -92,28 +92,48 @@ SCORE_CELLS_FILE = "score_cells.csv"
 SCORE_CELL_KEY = ("generator", "prm", "kind")
 
 
+def read_keyed_csv(text: str, key: tuple[str, ...], record: type, file_name: str) -> dict:
+    """Parse a fitted table's CSV text: the ``key`` columns, then ``record``'s dataclass fields.
+
+    Returns:
+        key values (a tuple of strings) -> ``record`` of the row's floats.
+
+    Raises:
+        ValueError: a header other than ``key`` + the fields of ``record``.
+    """
+    reader = csv.reader(io.StringIO(text))
+    header = tuple(next(reader))
+    expected = key + tuple(f.name for f in fields(record))
+    if header != expected:
+        raise ValueError(f"{file_name}: header {header}, expected {expected}")
+    width = len(key)
+    return {
+        tuple(row[:width]): record(*map(float, row[width:])) for row in reader if row and row[0]
+    }
+
+
+def write_keyed_csv(rows: dict, key: tuple[str, ...], record: type, decimals: int) -> str:
+    """A fitted table as CSV text, in ``rows``' order: :func:`read_keyed_csv`'s inverse."""
+    names = [f.name for f in fields(record)]
+    lines = [",".join(key + tuple(names))]
+    for values, row in rows.items():
+        lines.append(",".join([*values, *(f"{getattr(row, n):.{decimals}f}" for n in names)]))
+    return "\n".join(lines) + "\n"
+
+
 def read_score_cells(text: str) -> dict[tuple[str, str, str], ScoreCell]:
     """Parse the fitted cells' CSV text: one row per (generator, PRM, split kind).
 
     Raises:
         ValueError: a header other than :data:`SCORE_CELL_KEY` + the :class:`ScoreCell` fields.
     """
-    reader = csv.reader(io.StringIO(text))
-    header = tuple(next(reader))
-    expected = SCORE_CELL_KEY + tuple(f.name for f in fields(ScoreCell))
-    if header != expected:
-        raise ValueError(f"{SCORE_CELLS_FILE}: header {header}, expected {expected}")
-    return {(g, p, k): ScoreCell(*map(float, values)) for g, p, k, *values in reader if g}
+    return read_keyed_csv(text, SCORE_CELL_KEY, ScoreCell, SCORE_CELLS_FILE)
 
 
 def write_score_cells(cells: dict[tuple[str, str, str], ScoreCell]) -> str:
     """The fitted cells as CSV text (4 decimals), in ``cells``' order: :func:`read_score_cells`'s
     inverse."""
-    names = [f.name for f in fields(ScoreCell)]
-    lines = [",".join(SCORE_CELL_KEY + tuple(names))]
-    for key, cell in cells.items():
-        lines.append(",".join([*key, *(f"{getattr(cell, n):.4f}" for n in names)]))
-    return "\n".join(lines) + "\n"
+    return write_keyed_csv(cells, SCORE_CELL_KEY, ScoreCell, 4)
 
 
 SCORE_CELLS: dict[tuple[str, str, str], ScoreCell] = read_score_cells(
