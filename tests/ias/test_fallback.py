@@ -71,7 +71,7 @@ def test_a_peer_runs_at_the_level_that_spends_the_target_on_the_training_pools(
     from dprm.ias.peer_curves import training_scores
     from dprm.ias.sequential.floor import SEQ_TRAIN_TRIALS, training_replay
 
-    monkeypatch.setattr(dprm.ias.fallback, "choose_fallback", lambda *a, **k: (peer, {}))
+    monkeypatch.setattr(dprm.ias.fallback, "best_fallback", lambda *a, **k: (peer, {}))
     weight = train_cands.weights["last"]
     for cost in (0.05, 0.1, 0.25):
         target = cost * 64

@@ -22,10 +22,10 @@ import numpy as np
 
 from dprm.ias.auto import mean_budget
 from dprm.ias.constants import N_MAX
-from dprm.ias.peer_curves import choose_fallback, peer_curve, training_scores
-from dprm.ias.peers import PEERS, DrawView
-from dprm.ias.rules import Candidates, uses_answers
-from dprm.ias.sequential.floor import SEQ_TRAIN_TRIALS, training_replay
+from dprm.ias.peer_curves import best_fallback, training_peer_curves, training_scores
+from dprm.ias.peers import PEERS
+from dprm.ias.rules import Candidates
+from dprm.ias.sequential.floor import SEQ_TRAIN_TRIALS
 
 
 @dataclass
@@ -113,17 +113,13 @@ def shift_fallback(
     if train_cands.answer is None:
         return ShiftFallback("uniform", target, target)
     scores = training_scores(train_cands, None)
-    replay = replay or training_replay(train_cands, train_weight, uses_answers(rule), trials, seed)
-    peer, by_peer = choose_fallback(
+    view, curves = training_peer_curves(
         train_cands, train_weight, rule, scores, trials, seed, n_max, replay
     )
+    peer, by_peer = best_fallback(curves, n_max)
     if PEERS[peer].budget_matched:
         return ShiftFallback(peer, target, target, by_peer)
-    orders, outcomes = replay
-    view = DrawView.from_pools(
-        train_cands.answer, train_cands.weights["last"], train_cands.size, orders, n_max=n_max
-    )
-    curve = peer_curve(peer, view, outcomes, scores)
+    curve = curves[peer]
 
     def spend(level: float) -> float:
         return float(PEERS[peer].budgets(view, [level]).mean())

@@ -203,6 +203,46 @@ def training_scores(train_cands: Candidates, train_candidate: np.ndarray | None)
     return TrainingScores(train_cands.weights["last"][valid], cal)
 
 
+def training_peer_curves(
+    train_cands: Candidates,
+    train_weight: np.ndarray,
+    rule: str,
+    train_scores: TrainingScores,
+    trials: int,
+    seed: int,
+    n_max: int = N_MAX,
+    replay=None,
+) -> tuple[DrawView, dict[str, Curve]]:
+    """Every calibrator-free peer's curve for one rule on the *training* pools (their own draw
+    orders, :func:`dprm.ias.sequential.floor.training_replay`), with the pools' draw view."""
+    orders, outcomes = replay or training_replay(
+        train_cands, train_weight, uses_answers(rule), trials, seed
+    )
+    view = DrawView.from_pools(
+        train_cands.answer, train_cands.weights["last"], train_cands.size, orders, n_max=n_max
+    )
+    curves = {
+        name: peer_curve(name, view, outcomes, train_scores)
+        for name in peers_for_rule(rule, calibrated=False)
+        if name in CALIBRATOR_FREE
+    }
+    return view, curves
+
+
+def best_fallback(curves: dict[str, Curve], n_max: int = N_MAX) -> tuple[str, dict[str, float]]:
+    """The peer of the highest mean accuracy at the report costs among ``curves``.
+
+    Returns:
+        (peer name, name -> its score).
+    """
+    scores = {}
+    for name, c in curves.items():
+        d, a = c.draws.mean(axis=1), c.accuracy.mean(axis=1)
+        scores[name] = float(np.mean([curve_at_cost(d, a, c_ * n_max) for c_ in REPORT_COSTS]))
+    best = max(scores, key=lambda k: (np.nan_to_num(scores[k], nan=-1.0), k))
+    return best, scores
+
+
 def choose_fallback(
     train_cands: Candidates,
     train_weight: np.ndarray,
@@ -214,27 +254,16 @@ def choose_fallback(
     replay=None,
 ) -> tuple[str, dict[str, float]]:
     """The calibrator-free peer ``auto-seq`` falls back to under a shift, for one rule: the one
-    of the highest mean accuracy at the report costs on the *training* pools (their own draw
-    orders, :func:`dprm.ias.sequential.floor.training_replay`).
+    of the highest mean accuracy at the report costs on the *training* pools
+    (:func:`training_peer_curves`, :func:`best_fallback`).
 
     Returns:
         (peer name, name -> its training score).
     """
-    orders, outcomes = replay or training_replay(
-        train_cands, train_weight, uses_answers(rule), trials, seed
+    _, curves = training_peer_curves(
+        train_cands, train_weight, rule, train_scores, trials, seed, n_max, replay
     )
-    view = DrawView.from_pools(
-        train_cands.answer, train_cands.weights["last"], train_cands.size, orders, n_max=n_max
-    )
-    scores = {}
-    for name in peers_for_rule(rule, calibrated=False):
-        if name not in CALIBRATOR_FREE:
-            continue
-        c = peer_curve(name, view, outcomes, train_scores)
-        d, a = c.draws.mean(axis=1), c.accuracy.mean(axis=1)
-        scores[name] = float(np.mean([curve_at_cost(d, a, c_ * n_max) for c_ in REPORT_COSTS]))
-    best = max(scores, key=lambda k: (np.nan_to_num(scores[k], nan=-1.0), k))
-    return best, scores
+    return best_fallback(curves, n_max)
 
 
 def set_curves(
