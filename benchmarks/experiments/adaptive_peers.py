@@ -4,7 +4,7 @@ For each twin preset and world draw (the preset's world written at another world
 recommended calibrator on the training records and, on the ID and OOD test pools (and a subtle
 shift: the ID pools with their question priors shuffled across questions, so the calibrator is
 wrong while the question states look alike), trace every method's cost-accuracy curve on the same
-draw orders (:mod:`dprm.ias.peer_curves`): the peers (uniform, Adaptive-Consistency, ESC w = 4 /
+draw orders (:mod:`dprm.ias.peers.curves`): the peers (uniform, Adaptive-Consistency, ESC w = 4 /
 8, the vote-lead rule, the best-score threshold rules) and ``auto-seq`` with the calibrated
 prior, the raw PRM (base), no prior and the truth. Writes docs/results/adaptive-peers.md and its
 CSVs.
@@ -70,7 +70,7 @@ def _atomic_text(text: str, path: Path) -> None:
 
 def evaluate_set(bon, train, model, rules, trials, train_trials, bootstrap, seed, subtle=False):
     """Summary rows of every method on one BoN set (all rules), and the mean curves."""
-    from dprm.ias.peer_curves import prior_inputs, set_curves, shuffle_priors, summarise
+    from dprm.ias.peers.curves import prior_inputs, set_curves, shuffle_priors, summarise
 
     priors = prior_inputs(model, bon, train)
     if subtle:
@@ -338,7 +338,7 @@ def render(name: str = PAGE) -> Path:
         f"pools (auto-seq's floor share, the fallback peer), {settings['bootstrap']} bootstrap "
         f"resamples of the questions.",
         "",
-        "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
+        "Methods, on the same pools and draw orders (`dprm.ias.peers.methods`, `dprm.ias.peers.curves`): "
         "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
         "`esc-4`, `esc-8` (stop after a unanimous window; knob: the most draws); `vote-lead` "
         "(one draw each, then the smallest vote lead; exact matched budget); `score-raw`, "

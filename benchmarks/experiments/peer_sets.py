@@ -3,7 +3,7 @@
 One world, given as its test BoN sets (``--bon id=DIR --bon ood=DIR``), its training BoN set
 (``--train-bon DIR``) and saved calibrators (``--calibrator DIR``, repeated: one per calibrator
 seed). Every (calibrator seed, split) cell traces every method's cost-accuracy curve on the same
-draw orders (:func:`dprm.ias.peer_curves.set_curves`, draw-order seed = the calibrator's index),
+draw orders (:func:`dprm.ias.peers.curves.set_curves`, draw-order seed = the calibrator's index),
 as the twin grid does, and the page reports the mean over calibrator seeds with two standard
 errors: a bootstrap over questions (within a seed, mean over seeds) and the spread over the
 seeds (calibrator seed and draw orders together).
@@ -69,7 +69,7 @@ def pool_rates(bon) -> np.ndarray:
 def pool_truth(bon, candidate: np.ndarray):
     """``auto-seq[truth]`` on a set without a true distribution: the pool solve rate as a
     point prior, with ``candidate`` [R] as its candidate estimates."""
-    from dprm.ias.estimates import Estimate
+    from dprm.ias.paper.estimates import Estimate
 
     return Estimate("truth", "point", p=pool_rates(bon), candidate=candidate)
 
@@ -111,8 +111,8 @@ def set_facts(bon, split: str) -> dict:
 def evaluate(bon, train, model, rules, trials, train_trials, bootstrap, seed):
     """Summary rows and mean curves of every method on one set (all rules), with the pool
     solve-rate ceiling as ``auto-seq[truth]`` where the set has no truth of its own."""
-    from dprm.ias.inputs import CalibratorInput
-    from dprm.ias.peer_curves import prior_inputs, set_curves, summarise
+    from dprm.ias.learnt.inputs import CalibratorInput
+    from dprm.ias.peers.curves import prior_inputs, set_curves, summarise
 
     priors = prior_inputs(model, bon, train)
     if not any(p.label == "truth" for p in priors):
@@ -305,7 +305,7 @@ def render(name: str) -> Path:
         "compare differences with the bootstrap standard errors (±).",
         "",
         "Methods: as on [adaptive-peers.md](adaptive-peers.md) (the same code, "
-        "`dprm.ias.peer_curves`). `auto-seq[truth]` on this world: each question's pool solve "
+        "`dprm.ias.peers.curves`). `auto-seq[truth]` on this world: each question's pool solve "
         "rate (its share of correct candidates, read from the labels) as a point prior, with the "
         "calibrator's candidate estimates; the limit of a calibrator that knew p.",
         "",

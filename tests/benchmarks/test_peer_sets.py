@@ -78,7 +78,7 @@ def test_a_set_without_truth_gets_the_pool_solve_rate_ceiling(tiny_world, monkey
     (the training pool's own for the training side); the twin's own truth is kept."""
     import dataclasses
 
-    import dprm.ias.peer_curves as pc
+    import dprm.ias.peers.curves as pc
     from dprm.data import read_bon_set
     from dprm.models.raw_score import RawScoreCalibrator
 

@@ -65,8 +65,8 @@ def _ias(args: argparse.Namespace) -> int:
         sequential=args.sequential,
     )
     peer_frames = None
-    if args.peers:  # the peers beside auto-seq on the same orders (dprm.ias.peer_curves)
-        from dprm.ias.peer_curves import peer_tables
+    if args.peers:  # the peers beside auto-seq on the same orders (dprm.ias.peers.curves)
+        from dprm.ias.peers.curves import peer_tables
 
         peer_frames = peer_tables(
             bon, train_bon, loaded[0][1], [r for r in args.rule if not r.endswith("-calibrated")]
@@ -124,7 +124,7 @@ def equal_cost_table(pays) -> str:
     and the oracle; a calibrator's rows also show the gain over uniform at that cost.
 
     Args:
-        pays: the rows of ``pays.csv`` (:func:`dprm.ias.pays.pays_table`).
+        pays: the rows of ``pays.csv`` (:func:`dprm.ias.curves.pays.pays_table`).
     """
     import math
 
@@ -161,7 +161,7 @@ def equal_cost_table(pays) -> str:
 
 def _check_rules(rules: list[str], bon, path: str) -> None:
     """Voting rules need final answers (BoN contract v2); fail with one line otherwise."""
-    from dprm.ias.rules import uses_answers
+    from dprm.ias.selection.rules import uses_answers
     from dprm.io import DataError
 
     voting = [r for r in rules if uses_answers(r)]

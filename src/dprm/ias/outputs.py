@@ -32,7 +32,7 @@ COLUMN_DOC = {
     "cost": "exact expected mean number of candidates drawn per question / n_max",
     "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
     "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
-    "rule": "selection rule (dprm.ias.rules.RULES; the contract sweeps use highest-last). Rows with "
+    "rule": "selection rule (dprm.ias.selection.rules.RULES; the contract sweeps use highest-last). Rows with "
     "allocation uniform / oracle / auto have a target_cost; accuracy "
     "exact for highest-* rules, a seeded Monte Carlo mean (standard error in ias_full.csv's "
     "accuracy_se) for voting rules",
@@ -119,7 +119,7 @@ def write_ias_outputs(
     if uniform is not None:
         frames["uniform.csv"] = uniform
     if "allocation" in summary.columns and summary["allocation"].isin(["uniform", "oracle"]).any():
-        from dprm.ias.pays import pays_table
+        from dprm.ias.curves.pays import pays_table
 
         frames["pays.csv"] = pays_table(summary)
     for name, frame in frames.items():
