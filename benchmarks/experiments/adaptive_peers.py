@@ -338,7 +338,7 @@ def render(name: str = PAGE) -> Path:
         f"pools (auto-seq's floor share, the fallback peer), {settings['bootstrap']} bootstrap "
         f"resamples of the questions.",
         "",
-        "Methods, on the same pools and draw orders (`dprm.ias.peers.methods`, `dprm.ias.peers.curves`): "
+        "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
         "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
         "`esc-4`, `esc-8` (stop after a unanimous window; knob: the most draws); `vote-lead` "
         "(one draw each, then the smallest vote lead; exact matched budget); `score-raw`, "

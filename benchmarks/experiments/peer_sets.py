@@ -305,7 +305,7 @@ def render(name: str) -> Path:
         "compare differences with the bootstrap standard errors (±).",
         "",
         "Methods: as on [adaptive-peers.md](adaptive-peers.md) (the same code, "
-        "`dprm.ias.peers.curves`). `auto-seq[truth]` on this world: each question's pool solve "
+        "`dprm.ias.peer_curves`). `auto-seq[truth]` on this world: each question's pool solve "
         "rate (its share of correct candidates, read from the labels) as a point prior, with the "
         "calibrator's candidate estimates; the limit of a calibrator that knew p.",
         "",
