@@ -25,6 +25,12 @@ SHIFTED_LIMIT = 1.1
 COSTS = ("0.05", "0.1", "0.25")
 
 
+def median_draws(values: np.ndarray) -> float:
+    """The median over draws of draws to a target, a draw that never reaches it counted as
+    infinite (∞ on the page)."""
+    return float(np.median(np.where(np.isnan(values), np.inf, values)))
+
+
 def limit_of(split: str) -> float:
     return LIMITS.get(split, SHIFTED_LIMIT)
 
@@ -74,7 +80,7 @@ def headline(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
             cal = _matrices(grp, (CALIBRATED,), fig, draws)[CALIBRATED]
             rival = best_method({m: v[:, 0] for m, v in free.items()}, lower_is_better=True)
             row = {"world": world, "rule": rule, "split": split, "target": target,
-                   "draws": len(draws), "calibrated_draws": float(np.median(cal[:, 0])),
+                   "draws": len(draws), "calibrated_draws": median_draws(cal[:, 0]),
                    "rival": rival or "none reaches", "limit": limit_of(split),
                    "falls_back_to": _fallbacks(cells, world, rule, split)}  # fmt: skip
             if rival is None:
@@ -83,7 +89,7 @@ def headline(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
             else:
                 stat = paired_ratio(cal, free[rival], LEVEL)
                 row.update(
-                    rival_draws=float(np.median(free[rival][:, 0])),
+                    rival_draws=median_draws(free[rival][:, 0]),
                     per_draw=" ".join(_num(v) for v in stat.per_draw),
                     median=stat.median, low=stat.low, high=stat.high,
                     met=stat.at_most(row["limit"]),
@@ -96,9 +102,7 @@ def headline(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in frame.iterrows():
-        cal = (
-            _num(r["calibrated_draws"], 1) if np.isfinite(r["calibrated_draws"]) else "not reached"
-        )
+        cal = _num(r["calibrated_draws"], 1)
         if r["falls_back_to"]:
             cal += f" (falls back to {r['falls_back_to']})"
         rival = f"{r['rival']} ({_num(r['rival_draws'], 1)})"

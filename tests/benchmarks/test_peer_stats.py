@@ -44,6 +44,7 @@ def test_a_median_within_the_limit_is_not_met_unless_the_interval_is():
     # no draws_to_u16 anywhere: every method "never reaches", the check is shown, not met
     u16 = frame[frame["target"] == "u16"].iloc[0]
     assert u16["rival"] == "none reaches" and not u16["met"]
+    assert "| u16 | ∞ | none reaches (—) |" in next(x for x in lines if "| u16 |" in x)
 
 
 def test_every_share_is_shown_also_above_100_percent():
