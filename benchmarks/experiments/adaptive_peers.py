@@ -4,7 +4,7 @@ For each twin preset and world draw (the preset's world written at another world
 recommended calibrator on the training records and, on the ID and OOD test pools (and a subtle
 shift: the ID pools with their question priors shuffled across questions, so the calibrator is
 wrong while the question states look alike), trace every method's cost-accuracy curve on the same
-draw orders (:mod:`dprm.ias.peer_curves`): the peers (uniform, Adaptive-Consistency, ESC w = 4 /
+draw orders (:mod:`dprm.ias.peers.curves`): the peers (uniform, Adaptive-Consistency, ESC w = 4 /
 8, the vote-lead rule, the best-score threshold rules) and ``auto-seq`` with the calibrated
 prior, the raw PRM (base), no prior and the truth. Writes docs/results/adaptive-peers.md and its
 CSVs.
@@ -16,6 +16,13 @@ Run: ``PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py --root /tm
 stores the CSVs and ``source.json`` (commit, date, machine, settings) in
 docs/results/adaptive-peers/ and renders the page from them, as ``--render`` does (seconds).
 ``--smoke`` aggregates and renders a hand-made cells table under ``--root``.
+
+Only pre-registered report draws make a page (benchmarks/experiments/draws.toml,
+:mod:`preregistration`): the world seeds default to the preset's report draws, and development
+draws are refused before anything is computed (one line, exit 2). The headline and
+calibration's share are paired statistics over the draws (:mod:`peer_stats`): per-draw ratios,
+their median and a paired bootstrap 90 % interval, from ``replicates.csv.gz``; pages whose
+data predates it (no replicates stored) re-render as they were.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peer_stats  # noqa: E402
+import preregistration as prereg  # noqa: E402
 import results_page as rp  # noqa: E402
 
 REPO = rp.ROOT
@@ -39,7 +48,8 @@ PAGE = "adaptive-peers"
 TITLE = "Adaptive best-of-N against its peers"
 SCRIPT = "PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py"
 PRESETS = ("llama-3.1-8b__qwen-prm",)
-WORLD_SEEDS = (11, 12, 13)  # world draws: the preset's world at these world seeds
+#: world draws default to the preset's report draws in draws.toml (world seeds)
+REPLICATES = "replicates.csv.gz"
 RULES = ("highest-last", "majority")
 CALIBRATOR = "binomial"  # README "Which calibrator?": the one meant for IAS
 SPLITS = ("id", "ood", "subtle")
@@ -68,14 +78,38 @@ def _atomic_text(text: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def draws_file() -> Path:
+    """The pre-registration file (``DPRM_DRAWS_FILE`` points a test at its own)."""
+    return Path(os.environ.get("DPRM_DRAWS_FILE", prereg.DRAWS_FILE))
+
+
+def report_seeds(preset: str) -> list[int]:
+    """The preset's pre-registered report world seeds."""
+    worlds = prereg.read_draws(draws_file())
+    if preset not in worlds:
+        prereg.require_report("adaptive_peers.py", preset, {"world_seeds": []}, draws_file())
+    return list(worlds[preset].report["world_seeds"])
+
+
+def write_csv_gz(frame: pd.DataFrame, path: Path) -> None:
+    """A gzipped CSV with no timestamp in its header, so equal frames give equal bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    frame.to_csv(tmp, index=False, float_format="%.6g",
+                 compression={"method": "gzip", "mtime": 0})  # fmt: skip
+    os.replace(tmp, path)
+
+
 def evaluate_set(bon, train, model, rules, trials, train_trials, bootstrap, seed, subtle=False):
-    """Summary rows of every method on one BoN set (all rules), and the mean curves."""
-    from dprm.ias.peer_curves import prior_inputs, set_curves, shuffle_priors, summarise
+    """Summary rows of every method on one BoN set (all rules), the mean curves, and every
+    method's figures on paired bootstrap resamples of the questions."""
+    from dprm.ias.curves.paired import figure_replicates
+    from dprm.ias.peers.curves import prior_inputs, set_curves, shuffle_priors, summarise
 
     priors = prior_inputs(model, bon, train)
     if subtle:
         priors = shuffle_priors(priors, ("calibrated", "base"), seed)
-    rows, curves = [], []
+    rows, curves, reps = [], [], []
     for rule in rules:
         cs = set_curves(
             bon, train, priors, rule, trials=trials, seed=seed,
@@ -83,12 +117,14 @@ def evaluate_set(bon, train, model, rules, trials, train_trials, bootstrap, seed
         )  # fmt: skip
         summary = summarise(cs, bootstrap=bootstrap, seed=seed)
         rows.append(summary.assign(fallback=cs.fallback, shifted=cs.extra["shifted"]))
+        reps.append(figure_replicates(cs, bootstrap=bootstrap, seed=seed))
         for name, c in cs.curves.items():
             curves.append(pd.DataFrame({
                 "rule": rule, "method": name, "knob": c.levels,
                 "draws": c.draws.mean(axis=1), "accuracy": c.accuracy.mean(axis=1),
             }))  # fmt: skip
-    return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
+    return (pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True),
+            pd.concat(reps, ignore_index=True))  # fmt: skip
 
 
 def run_world(root, preset, world_seed, calib_seed, args):
@@ -112,31 +148,52 @@ def run_world(root, preset, world_seed, calib_seed, args):
         print(f"{preset} w{world_seed}: fitted in {time.time() - t0:.0f} s", flush=True)
     model = load(model_dir)
     train = read_bon_set(world / "train" / "bon", check_hidden=False)
-    frames, curve_frames = [], []
+    from dprm.ias.curves.costs import TrainingData
+
+    training = TrainingData.of(model, train)
+    frames, curve_frames, rep_frames = [], [], []
     for split in SPLITS:
         settings = {"rules": list(args.rules), "trials": args.trials, "seed": calib_seed,
                     "train_trials": args.train_trials, "bootstrap": args.bootstrap,
-                    "version": 1}  # fmt: skip
+                    "version": 2}  # fmt: skip
         cell = world / "peers" / f"{split}-{_fingerprint(settings)}"
-        if not (cell / "summary.csv").exists():
+        if not (cell / REPLICATES).exists():
             t0 = time.time()
             bon = read_bon_set(world / ("id" if split == "subtle" else split) / "bon",
                                check_hidden=False)  # fmt: skip
-            summary, curves = evaluate_set(
+            summary, curves, reps = evaluate_set(
                 bon, train, model, args.rules, args.trials, args.train_trials, args.bootstrap,
                 calib_seed, subtle=split == "subtle",
             )  # fmt: skip
             _atomic_csv(curves, cell / "curves.csv")
             _atomic_csv(summary, cell / "summary.csv")
+            write_csv_gz(reps, cell / REPLICATES)  # last: a cell is complete once it exists
             print(f"{preset} w{world_seed} {split}: {time.time() - t0:.0f} s", flush=True)
         meta = {"world": preset, "world_seed": world_seed, "calibrator_seed": calib_seed,
                 "split": split}  # fmt: skip
-        frames.append(pd.read_csv(cell / "summary.csv").assign(**meta))
+        summary = with_training_costs(pd.read_csv(cell / "summary.csv"), training)
+        frames.append(summary.assign(**meta))
         curve_frames.append(pd.read_csv(cell / "curves.csv").assign(**meta))
-    return pd.concat(frames, ignore_index=True), pd.concat(curve_frames, ignore_index=True)
+        rep_frames.append(pd.read_csv(cell / REPLICATES).assign(**meta, draw=world_seed))
+    return (pd.concat(frames, ignore_index=True), pd.concat(curve_frames, ignore_index=True),
+            pd.concat(rep_frames, ignore_index=True))  # fmt: skip
+
+
+def with_training_costs(summary: pd.DataFrame, training) -> pd.DataFrame:
+    """A cell's summary with every method's labelled training samples and PRM passes per test
+    question at its draws to reach uniform-64 (:mod:`dprm.ias.curves.costs`), and the training
+    data they count."""
+    from dprm.ias.curves.costs import with_costs
+
+    records = np.nan if training.calibration_records is None else training.calibration_records
+    return with_costs(summary, training).assign(
+        calibration_records=records, train_candidates=training.train_candidates
+    )
 
 
 FIGURES = ("draws_to_u64", "draws_to_u16", *(f"acc_at_{c}" for c in COSTS))
+#: the cost columns of a cell (:func:`with_training_costs`), averaged over draws
+COST_COLUMNS = ("labelled_samples", "prm_passes_q500", "prm_passes_q5000")
 
 
 def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
@@ -161,6 +218,10 @@ def aggregate(cells: pd.DataFrame) -> pd.DataFrame:
             row[f"{fig}_reached"] = int(ok.sum())
         backs = sorted({b for b in grp["falls_back_to"].fillna("") if b})
         row["falls_back_to"] = ",".join(backs)
+        for col in COST_COLUMNS:
+            if col in grp:  # cells written before the cost columns have none
+                values = grp[col].to_numpy(float)
+                row[col] = float(values.mean()) if np.isfinite(values).all() else np.nan
         row["target_u64"] = float(grp["target_u64"].mean())
         row["target_u16"] = float(grp["target_u16"].mean())
         row["shift_auc"] = float(grp["shift_auc"].mean())
@@ -190,10 +251,22 @@ def _u16_cell(row) -> str:
     return f"{row[fig]:.1f} ± {row[f'{fig}_se_draws']:.1f}"
 
 
+def costs_cell(row) -> str:
+    """Labelled training samples and PRM passes per test question (amortised over 500 /
+    5,000 test questions) at the method's draws to reach uniform-64."""
+    labelled = row["labelled_samples"]
+    text = "—" if not np.isfinite(labelled) else f"{labelled:,.0f}"
+    passes = [row[f"prm_passes_q{n}"] for n in (500, 5000)]
+    if not all(np.isfinite(passes)):
+        return text + " | —"
+    return text + f" | {passes[0]:.1f} / {passes[1]:.1f}"
+
+
 def world_table(agg: pd.DataFrame) -> list[str]:
     return rp.peer_table(
         agg, _draws_cell, _u16_cell,
         lambda r, c: _fmt(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_draws"]),
+        costs=costs_cell if "labelled_samples" in agg else None,
     )  # fmt: skip
 
 
@@ -299,17 +372,83 @@ def _size_text(size: str) -> str:
     return ", ".join(parts) + f", pools of {world.pool_size}"
 
 
-def store(cells, curves, agg, name: str, command: str, settings: dict) -> None:
+def store(cells, curves, agg, name: str, command: str, settings: dict, replicates) -> None:
     """Write the page's CSVs and ``source.json`` (command, commit, date, machine, settings)."""
     out_dir = rp.folder(name)
     _atomic_csv(cells, out_dir / "cells.csv")
     _atomic_csv(curves, out_dir / "curves.csv")
     _atomic_csv(agg, out_dir / "summary.csv")
-    _atomic_csv(headline(agg)[1], out_dir / "headline.csv")
-    _atomic_csv(calibration_share(agg)[1], out_dir / "calibration_share.csv")
+    write_csv_gz(replicates, out_dir / REPLICATES)
+    _atomic_csv(peer_stats.headline(replicates, cells)[1], out_dir / "headline.csv")
+    _atomic_csv(peer_stats.calibration_share(replicates, cells)[1],
+                out_dir / "calibration_share.csv")  # fmt: skip
     rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")
     source = {**rp.read_source(name), "settings": settings}
     _atomic_text(json.dumps(source, indent=2) + "\n", out_dir / "source.json")
+
+
+#: the target and share sections' introductions, paired (replicates stored) or not
+PAIRED_TARGET_TEXT = (
+    "`auto-seq[calibrated]` against the best calibrator-free rival (the peers and "
+    "`auto-seq[base]` / `auto-seq[none]`; the rival with the least median draws over the draws "
+    "to the target): the ratio of draws on each draw, its median over the draws and a paired "
+    "bootstrap 90 % interval of the median (the draw's questions resampled, the same resamples "
+    "for every method; `dprm.ias.curves.paired`). ∞: never reached. ID needs ratio ≤ 0.7 (≥ 30 % "
+    "fewer draws), OOD and subtle ≤ 1.1, and a target is met only if the interval's upper end "
+    "is within it."
+)
+PAIRED_SHARE_TEXT = (
+    "Share = (auto-seq[calibrated] − best calibrator-free) / (auto-seq[truth] − best "
+    "calibrator-free), accuracy at equal mean cost, on each draw (the rival with the highest "
+    "median accuracy over the draws); its median over the draws and paired bootstrap 90 % "
+    "interval. Every cell is shown: below 0 the calibrated policy is behind the rival, above "
+    "100 % it is ahead of the ceiling; the ceiling auto-seq[truth] is a sequential policy like "
+    "auto-seq."
+)
+LEGACY_TARGET_TEXT = (
+    "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
+    "target); ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD and subtle ≤ 1.1."
+)
+LEGACY_SHARE_TEXT = (
+    "Share = (auto-seq[calibrated] − best calibrator-free) / (auto-seq[truth] − best "
+    "calibrator-free), accuracy at equal mean cost; calibrator-free = the peers and "
+    "auto-seq[base] / auto-seq[none]; the ceiling auto-seq[truth] is a sequential policy "
+    "like auto-seq."
+)
+
+
+def statistics_sections(name: str, cells: pd.DataFrame, agg: pd.DataFrame):
+    """(target text, target lines, share text, share lines): paired over the draws from the
+    stored replicates; data stored before them renders its means as it did."""
+    path = rp.folder(name) / REPLICATES
+    if not path.exists():
+        return (LEGACY_TARGET_TEXT, headline(agg)[0], LEGACY_SHARE_TEXT,
+                calibration_share(agg)[0])  # fmt: skip
+    replicates = pd.read_csv(path)
+    return (PAIRED_TARGET_TEXT, peer_stats.headline(replicates, cells)[0], PAIRED_SHARE_TEXT,
+            peer_stats.calibration_share(replicates, cells)[0])  # fmt: skip
+
+
+def calibrator_seeds_text(settings: dict, cells: pd.DataFrame) -> str:
+    """The calibrator seeds of the page's draws (pages stored before the pre-registration
+    record name seeds 0, 1, 2, as their runs had)."""
+    if "preregistered" not in settings:
+        return "0, 1, 2"
+    return ", ".join(str(s) for s in sorted(cells["calibrator_seed"].unique()))
+
+
+def draws_sentence(settings: dict, cells: pd.DataFrame) -> str:
+    """Which pre-registered draws the page reports ("" for pages stored before the record)."""
+    if "preregistered" not in settings:
+        return ""
+    if not settings["preregistered"]:
+        return " Hand-made data: no pre-registered draws."
+    worlds = "; ".join(
+        f"{r['world']}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r["draws"].items())
+        for r in settings["preregistered"]
+    )
+    return (f" Every draw is a pre-registered report draw (benchmarks/experiments/draws.toml), "
+            f"never read while designing the methods: {worlds}.")  # fmt: skip
 
 
 def render(name: str = PAGE) -> Path:
@@ -324,19 +463,19 @@ def render(name: str = PAGE) -> Path:
     cells = pd.read_csv(out_dir / "cells.csv")
     agg = pd.read_csv(out_dir / "summary.csv")
     agg["falls_back_to"] = agg["falls_back_to"].fillna("")
-    head_lines, _ = headline(agg)
-    share_lines, _ = calibration_share(agg)
+    target_text, head_lines, share_text, share_lines = statistics_sections(name, cells, agg)
     auc = cells.groupby(["world", "split", "world_seed"])["shift_auc"].first().reset_index()
     fallbacks = cells.groupby(["world", "rule", "world_seed"])["fallback"].first().reset_index()
     lines = [
         f"Worlds: {', '.join(sorted(cells['world'].unique()))}; size `{settings['size']}` "
         f"({settings['size_text']}); world draws "
         f"(world seeds) {', '.join(str(s) for s in sorted(cells['world_seed'].unique()))}, each "
-        f"with its own calibrator seed (`{settings['calibrator']}`, seeds 0, 1, 2) and "
+        f"with its own calibrator seed (`{settings['calibrator']}`, seeds "
+        f"{calibrator_seeds_text(settings, cells)}) and "
         f"draw-order seed; {settings['trials']} draw orders per test question, "
         f"{settings['train_trials']} per training question for the choices made on the training "
         f"pools (auto-seq's floor share, the fallback peer), {settings['bootstrap']} bootstrap "
-        f"resamples of the questions.",
+        f"resamples of the questions." + draws_sentence(settings, cells),
         "",
         "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
         "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
@@ -363,17 +502,13 @@ def render(name: str = PAGE) -> Path:
         "",
         "## Against the target: samples to reach uniform-64 (and -16)",
         "",
-        "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
-        "target); ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD and subtle ≤ 1.1.",
+        target_text,
         "",
         *head_lines,
         "",
         "## What calibration adds",
         "",
-        "Share = (auto-seq[calibrated] − best calibrator-free) / (auto-seq[truth] − best "
-        "calibrator-free), accuracy at equal mean cost; calibrator-free = the peers and "
-        "auto-seq[base] / auto-seq[none]; the ceiling auto-seq[truth] is a sequential policy "
-        "like auto-seq.",
+        share_text,
         "",
         *share_lines,
         "",
@@ -396,7 +531,10 @@ def render(name: str = PAGE) -> Path:
 
 
 def smoke_cells() -> pd.DataFrame:
-    """A hand-made ``cells.csv``: two world draws, four methods per rule and split."""
+    """A hand-made ``cells.csv``: two world draws, four methods per rule and split, with the
+    cost columns of a hand-made training set."""
+    from dprm.ias.curves.costs import TrainingData
+
     rows = []
     for world_seed in (11, 12):
         for rule, peer in (("highest-last", "score-raw"), ("majority", "vote-lead")):
@@ -415,14 +553,43 @@ def smoke_cells() -> pd.DataFrame:
                         row[fig] = value + 0.1 * j + 0.01 * world_seed
                         row[f"{fig}_se"] = 0.01
                     rows.append(row)
+    return with_training_costs(pd.DataFrame(rows), TrainingData(1000, 12800))
+
+
+def smoke_replicates(cells: pd.DataFrame, bootstrap: int = 4) -> pd.DataFrame:
+    """Hand-made paired replicates of :func:`smoke_cells`: replicate 0 is the cell's figure,
+    replicate b scales it by 1 + (b - 2) / 100."""
+    rows = []
+    for _, r in cells.iterrows():
+        for b in range(bootstrap + 1):
+            scale = 1.0 if b == 0 else 1 + (b - 2) / 100
+            rows.append({"rule": r["rule"], "method": r["method"], "replicate": b,
+                         **{fig: scale * float(r[fig]) for fig in FIGURES},
+                         "world": r["world"], "world_seed": r["world_seed"], "split": r["split"],
+                         "draw": r["world_seed"]})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def twin_draws(presets: list[str], seeds_text: str) -> tuple[dict[str, list[int]], list[dict]]:
+    """Each preset's world seeds (``--world-seeds``, default its report draws) and the
+    pre-registration records; exits 2 (one line) on a development or unlisted draw."""
+    seeds_of, records = {}, []
+    for preset in presets:
+        seeds = ([int(s) for s in seeds_text.split(",")] if seeds_text
+                 else report_seeds(preset))  # fmt: skip
+        records.append(prereg.require_report("adaptive_peers.py", preset,
+                                             {"world_seeds": seeds}, draws_file()))  # fmt: skip
+        seeds_of[preset] = seeds
+    return seeds_of, records
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("/tmp/adaptive-peers"))
     parser.add_argument("--presets", default=",".join(PRESETS))
-    parser.add_argument("--world-seeds", default=",".join(str(s) for s in WORLD_SEEDS))
+    parser.add_argument("--world-seeds", default="",
+                        help="world seeds (default: each preset's report draws in draws.toml; "
+                             "development draws are refused)")  # fmt: skip
     parser.add_argument("--rules", default=",".join(RULES))
     parser.add_argument("--size", default="demo")
     parser.add_argument("--trials", type=int, default=4)
@@ -433,6 +600,15 @@ def main() -> None:
     parser.add_argument("--train-bon", type=Path, help="with --bon: its training BoN set")
     parser.add_argument("--calibrator", type=Path, action="append",
                         help="with --bon: a saved calibrator (repeat: one per seed)")  # fmt: skip
+    parser.add_argument("--calibrator-seeds", default="",
+                        help="with --bon: the calibrators' seeds, in order (default: each "
+                             "calibrator's recorded seed); checked against draws.toml")  # fmt: skip
+    parser.add_argument(
+        "--question-resample",
+        type=int,
+        default=None,
+        help="with --bon: the question resample the test sets are (draws.toml)",
+    )
     parser.add_argument("--world", default="", help="with --bon: the world's name")
     parser.add_argument("--out", type=Path, default=None,
                         help="the page (default: docs/results/adaptive-peers.md, honouring "
@@ -451,34 +627,38 @@ def main() -> None:
         print(render(name))
         return
     t0 = time.time()
+    records = []
     if args.smoke:
         cells = smoke_cells()
         curves = pd.DataFrame({"rule": ["majority"], "method": ["uniform"], "knob": [1.0]})
+        replicates = smoke_replicates(cells)
     elif args.bon is not None:  # one world's BoN sets: peer_sets.py runs, stores and renders
         import peer_sets
 
         print(f"wrote {peer_sets.main(args, name)} in {(time.time() - t0) / 60:.1f} min")
         return
     else:
-        frames, curve_frames = [], []
-        seeds = [int(s) for s in args.world_seeds.split(",")]
-        for preset in args.presets.split(","):
+        seeds_of, records = twin_draws(args.presets.split(","), args.world_seeds)
+        frames, curve_frames, rep_frames = [], [], []
+        for preset, seeds in seeds_of.items():
             for k, world_seed in enumerate(seeds):
-                c, cv = run_world(args.root, preset, world_seed, k, args)
+                c, cv, reps = run_world(args.root, preset, world_seed, k, args)
                 frames.append(c)
                 curve_frames.append(cv)
+                rep_frames.append(reps)
         cells, curves = pd.concat(frames, ignore_index=True), pd.concat(curve_frames)
+        replicates = pd.concat(rep_frames, ignore_index=True)
     agg = aggregate(cells)
     command = " ".join(["PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py",
                         *sys.argv[1:]])  # fmt: skip
     settings = {
         "size": args.size, "size_text": _size_text(args.size), "calibrator": CALIBRATOR,
         "trials": args.trials, "train_trials": args.train_trials, "bootstrap": args.bootstrap,
-        "elapsed_min": round((time.time() - t0) / 60, 1),
+        "elapsed_min": round((time.time() - t0) / 60, 1), "preregistered": records,
     }  # fmt: skip
     if args.smoke:
         settings.update(size="smoke", size_text="a hand-made cells table, no world")
-    store(cells, curves, agg, name, command.strip(), settings)
+    store(cells, curves, agg, name, command.strip(), settings, replicates)
     path = render(name)
     print(f"wrote {path} in {(time.time() - t0) / 60:.1f} min")
 

@@ -340,10 +340,10 @@ def beta_steps(
 
     torch.set_num_threads(1)
     from dprm.data import read_bon_set
-    from dprm.ias.accuracy import threshold_mask_exact
     from dprm.ias.constants import BETA_C, BETA_GRID, N_MAX
-    from dprm.ias.estimates import candidate_estimates, estimate_from_model
-    from dprm.ias.pools import Pools
+    from dprm.ias.paper.accuracy import threshold_mask_exact
+    from dprm.ias.paper.estimates import candidate_estimates, estimate_from_model
+    from dprm.ias.paper.pools import Pools
     from dprm.models import load
 
     rows = []

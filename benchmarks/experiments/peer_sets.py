@@ -3,7 +3,7 @@
 One world, given as its test BoN sets (``--bon id=DIR --bon ood=DIR``), its training BoN set
 (``--train-bon DIR``) and saved calibrators (``--calibrator DIR``, repeated: one per calibrator
 seed). Every (calibrator seed, split) cell traces every method's cost-accuracy curve on the same
-draw orders (:func:`dprm.ias.peer_curves.set_curves`, draw-order seed = the calibrator's index),
+draw orders (:func:`dprm.ias.peers.curves.set_curves`, draw-order seed = the calibrator's index),
 as the twin grid does, and the page reports the mean over calibrator seeds with two standard
 errors: a bootstrap over questions (within a seed, mean over seeds) and the spread over the
 seeds (calibrator seed and draw orders together).
@@ -17,6 +17,10 @@ consistent.
 
 Cells are cached under ``--root`` keyed by the settings and the content of every input, so a
 rerun resumes and a changed input is noticed.
+
+The world must be pre-registered (benchmarks/experiments/draws.toml): its calibrator seeds
+(``--calibrator-seeds``, default each calibrator's recorded seed) and ``--question-resample``
+must be report draws, or the run stops before computing (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ def pool_rates(bon) -> np.ndarray:
 def pool_truth(bon, candidate: np.ndarray):
     """``auto-seq[truth]`` on a set without a true distribution: the pool solve rate as a
     point prior, with ``candidate`` [R] as its candidate estimates."""
-    from dprm.ias.estimates import Estimate
+    from dprm.ias.paper.estimates import Estimate
 
     return Estimate("truth", "point", p=pool_rates(bon), candidate=candidate)
 
@@ -109,10 +113,12 @@ def set_facts(bon, split: str) -> dict:
 
 
 def evaluate(bon, train, model, rules, trials, train_trials, bootstrap, seed):
-    """Summary rows and mean curves of every method on one set (all rules), with the pool
-    solve-rate ceiling as ``auto-seq[truth]`` where the set has no truth of its own."""
-    from dprm.ias.inputs import CalibratorInput
-    from dprm.ias.peer_curves import prior_inputs, set_curves, summarise
+    """Summary rows, mean curves and paired bootstrap replicates of every method on one set
+    (all rules), with the pool solve-rate ceiling as ``auto-seq[truth]`` where the set has no
+    truth of its own."""
+    from dprm.ias.curves.paired import figure_replicates
+    from dprm.ias.learnt.inputs import CalibratorInput
+    from dprm.ias.peers.curves import prior_inputs, set_curves, summarise
 
     priors = prior_inputs(model, bon, train)
     if not any(p.label == "truth" for p in priors):
@@ -121,18 +127,20 @@ def evaluate(bon, train, model, rules, trials, train_trials, bootstrap, seed):
             "truth", pool_truth(bon, calibrated.test_candidates),
             pool_truth(train, calibrated.train_candidates),
         ))  # fmt: skip
-    rows, curves = [], []
+    rows, curves, reps = [], [], []
     for rule in rules:
         cs = set_curves(bon, train, priors, rule, trials=trials, seed=seed,
                         train_trials=train_trials)  # fmt: skip
         rows.append(summarise(cs, bootstrap=bootstrap, seed=seed)
                     .assign(fallback=cs.fallback, shifted=cs.extra["shifted"]))  # fmt: skip
+        reps.append(figure_replicates(cs, bootstrap=bootstrap, seed=seed))
         for name, c in cs.curves.items():
             curves.append(pd.DataFrame({
                 "rule": rule, "method": name, "knob": c.levels,
                 "draws": c.draws.mean(axis=1), "accuracy": c.accuracy.mean(axis=1),
             }))  # fmt: skip
-    return pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True)
+    return (pd.concat(rows, ignore_index=True), pd.concat(curves, ignore_index=True),
+            pd.concat(reps, ignore_index=True))  # fmt: skip
 
 
 def _content(path: Path) -> str:
@@ -141,39 +149,48 @@ def _content(path: Path) -> str:
     return digest(path) or "missing"
 
 
-def run(args, sets: dict[str, Path], world: str) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+def run(args, sets: dict[str, Path], world: str):
     """Every (calibrator seed, split) cell, cached under ``args.root``; returns the cells, the
-    curves and the facts of every set."""
+    curves, the facts of every set and the paired replicates (``draw``: the cell's index)."""
+    import adaptive_peers as ap
     import torch
 
     from dprm.data import read_bon_set
+    from dprm.ias.curves.costs import TrainingData
     from dprm.models import load
 
     torch.set_num_threads(1)
     train = read_bon_set(args.train_bon, check_hidden=False)
     bons = {split: read_bon_set(path, check_hidden=False) for split, path in sets.items()}
     facts = [set_facts(train, "train")] + [set_facts(b, s) for s, b in bons.items()]
-    frames, curve_frames = [], []
+    seeds = getattr(args, "calibrator_seed_values", None)  # set by :func:`preregistered`
+    frames, curve_frames, rep_frames = [], [], []
     for k, calibrator in enumerate(args.calibrator):
         model = load(calibrator)
+        training = TrainingData.of(model, train)
         for split, bon in bons.items():
             settings = {"rules": list(args.rules), "trials": args.trials, "seed": k,
                         "train_trials": args.train_trials, "bootstrap": args.bootstrap,
                         "test": _content(sets[split]), "train": _content(args.train_bon),
-                        "calibrator": _content(calibrator), "version": 1}  # fmt: skip
+                        "calibrator": _content(calibrator), "version": 2}  # fmt: skip
             key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
             cell = args.root / "sets" / f"{world}-{split}-s{k}-{key}"
-            if not (cell / "summary.csv").exists():
+            if not (cell / ap.REPLICATES).exists():
                 t0 = time.time()
-                summary, curves = evaluate(bon, train, model, args.rules, args.trials,
-                                           args.train_trials, args.bootstrap, k)  # fmt: skip
+                summary, curves, reps = evaluate(bon, train, model, args.rules, args.trials,
+                                                 args.train_trials, args.bootstrap, k)  # fmt: skip
                 _atomic_csv(curves, cell / "curves.csv")
                 _atomic_csv(summary, cell / "summary.csv")
+                ap.write_csv_gz(reps, cell / ap.REPLICATES)  # last: the cell is complete
                 print(f"{world} {split} seed {k}: {time.time() - t0:.0f} s", flush=True)
-            meta = {"world": world, "world_seed": k, "calibrator_seed": k, "split": split}
-            frames.append(pd.read_csv(cell / "summary.csv").assign(**meta))
+            meta = {"world": world, "world_seed": k, "split": split,
+                    "calibrator_seed": seeds[k] if seeds else k}  # fmt: skip
+            summary = ap.with_training_costs(pd.read_csv(cell / "summary.csv"), training)
+            frames.append(summary.assign(**meta))
             curve_frames.append(pd.read_csv(cell / "curves.csv").assign(**meta))
-    return pd.concat(frames, ignore_index=True), pd.concat(curve_frames), facts
+            rep_frames.append(pd.read_csv(cell / ap.REPLICATES).assign(**meta, draw=k))
+    return (pd.concat(frames, ignore_index=True), pd.concat(curve_frames), facts,
+            pd.concat(rep_frames, ignore_index=True))  # fmt: skip
 
 
 def _atomic_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -206,10 +223,13 @@ def _draws(row, target: str, saved: bool) -> str:
 
 
 def table(agg: pd.DataFrame) -> list[str]:
-    """The peer table: rule x split x method."""
+    """The peer table: rule x split x method (with the cost columns where stored)."""
+    import adaptive_peers as ap
+
     return rp.peer_table(
         agg, lambda r: _draws(r, "u64", True), lambda r: _draws(r, "u16", False),
         lambda r, c: _pm(r[f"acc_at_{c}"], r[f"acc_at_{c}_se_boot"], r[f"acc_at_{c}_se_draws"]),
+        costs=ap.costs_cell if "labelled_samples" in agg else None,
     )  # fmt: skip
 
 
@@ -239,17 +259,20 @@ def facts_lines(facts: pd.DataFrame) -> list[str]:
     return lines
 
 
-def store(cells, curves, facts, agg, name: str, command: str, settings: dict) -> None:
+def store(cells, curves, facts, agg, name: str, command: str, settings: dict,
+          replicates: pd.DataFrame) -> None:  # fmt: skip
     """Write the page's CSVs and ``source.json`` (``settings['kind']`` marks this page)."""
     import adaptive_peers as ap
+    import peer_stats
 
     out = rp.folder(name)
     _atomic_csv(cells, out / "cells.csv")
     _atomic_csv(curves, out / "curves.csv")
     _atomic_csv(agg, out / "summary.csv")
     _atomic_csv(pd.DataFrame(facts), out / "sets.csv")
-    _atomic_csv(ap.headline(agg)[1], out / "headline.csv")
-    _atomic_csv(ap.calibration_share(agg)[1], out / "calibration_share.csv")
+    ap.write_csv_gz(replicates, out / ap.REPLICATES)
+    _atomic_csv(peer_stats.headline(replicates, cells)[1], out / "headline.csv")
+    _atomic_csv(peer_stats.calibration_share(replicates, cells)[1], out / "calibration_share.csv")
     rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")
     source = {**rp.read_source(name), "settings": {**settings, "kind": KIND}}
     tmp = out / "source.json.tmp"
@@ -268,11 +291,11 @@ def render(name: str) -> Path:
     facts = pd.read_csv(out / "sets.csv")
     agg = pd.read_csv(out / "summary.csv")
     agg["falls_back_to"] = agg["falls_back_to"].fillna("")
-    head_lines, _ = ap.headline(agg)
-    share_lines, _ = ap.calibration_share(agg)
+    target_text, head_lines, share_text, share_lines = ap.statistics_sections(name, cells, agg)
     auc = cells.groupby(["split", "world_seed"])["shift_auc"].first().unstack("world_seed")
     fallbacks = cells.groupby(["rule", "world_seed"])["fallback"].first().reset_index()
-    seeds = sorted(cells["world_seed"].unique())
+    seed_column = "calibrator_seed" if "preregistered" in settings else "world_seed"
+    seeds = sorted(cells[seed_column].unique())
     world = ", ".join(sorted(cells["world"].unique()))
     lines = [
         f"World: `{world}`, one draw of its data (the BoN sets below), "
@@ -281,7 +304,8 @@ def render(name: str) -> Path:
         f"{settings['trials']} draw orders per test question, {settings['train_trials']} per "
         f"training question for the choices made on the training pool (auto-seq's floor share, "
         f"the fallback peer); {settings['bootstrap']} bootstrap resamples of the questions. "
-        f"Rules: {', '.join(f'`{r}`' for r in settings['rules'])}.",
+        f"Rules: {', '.join(f'`{r}`' for r in settings['rules'])}."
+        + ap.draws_sentence(settings, cells),
         "",
         "## What this world can show",
         "",
@@ -317,6 +341,7 @@ def render(name: str) -> Path:
         "",
         "## Against the target: samples to reach uniform-64 (and -16)",
         "",
+        target_text if "preregistered" in settings else
         "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
         "target), means over seeds; ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD ≤ 1.1.",
         "",
@@ -324,6 +349,7 @@ def render(name: str) -> Path:
         "",
         "## What calibration adds",
         "",
+        share_text if "preregistered" in settings else
         "Share = (auto-seq[calibrated] − best calibrator-free) / (auto-seq[truth] − best "
         "calibrator-free), accuracy at equal mean cost; calibrator-free = the peers and "
         "auto-seq[base] / auto-seq[none].",
@@ -365,13 +391,55 @@ def main(args, name: str) -> Path:
         _fail("--bon needs --train-bon and at least one --calibrator")
     sets = parse_sets(args.bon)
     world = args.world or args.train_bon.resolve().parents[1].name
+    record = preregistered(args, world)
     t0 = time.time()
-    cells, curves, facts = run(args, sets, world)
+    cells, curves, facts, replicates = run(args, sets, world)
     agg = ap.aggregate(cells)
     settings = {"calibrator": Path(args.calibrator[0]).parent.name or "calibrator",
                 "rules": list(args.rules), "trials": args.trials,
                 "train_trials": args.train_trials, "bootstrap": args.bootstrap,
                 "sets": {s: str(p) for s, p in sets.items()},
-                "elapsed_min": round((time.time() - t0) / 60, 1)}  # fmt: skip
-    store(cells, curves, facts, agg, name, " ".join([ap.SCRIPT, *sys.argv[1:]]), settings)
+                "elapsed_min": round((time.time() - t0) / 60, 1),
+                "preregistered": [record]}  # fmt: skip
+    store(cells, curves, facts, agg, name, " ".join([ap.SCRIPT, *sys.argv[1:]]), settings,
+          replicates)  # fmt: skip
     return render(name)
+
+
+def calibrator_seeds(args) -> list[int]:
+    """The calibrators' seeds: ``--calibrator-seeds`` (one per ``--calibrator``, checked
+    against a recorded seed) or each calibrator's recorded seed (``info["seed"]``).
+
+    Raises:
+        SystemExit(2): a count mismatch, a seed that disagrees with the record, or no seed.
+    """
+    from dprm.models import load
+
+    given = [int(s) for s in args.calibrator_seeds.split(",")] if args.calibrator_seeds else None
+    if given is not None and len(given) != len(args.calibrator):
+        _fail(f"--calibrator-seeds names {len(given)} seeds for {len(args.calibrator)} "
+              "calibrators")  # fmt: skip
+    seeds = []
+    for k, path in enumerate(args.calibrator):
+        recorded = (load(path).info or {}).get("seed")
+        if given is None and recorded is None:
+            _fail(f"--calibrator {path}: no recorded seed; name it with --calibrator-seeds")
+        if given is not None and recorded is not None and int(recorded) != given[k]:
+            _fail(f"--calibrator {path}: recorded seed {recorded}, --calibrator-seeds says "
+                  f"{given[k]}")  # fmt: skip
+        seeds.append(given[k] if given is not None else int(recorded))
+    return seeds
+
+
+def preregistered(args, world: str) -> dict:
+    """The pre-registration record of this run; stops (one line, exit 2) unless the
+    calibrator seeds and the question resample are report draws of ``world``."""
+    import adaptive_peers as ap
+    import preregistration as prereg
+
+    if args.question_resample is None:
+        _fail("--bon needs --question-resample (the pre-registered resample the test sets are)")
+    args.calibrator_seed_values = calibrator_seeds(args)
+    draws = {"calibrator_seeds": args.calibrator_seed_values,
+             "question_resamples": [args.question_resample]}  # fmt: skip
+    return prereg.require_report("adaptive_peers.py", world, draws, ap.draws_file())

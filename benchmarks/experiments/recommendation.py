@@ -41,7 +41,7 @@ def main() -> None:
     from dprm.data.synth import write_world
     from dprm.evaluation import evaluate_calibrator
     from dprm.ias import run_ias
-    from dprm.ias.pays import pays_table
+    from dprm.ias.curves.pays import pays_table
     from dprm.models.fit import fit
     from dprm.orchestrate.grid import DEMO_OVERRIDES
 

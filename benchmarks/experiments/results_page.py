@@ -105,22 +105,26 @@ def _write(path: Path, text: str) -> None:
 PEER_COSTS = ("0.05", "0.1", "0.25")
 
 
-def peer_table(agg, draws_u64, draws_u16, accuracy) -> list[str]:
+def peer_table(agg, draws_u64, draws_u16, accuracy, costs=None) -> list[str]:
     """The peer table's lines, one row per (rule, split, method) of ``agg``: the cells are
-    written by ``draws_u64(row)``, ``draws_u16(row)`` and ``accuracy(row, cost)``."""
+    written by ``draws_u64(row)``, ``draws_u16(row)``, ``accuracy(row, cost)`` and, given,
+    ``costs(row)`` (two cells: labelled training samples, and PRM passes per test question
+    amortised over 500 / 5,000 test questions, beside the draws)."""
+    cost_head = " labelled training samples | PRM passes / test question (500 / 5,000) |"
     lines = [
-        "| rule | split | method | draws to uniform-64 (saved) | draws to uniform-16 | "
-        "acc @ 0.05 | acc @ 0.1 | acc @ 0.25 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rule | split | method | draws to uniform-64 (saved) |"
+        + (cost_head if costs else "")
+        + " draws to uniform-16 | acc @ 0.05 | acc @ 0.1 | acc @ 0.25 |",
+        "|---|---|---|---|" + ("---|---|" if costs else "") + "---|---|---|---|",
     ]
     for _, r in agg.iterrows():
         method = r["method"]
         if r["falls_back_to"]:
             method += f" — falls back to {r['falls_back_to']}"
         accs = [accuracy(r, c) for c in PEER_COSTS]
+        cost_cells = f" {costs(r)} |" if costs else ""
         lines.append(
-            f"| {r['rule']} | {r['split']} | {method} | {draws_u64(r)} | {draws_u16(r)} | "
-            + " | ".join(accs)
-            + " |"
+            f"| {r['rule']} | {r['split']} | {method} | {draws_u64(r)} |{cost_cells} "
+            f"{draws_u16(r)} | " + " | ".join(accs) + " |"
         )
     return lines

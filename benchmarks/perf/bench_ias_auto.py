@@ -13,7 +13,7 @@ Timed, each the best of ``--repeat`` runs, one CPU thread:
 * ``vote table``: the majority rule's Monte Carlo table (``--trials`` orders per question);
 * ``auto``: everything ``auto`` adds for one estimate and one (exact) rule: the training
   pools' table, the selection model, the cross-fitted floor share, and the allocation and its
-  exact accuracy at the 10 target costs of ``dprm.ias.pays.COST_GRID``;
+  exact accuracy at the 10 target costs of ``dprm.ias.curves.pays.COST_GRID``;
 * ``oracle``: the oracle allocation at the same 10 costs;
 * ``oracle-pop``: the population oracle: replaying the split's questions, the closed-form
   highest-last population curves, and the allocation at the 10 costs;
@@ -60,13 +60,13 @@ def main() -> None:
     from dprm.data.synth import write_world
     from dprm.data.synth.population import twin_questions
     from dprm.ias import C_GRID, Pools, exact_accuracy_table, lookup, truth_estimate
-    from dprm.ias.auto import AutoAllocator, pool_share
     from dprm.ias.constants import COST_GRID
-    from dprm.ias.draws import table_weight
-    from dprm.ias.equal_cost import reference_rows, sequential_rows
-    from dprm.ias.inputs import CalibratorInput
-    from dprm.ias.population import population_curves, population_oracle_rows
-    from dprm.ias.rules import Candidates, rule_table
+    from dprm.ias.curves.equal_cost import reference_rows, sequential_rows
+    from dprm.ias.curves.population import population_curves, population_oracle_rows
+    from dprm.ias.learnt.auto import AutoAllocator, pool_share
+    from dprm.ias.learnt.inputs import CalibratorInput
+    from dprm.ias.selection.draws import table_weight
+    from dprm.ias.selection.rules import Candidates, rule_table
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -1,8 +1,8 @@
 """Time every adaptive best-of-N peer against ``auto-seq`` on one BoN set (ratios, one run).
 
 Each method computes its budgets for its whole knob sweep on the same draw orders of the test
-set (the peers: :data:`dprm.ias.peers.PEERS`; ``auto-seq``: the calibrated prior at the mean
-budgets of :data:`dprm.ias.peer_curves.SEQ_BUDGETS`, without the floor-share choice). Prints
+set (the peers: :data:`dprm.ias.peers.methods.PEERS`; ``auto-seq``: the calibrated prior at the mean
+budgets of :data:`dprm.ias.peers.curves.SEQ_BUDGETS`, without the floor-share choice). Prints
 CPU seconds per method (process time: robust to a shared machine) and auto-seq's time over the peer's.
 
 Run: ``PYTHONPATH=src python benchmarks/perf/bench_peers.py --bon WORLD/id/bon --train-bon
@@ -49,13 +49,13 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from dprm.data import read_bon_set
-    from dprm.ias.allocation import SelectionModel
-    from dprm.ias.auto import pool_share
-    from dprm.ias.draws import draw_orders, rule_outcomes, table_weight
-    from dprm.ias.estimates import estimate_samples
-    from dprm.ias.peer_curves import SEQ_BUDGETS, prior_inputs, training_scores
-    from dprm.ias.peers import PEERS, DrawView, peers_for_rule
-    from dprm.ias.rules import Candidates, rule_table, uses_answers
+    from dprm.ias.learnt.allocation import SelectionModel
+    from dprm.ias.learnt.auto import pool_share
+    from dprm.ias.paper.estimates import estimate_samples
+    from dprm.ias.peers.curves import SEQ_BUDGETS, prior_inputs, training_scores
+    from dprm.ias.peers.methods import PEERS, DrawView, peers_for_rule
+    from dprm.ias.selection.draws import draw_orders, rule_outcomes, table_weight
+    from dprm.ias.selection.rules import Candidates, rule_table, uses_answers
     from dprm.ias.sequential import SequentialAuto
     from dprm.models import load
 

@@ -78,7 +78,7 @@ def test_a_set_without_truth_gets_the_pool_solve_rate_ceiling(tiny_world, monkey
     (the training pool's own for the training side); the twin's own truth is kept."""
     import dataclasses
 
-    import dprm.ias.peer_curves as pc
+    import dprm.ias.peers.curves as pc
     from dprm.data import read_bon_set
     from dprm.models.raw_score import RawScoreCalibrator
 
@@ -143,14 +143,21 @@ def test_adaptive_peers_runs_a_worlds_id_and_ood_sets_over_calibrator_seeds(
         "--out",
         str(page),
     ]
+    args += ["--calibrator-seeds", "0,1", "--question-resample", "1"]
+    draws = tmp_path / "draws.toml"
+    draws.write_text(
+        '[worlds.tiny]\nkind = "trained"\n'
+        "report = { calibrator_seeds = [0, 1], question_resamples = [1] }\n"
+    )
+    env = {"DPRM_DRAWS_FILE": str(draws)}
     script = ROOT / "benchmarks" / "experiments" / "adaptive_peers.py"
-    assert "seed 1" in run(script, args, tmp_path)
+    assert "seed 1" in run(script, args, tmp_path, env=env)
     cells = pd.read_csv(page.parent / "peers-tiny" / "cells.csv")
     assert set(cells["split"]) == {"id", "ood"} and set(cells["world_seed"]) == {0, 1}
     assert not cells.duplicated(["split", "world_seed", "rule", "method"]).any()
     assert {"auto-seq[calibrated]", "auto-seq[truth]", "vote-lead"} <= set(cells["method"])
     before = cells.to_csv()
-    assert "seed" not in run(script, args, tmp_path).split("wrote")[0]  # cached: no cell ran
+    assert "seed" not in run(script, args, tmp_path, env=env).split("wrote")[0]  # cached
     assert pd.read_csv(page.parent / "peers-tiny" / "cells.csv").to_csv() == before
     stored = page.read_bytes()
     page.unlink()
@@ -171,7 +178,9 @@ def _hand_made(tmp_path, monkeypatch) -> str:
     monkeypatch.setattr(rp, "RESULTS", tmp_path / "results")
     settings = {"calibrator": "binomial", "rules": ["highest-last", "majority"], "trials": 4,
                 "train_trials": 2, "bootstrap": 10, "elapsed_min": 0.0}  # fmt: skip
-    peer_sets.store(cells, curves, facts, ap.aggregate(cells), "peers-x", "cmd", settings)
+    replicates = ap.smoke_replicates(cells)
+    peer_sets.store(cells, curves, facts, ap.aggregate(cells), "peers-x", "cmd", settings,
+                    replicates)  # fmt: skip
     return "peers-x"
 
 
@@ -184,3 +193,37 @@ def test_the_page_renders_from_its_csvs_alone_byte_for_byte(tmp_path, monkeypatc
     assert "not reached (1/2 seeds)" in text
     assert "falls back to" in text
     assert "| id | 2 | " in text  # the sets' facts: two questions
+
+
+def test_a_worlds_sets_need_report_draws(tmp_path, monkeypatch, capsys):
+    """``--bon`` names its draws (calibrator seeds, question resample); development or
+    unrecorded ones stop the run with one line and exit 2."""
+    from dprm.models.raw_score import RawScoreCalibrator
+
+    draws = tmp_path / "draws.toml"
+    draws.write_text(
+        '[worlds.arith]\nkind = "trained"\n'
+        "development = { calibrator_seeds = [0], question_resamples = [0] }\n"
+        "report = { calibrator_seeds = [3], question_resamples = [1] }\n"
+    )
+    monkeypatch.setenv("DPRM_DRAWS_FILE", str(draws))
+    cal = RawScoreCalibrator(8).save(tmp_path / "cal")
+
+    def refused(**given) -> str:
+        args = SimpleNamespace(calibrator=[cal], calibrator_seeds="", question_resample=1)
+        for key, value in given.items():
+            setattr(args, key, value)
+        with pytest.raises(SystemExit) as exit_:
+            peer_sets.preregistered(args, "arith")
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err
+        return err
+
+    assert "no recorded seed" in refused()
+    assert "development" in refused(calibrator_seeds="0")
+    assert "needs --question-resample" in refused(calibrator_seeds="3", question_resample=None)
+    assert "not pre-registered report draws" in refused(calibrator_seeds="3", question_resample=2)
+    ok = SimpleNamespace(calibrator=[cal], calibrator_seeds="3", question_resample=1)
+    record = peer_sets.preregistered(ok, "arith")
+    assert record["draws"] == {"calibrator_seeds": [3], "question_resamples": [1]}

@@ -219,9 +219,25 @@ def test_peers_beside_auto_seq(setup, tmp_path, capsys):
     out = tmp_path / "peers"
     argv = ["ias", "--bon", str(world["id/bon"]), "--train-bon", str(world["train/bon"]),
             "--peers", "--model", str(dirs["ot"]), "--out", str(out), "--mc-trials", "0",
-            "--quiet"]  # fmt: skip
+            "--no-progress"]  # fmt: skip
     assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # the peers' table is printed, and the wrote line names every file written
+    assert "peers beside auto-seq, rule highest-last" in printed
+    assert "auto-seq[none]" in printed and "PRM passes/q (500 / 5000)" in printed
+    wrote = next(line for line in printed.splitlines() if line.startswith("wrote"))
+    for name in ("ias.csv", "ias_full.csv", "budgets.parquet", "uniform.csv", "pays.csv",
+                 "peers.csv", "peer_curves.csv", "ias_meta.json"):  # fmt: skip
+        assert name in wrote and (out / name).exists(), name
+    meta = json.loads((out / "ias_meta.json").read_text())
+    assert "separate Monte Carlo from pays.csv" in meta["extra_files"]["peers.csv"]
     peers = pd.read_csv(out / "peers.csv")
+    # the costs beside the draws: the vote peers read no labels; calibrated auto-seq reads
+    # the training pools' labels (the calibrator here records no training-set size: NaN)
+    by = peers.set_index("method")
+    assert by.loc["adaptive-consistency", "labelled_samples"] == 0
+    assert np.isnan(by.loc["auto-seq[calibrated]", "labelled_samples"])
+    assert by.loc["auto-seq[none]", "labelled_samples"] > 0
     expected = {"uniform", "adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw",
                 "score-calibrated", "auto-seq[calibrated]", "auto-seq[base]", "auto-seq[none]",
                 "auto-seq[truth]"}  # fmt: skip
@@ -264,3 +280,19 @@ def test_ias_prints_the_equal_cost_table(setup, tmp_path, capsys):
                 assert at.empty or at["accuracy"].isna().all()
             else:
                 assert shown == f"{at['accuracy'].iloc[0]:.3f}", (allocation, method, cost)
+
+
+def test_the_printed_peers_table_marks_a_fallback():
+    from dprm.cli.ias import peers_table
+
+    rows = pd.DataFrame({
+        "rule": ["majority", "majority"], "method": ["vote-lead", "auto-seq[calibrated]"],
+        "falls_back_to": [np.nan, "vote-lead"], "draws_to_u64": [20.0, np.nan],
+        "acc_at_0.1": [0.81, 0.81], "labelled_samples": [0.0, 1200.0],
+        "prm_passes_q500": [0.0, 3.4], "prm_passes_q5000": [0.0, 1.24],
+    })  # fmt: skip
+    text = peers_table(rows)
+    line = next(x for x in text.splitlines() if "auto-seq[calibrated]" in x)
+    assert "(falls back to vote-lead)" in line and "not reached" in line
+    assert "3.4 / 1.2" in line and "1200" in line
+    assert "falls back" not in next(x for x in text.splitlines() if "vote-lead " in x[:20])

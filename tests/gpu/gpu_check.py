@@ -1347,7 +1347,7 @@ def _check_solve_run(
     """What a finished ``dprm solve --mode bon --rule majority`` run must hold, and its speed."""
     import numpy as np
 
-    from dprm.ias.rules import select_candidate
+    from dprm.ias.selection.rules import select_candidate
     from dprm.llm.answers import canonical_answer
 
     records = _read_jsonl(out / "bon.jsonl")

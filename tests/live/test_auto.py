@@ -13,8 +13,8 @@ from dprm.config import ConfigError
 def test_auto_budgets_match_the_offline_rule(tiny_world):
     from dprm.data import read_bon_set
     from dprm.ias import estimate_from_model
-    from dprm.ias.auto import AutoAllocator, pool_share
-    from dprm.ias.rules import Candidates, rule_table
+    from dprm.ias.learnt.auto import AutoAllocator, pool_share
+    from dprm.ias.selection.rules import Candidates, rule_table
     from dprm.live.bon_auto import auto_budgets
     from dprm.live.calibrated_prm import States
     from dprm.models.raw_score import RawScoreCalibrator

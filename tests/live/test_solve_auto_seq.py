@@ -235,8 +235,8 @@ def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, tr
     seq, _, share, _ = fit_sequential(cprm, states, str(v1), COST)
     assert seq.answers is None
     # the floor share of the estimates-only policy, chosen on the (v1) training pools
-    from dprm.ias.estimates import candidate_estimates
-    from dprm.ias.rules import Candidates
+    from dprm.ias.paper.estimates import candidate_estimates
+    from dprm.ias.selection.rules import Candidates
     from dprm.ias.sequential import sequential_floor_shares
 
     fitted = fit_auto(cprm, states, str(v1))
@@ -254,11 +254,11 @@ def test_a_v1_training_set_keeps_the_estimates_only_policy(seq_run, tmp_path, tr
 
 def test_answer_policy_floor_stays_uniform_under_shift(seq_run, monkeypatch):
     """Live questions unlike the training set's: floor share 1 even when answers are read."""
-    import dprm.ias.allocation
+    import dprm.ias.learnt.allocation
     from dprm.live.bon_seq import fit_sequential
 
     out, _, _, cprm, config, _ = seq_run
-    monkeypatch.setattr(dprm.ias.allocation, "shift_auc", lambda a, b, seed=0: 1.0)
+    monkeypatch.setattr(dprm.ias.learnt.allocation, "shift_auc", lambda a, b, seed=0: 1.0)
     seq, _, share, shifted = fit_sequential(cprm, _live_states(out), config.train_bon, COST)
     assert seq.answers is not None and share == 1.0 and shifted
 
@@ -282,8 +282,8 @@ def _shifted(train_bon, dest):
 def _draw_view(record, n):
     """The offline peers' view of a record's first n draws (answer codes, raw scores,
     estimates), one order, one question."""
-    from dprm.ias.peers import DrawView
-    from dprm.ias.rules import answer_key
+    from dprm.ias.peers.methods import DrawView
+    from dprm.ias.selection.rules import answer_key
 
     index: dict = {}
     cands = record["candidates"][:n]
@@ -298,17 +298,17 @@ def test_live_auto_seq_under_shift_falls_back_to_the_offline_peer(
     tmp_path, seq_run, train_bon, generator, grading_pool
 ):  # fmt: skip
     """Live questions unlike the training set's: as offline, auto-seq runs the calibrator-free
-    peer chosen on the training pools (dprm.ias.fallback.shift_fallback), not uniform
+    peer chosen on the training pools (dprm.ias.peers.fallback.shift_fallback), not uniform
     best-of-N; records and summary say so; each question's draws stop where the offline rule
     stops on them, or where the shard's total round(c N_max Q) ran out (a budget-matched peer
     spends it exactly)."""
     import dataclasses
 
     from dprm.data import read_bon_set
-    from dprm.ias.allocation import uniform_budgets
-    from dprm.ias.fallback import shift_fallback
-    from dprm.ias.peers import PEERS
-    from dprm.ias.rules import Candidates
+    from dprm.ias.learnt.allocation import uniform_budgets
+    from dprm.ias.peers.fallback import shift_fallback
+    from dprm.ias.peers.methods import PEERS
+    from dprm.ias.selection.rules import Candidates
     from dprm.live import run_bon
     from dprm.live.bon_seq import fit_sequential
 
@@ -352,7 +352,7 @@ def test_live_allocation_under_shift_without_answers_is_uniform_best_of_n(
     c N_max included), the policy choosing no draw, recorded as falling back to uniform."""
     import dataclasses
 
-    from dprm.ias.allocation import uniform_budgets
+    from dprm.ias.learnt.allocation import uniform_budgets
     from dprm.live import run_bon
 
     _, _, records, cprm, config, _ = seq_run
@@ -586,7 +586,7 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
     """--rule majority: the live policy indexes the vote race (as dprm ias --sequential does
     for majority), its budgets equal the offline race replayed on the same draws, and every
     question answers by majority vote over the draws it paid for."""
-    from dprm.ias.rules import select_candidate
+    from dprm.ias.selection.rules import select_candidate
     from dprm.ias.sequential import SEQ_FLOOR_SHARES
     from dprm.live.bon_seq import fit_sequential
 
@@ -616,9 +616,9 @@ def test_majority_auto_seq_runs_the_vote_race_live(majority_run):
 def test_majority_floor_share_is_chosen_for_the_vote(majority_run):
     """The floor share is the one the race does best with on the training pools under majority
     vote (sequential_floor_shares with vote and majority), not highest-last's."""
-    from dprm.ias.draws import table_weight
-    from dprm.ias.estimates import candidate_estimates
-    from dprm.ias.rules import Candidates
+    from dprm.ias.paper.estimates import candidate_estimates
+    from dprm.ias.selection.draws import table_weight
+    from dprm.ias.selection.rules import Candidates
     from dprm.ias.sequential import sequential_floor_shares
     from dprm.live.bon_auto import fit_auto
     from dprm.live.bon_seq import fit_sequential
@@ -643,7 +643,7 @@ def test_fixed_budget_run_picks_by_the_rule(
 ):
     """The C rule with --rule majority / weighted-last: the adaptive pick, the baseline's and
     the fixed-n curve all vote on the candidates' final answers."""
-    from dprm.ias.rules import select_candidate
+    from dprm.ias.selection.rules import select_candidate
     from dprm.live import run_bon
     from dprm.llm.answers import canonical_answer
 

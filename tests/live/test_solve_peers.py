@@ -1,6 +1,6 @@
 """``dprm solve --mode bon --peer``: the calibrator-free peers live, on tiny local models.
 
-A live run's budgets must be what the offline rule (:mod:`dprm.ias.peers`, what
+A live run's budgets must be what the offline rule (:mod:`dprm.ias.peers.methods`, what
 ``benchmarks/experiments/adaptive_peers.py`` evaluates) gives on the same candidates in the order
 they were drawn; bad settings are refused in one line before ``--out`` is claimed.
 """
@@ -33,7 +33,7 @@ def _run(out, questions_file, model_dirs, calibrator_dirs, load_cprm, generator,
 
 
 def _codes(record, n):
-    from dprm.ias.rules import answer_key
+    from dprm.ias.selection.rules import answer_key
 
     index: dict = {}
     keys = [answer_key(c["answer"], j) for j, c in enumerate(record["candidates"][:n])]
@@ -43,7 +43,7 @@ def _codes(record, n):
 def test_adaptive_consistency_live_stops_where_the_offline_rule_does(
     tmp_path, questions_file, model_dirs, calibrator_dirs, load_cprm, generator, grading_pool
 ):  # fmt: skip
-    from dprm.ias.peers import PEERS, DrawView
+    from dprm.ias.peers.methods import PEERS, DrawView
 
     summary, records = _run(
         tmp_path / "ac", questions_file, model_dirs, calibrator_dirs, load_cprm, generator,
@@ -68,7 +68,7 @@ def test_adaptive_consistency_live_stops_where_the_offline_rule_does(
 def test_vote_lead_live_spends_the_total_as_the_offline_sequence(
     tmp_path, questions_file, model_dirs, calibrator_dirs, load_cprm, generator, grading_pool
 ):  # fmt: skip
-    from dprm.ias.peers import matched_budgets, running_top2, vote_lead_sequence
+    from dprm.ias.peers.methods import matched_budgets, running_top2, vote_lead_sequence
 
     level = 3.0
     _, records = _run(

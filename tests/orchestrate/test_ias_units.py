@@ -214,7 +214,7 @@ def _rows(pipe, split: str, method: str) -> pd.DataFrame:
 def test_sequential_adds_auto_seq_rows_to_the_calibrators_units(trained_world):
     """``ias_sequential``: a calibrator's unit has its auto-seq rows (reading the draws' final
     answers on a twin world), the report's table and text show them; off: none."""
-    from dprm.ias.allocation import REPORT_COSTS
+    from dprm.ias.learnt.allocation import REPORT_COSTS
     from dprm.orchestrate.ias_units import ias_units
     from dprm.report.pays import pays_markdown, pays_rows
     from dprm.report.sections.pays import pays_lines

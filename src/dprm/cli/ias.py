@@ -65,36 +65,45 @@ def _ias(args: argparse.Namespace) -> int:
         sequential=args.sequential,
     )
     peer_frames = None
-    if args.peers:  # the peers beside auto-seq on the same orders (dprm.ias.peer_curves)
-        from dprm.ias.peer_curves import peer_tables
+    if args.peers:  # the peers beside auto-seq on the same orders (dprm.ias.peers.curves)
+        from dprm.ias.curves.costs import TrainingData, with_costs
+        from dprm.ias.peers.curves import peer_tables
 
         peer_frames = peer_tables(
             bon, train_bon, loaded[0][1], [r for r in args.rule if not r.endswith("-calibrated")]
             or ["highest-last"], seed=args.seed, n_max=args.n_max,
         )  # fmt: skip
+        training = TrainingData.of(loaded[0][1], train_bon)
+        peer_frames = (with_costs(peer_frames[0], training), peer_frames[1])
     with atomic_dir(out) as tmp:  # all files or none
+        written = []
         if peer_frames is not None:
             peer_frames[0].to_csv(tmp / "peers.csv", index=False)
             peer_frames[1].to_csv(tmp / "peer_curves.csv", index=False)
-        write_ias_outputs(
-            tmp,
-            summary,
-            budgets,
-            uniform=uniform_curve(Pools.from_bon(bon), n_max=args.n_max),
-            meta={
-                "bon": str(bon.path),
-                "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
-                "beta": args.beta,
-                "n_max": args.n_max,
-                "mc_trials": args.mc_trials,
-                "seed": args.seed,
-                "greedy": args.greedy,
-                "rules": args.rule,
-                "train_bon": None if train_bon is None else str(train_bon.path),
-                "sequential": args.sequential,
-                "n_questions": len(bon),
-            },
-        )
+            written += ["peers.csv", "peer_curves.csv"]
+        written += [
+            p.name
+            for p in write_ias_outputs(
+                tmp,
+                summary,
+                budgets,
+                uniform=uniform_curve(Pools.from_bon(bon), n_max=args.n_max),
+                meta={
+                    "bon": str(bon.path),
+                    "models": {name: str(Path(args.model[i])) for i, name in enumerate(names)},
+                    "beta": args.beta,
+                    "n_max": args.n_max,
+                    "mc_trials": args.mc_trials,
+                    "seed": args.seed,
+                    "greedy": args.greedy,
+                    "rules": args.rule,
+                    "train_bon": None if train_bon is None else str(train_bon.path),
+                    "sequential": args.sequential,
+                    "peers": args.peers,
+                    "n_questions": len(bon),
+                },
+            )
+        ]
     if not args.quiet:
         c_rows = summary[summary["allocation"] == "C"]
         for method, grp in c_rows.groupby("method", sort=False):
@@ -110,8 +119,47 @@ def _ias(args: argparse.Namespace) -> int:
             print(equal_cost_table(pd.read_csv(pays)))
         else:
             print("(--train-bon adds the equal-cost table: uniform, C rule, auto, oracle)")
-        print(f"wrote {out / 'ias.csv'} ({len(summary)} rows) and {out / 'budgets.parquet'}")
+        if peer_frames is not None:
+            print(peers_table(peer_frames[0]))
+        print(f"wrote {out}/: " + ", ".join(sorted(written)) + f" ({len(summary)} rows in ias.csv)")
     return 0
+
+
+def peers_table(peers) -> str:
+    """``dprm ias --peers`` as text: per rule, every method's draws to reach uniform
+    best-of-64's accuracy, accuracy at cost 0.1, labelled training samples and PRM passes per
+    test question (amortised over 500 / 5,000 test questions); a method that fell back under
+    a detected shift says which peer it ran.
+
+    Args:
+        peers: the rows of ``peers.csv`` (:func:`dprm.ias.peers.curves.peer_tables` with the
+            columns of :func:`dprm.ias.curves.costs.with_costs`).
+    """
+    import math
+
+    def number(value, digits: int) -> str:
+        return "-" if value is None or math.isnan(float(value)) else f"{float(value):.{digits}f}"
+
+    lines = []
+    for rule, rows in peers.groupby("rule", sort=False):
+        lines.append(f"peers beside auto-seq, rule {rule} (every row and standard error in "
+                     "peers.csv)")  # fmt: skip
+        lines.append(f"  {'method':<46} {'draws to u64':>12} {'acc @ 0.1':>10} "
+                     f"{'labelled':>10} {'PRM passes/q (500 / 5000)':>26}")  # fmt: skip
+        for _, r in rows.iterrows():
+            method = str(r["method"])
+            back = r.get("falls_back_to")
+            if isinstance(back, str) and back:
+                method += f" (falls back to {back})"
+            draws = (
+                number(r["draws_to_u64"], 1)
+                if not math.isnan(r["draws_to_u64"])
+                else ("not reached")
+            )
+            passes = f"{number(r['prm_passes_q500'], 1)} / {number(r['prm_passes_q5000'], 1)}"
+            lines.append(f"  {method:<46} {draws:>12} {number(r['acc_at_0.1'], 3):>10} "
+                         f"{number(r['labelled_samples'], 0):>10} {passes:>26}")  # fmt: skip
+    return "\n".join(lines)
 
 
 #: the rows of the printed equal-cost table, in order (``allocation`` of pays.csv)
@@ -124,7 +172,7 @@ def equal_cost_table(pays) -> str:
     and the oracle; a calibrator's rows also show the gain over uniform at that cost.
 
     Args:
-        pays: the rows of ``pays.csv`` (:func:`dprm.ias.pays.pays_table`).
+        pays: the rows of ``pays.csv`` (:func:`dprm.ias.curves.pays.pays_table`).
     """
     import math
 
@@ -161,7 +209,7 @@ def equal_cost_table(pays) -> str:
 
 def _check_rules(rules: list[str], bon, path: str) -> None:
     """Voting rules need final answers (BoN contract v2); fail with one line otherwise."""
-    from dprm.ias.rules import uses_answers
+    from dprm.ias.selection.rules import uses_answers
     from dprm.io import DataError
 
     voting = [r for r in rules if uses_answers(r)]
@@ -249,8 +297,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --train-bon and --model (the first is auto-seq's calibrated prior): the "
         "calibrator-free peers (Adaptive-Consistency, ESC, vote-lead, score thresholds) beside "
         "auto-seq with the calibrated / raw-PRM / flat / true prior, on the same draw orders, "
-        "for each --rule (v2 sets); writes peers.csv (draws to reach uniform-64 and -16, "
-        "accuracy at cost 0.05 / 0.1 / 0.25, bootstrap standard errors) and peer_curves.csv",
+        "for each --rule (v2 sets); prints their table (a shifted auto-seq says which peer it "
+        "falls back to) and writes peers.csv (draws to reach uniform-64 and -16, accuracy at "
+        "cost 0.05 / 0.1 / 0.25, bootstrap standard errors, labelled training samples and PRM "
+        "passes per test question) and peer_curves.csv",
     )
     add_threads_flag(parser)
     add_progress_flags(parser)

@@ -27,29 +27,24 @@ E[draws] = sum_{n=0}^{N-1} P(F > n). The ``accuracy`` column is exact for every 
 ``accuracy_mc`` is a seeded Monte Carlo (``MC_TRIALS`` trials, common random draws for every
 row of one call) kept as a cross-check, with its standard error in ``accuracy_mc_se``.
 
-Modules:
+The package, by job (each subpackage's docstring lists its modules):
 
 * :mod:`dprm.ias.constants` -- defaults (N_max, grids) and output columns;
-* :mod:`dprm.ias.budgets` -- success curves, the point / mixture budget rules, and a greedy
-  allocation under a total budget;
-* :mod:`dprm.ias.pools` -- :class:`Pools`, the candidate pools of a BoN set;
-* :mod:`dprm.ias.accuracy` -- exact accuracy tables, exact early stopping, Monte Carlo;
-* :mod:`dprm.ias.estimates` -- :class:`Estimate` from any calibrator (or the synthetic truth);
-* :mod:`dprm.ias.inputs` -- :class:`CalibratorInput`, one calibrator's estimates on the test
-  and training sets, the input of the equal-cost rows;
-* :mod:`dprm.ias.sweeps` -- the C / tau / beta / beta-cal sweeps, plain best-of-n,
-  :func:`run_ias`;
-* :mod:`dprm.ias.rules` -- selection rules (highest / weighted / majority x last / min /
-  product / calibrated weights) and their accuracy for every n (exact or seeded Monte Carlo);
-* :mod:`dprm.ias.allocation` -- concave-hull greedy (the oracle), the selection-accuracy model,
-  ``auto`` budgets with a cross-fitted uniform floor, the label-free shift check;
-* :mod:`dprm.ias.auto` -- ``auto``: budgets fixed before drawing, learnt on a training set;
+  :mod:`dprm.ias.outputs` -- the files of one run; :mod:`dprm.ias.run` -- :func:`run_ias`,
+  one run (the sweeps plus the equal-cost rows);
+* :mod:`dprm.ias.paper` -- the paper's rules: pools, estimates, budgets, exact accuracy, sweeps;
+* :mod:`dprm.ias.selection` -- selection rules (highest / weighted / majority x last / min /
+  product / calibrated weights) and draw orders;
+* :mod:`dprm.ias.learnt` -- allocations learnt on a training set with every budget fixed
+  before drawing (``auto``, the oracle's concave-hull greedy, the label-free shift check);
 * :mod:`dprm.ias.sequential` -- ``auto-seq``: posterior, race index, policy, floor share;
-* :mod:`dprm.ias.draws` -- draw orders and what a rule picks along them (Monte Carlo scoring);
-* :mod:`dprm.ias.equal_cost` -- uniform / oracle / oracle-p / auto / auto-seq rows at equal cost;
-* :mod:`dprm.ias.population` -- the twin's population oracle (``oracle-pop``);
-* :mod:`dprm.ias.peers`, :mod:`dprm.ias.peer_curves` -- calibrator-free peers and their curves;
-* :mod:`dprm.ias.pays` -- the "does it pay?" table (:func:`dprm.ias.pays.run_pays`).
+* :mod:`dprm.ias.peers` -- the calibrator-free peers, their and ``auto-seq``'s cost-accuracy
+  curves, the fallback under a shift;
+* :mod:`dprm.ias.curves` -- evaluation at equal cost: the rows, ``oracle-pop``, the "does it
+  pay?" table.
+
+The modules of the flat layout this package had before (``dprm.ias.budgets``,
+``dprm.ias.peer_curves``, ...) remain as thin re-exports, so old imports keep working.
 
 Names are imported from their module on first use, so that ``dprm.ias.outputs`` and
 ``dprm.ias.constants`` (read by ``dprm ias --help``) load without pandas.
@@ -65,32 +60,32 @@ _EXPORTS = {
     "C_GRID": "dprm.ias.constants",
     "DEFAULT_BETA": "dprm.ias.constants",
     "EXTRA_COLUMNS": "dprm.ias.constants",
-    "CalibratorInput": "dprm.ias.inputs",
-    "Estimate": "dprm.ias.estimates",
+    "CalibratorInput": "dprm.ias.learnt.inputs",
+    "Estimate": "dprm.ias.paper.estimates",
     "MC_TRIALS": "dprm.ias.constants",
     "M_LEVELS": "dprm.ias.constants",
     "N_MAX": "dprm.ias.constants",
     "P_CLIP": "dprm.ias.constants",
-    "Pools": "dprm.ias.pools",
+    "Pools": "dprm.ias.paper.pools",
     "SUMMARY_COLUMNS": "dprm.ias.constants",
     "TAU_C": "dprm.ias.constants",
-    "budget_from_curve": "dprm.ias.budgets",
-    "budget_greedy": "dprm.ias.budgets",
-    "budget_mixture": "dprm.ias.budgets",
-    "budget_point": "dprm.ias.budgets",
-    "estimate_from_model": "dprm.ias.estimates",
-    "exact_accuracy_table": "dprm.ias.accuracy",
-    "lookup": "dprm.ias.accuracy",
-    "monte_carlo": "dprm.ias.accuracy",
-    "pick_weights": "dprm.ias.accuracy",
-    "run_ias": "dprm.ias.sweeps",
-    "run_sweeps": "dprm.ias.sweeps",
-    "success_curve_mixture": "dprm.ias.budgets",
-    "success_curve_point": "dprm.ias.budgets",
-    "sweep_rows": "dprm.ias.sweeps",
-    "threshold_exact": "dprm.ias.accuracy",
-    "truth_estimate": "dprm.ias.estimates",
-    "uniform_curve": "dprm.ias.sweeps",
+    "budget_from_curve": "dprm.ias.paper.budgets",
+    "budget_greedy": "dprm.ias.paper.budgets",
+    "budget_mixture": "dprm.ias.paper.budgets",
+    "budget_point": "dprm.ias.paper.budgets",
+    "estimate_from_model": "dprm.ias.paper.estimates",
+    "exact_accuracy_table": "dprm.ias.paper.accuracy",
+    "lookup": "dprm.ias.paper.accuracy",
+    "monte_carlo": "dprm.ias.paper.accuracy",
+    "pick_weights": "dprm.ias.paper.accuracy",
+    "run_ias": "dprm.ias.run",
+    "run_sweeps": "dprm.ias.paper.sweeps",
+    "success_curve_mixture": "dprm.ias.paper.budgets",
+    "success_curve_point": "dprm.ias.paper.budgets",
+    "sweep_rows": "dprm.ias.paper.sweeps",
+    "threshold_exact": "dprm.ias.paper.accuracy",
+    "truth_estimate": "dprm.ias.paper.estimates",
+    "uniform_curve": "dprm.ias.paper.sweeps",
 }
 
 __all__ = [

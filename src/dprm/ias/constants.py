@@ -42,7 +42,9 @@ BUDGET_COLUMNS = ["question_id", "method", "allocation", "C", "level", "n"]
 #: step aggregations of a candidate's PRM scores (name -> [steps] -> score)
 STEP_AGGREGATIONS = ("last", "min", "product")
 WEIGHTS = (*STEP_AGGREGATIONS, "calibrated")
-#: every rule name; ``highest-last`` is the contract rule of docs/design.md §4
+#: the contract rule of docs/design.md §4 (the candidate with the highest final PRM score)
+CONTRACT_RULE = "highest-last"
+#: every rule name
 RULES = (
     *(f"highest-{w}" for w in WEIGHTS),
     *(f"weighted-{w}" for w in WEIGHTS),

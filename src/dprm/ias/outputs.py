@@ -32,7 +32,7 @@ COLUMN_DOC = {
     "cost": "exact expected mean number of candidates drawn per question / n_max",
     "accuracy": "exact expectation over draws of the share of questions whose pick (highest uncalibrated PRM score among the drawn candidates) is correct",
     "accuracy_mc": "seeded Monte Carlo estimate of the same (mc_trials trials, common random draws across rows)",
-    "rule": "selection rule (dprm.ias.rules.RULES; the contract sweeps use highest-last). Rows with "
+    "rule": "selection rule (dprm.ias.selection.rules.RULES; the contract sweeps use highest-last). Rows with "
     "allocation uniform / oracle / auto have a target_cost; accuracy "
     "exact for highest-* rules, a seeded Monte Carlo mean (standard error in ias_full.csv's "
     "accuracy_se) for voting rules",
@@ -52,6 +52,20 @@ FILE_DOC = {
     "the C rule per selection rule, with headroom (oracle - uniform), gain over uniform and "
     "share of the headroom; on twin sets also oracle-pop with headroom_pop (oracle-pop - uniform) "
     "and share_pop (written when the run has uniform / oracle rows)",
+    "peers.csv": "with --peers: per rule and method (the calibrator-free peers, auto-seq with "
+    "each prior), draws to reach uniform best-of-64 / -16's accuracy, accuracy at cost 0.05 / "
+    "0.1 / 0.25 (read along the method's curve), bootstrap standard errors, falls_back_to (the "
+    "peer a shifted auto-seq ran), labelled_samples and prm_passes_q500 / _q5000 (PRM passes "
+    "per test question, training passes spread over 500 / 5,000 test questions, at the draws "
+    "to uniform-64). Its auto-seq figures are a separate Monte Carlo from pays.csv's: 4 draw "
+    "orders per question (pays.csv's auto-seq rows: 32), the raw mean over them (pays.csv's "
+    "accuracy adds auto's exact accuracy to the paired difference auto-seq - auto, a control "
+    "variate; its raw mean is ias_full.csv's accuracy_orders), and the policy run at the 8 "
+    "mean budgets of its curve (1 to 32 draws, then 64) and read at the target cost, where "
+    "pays.csv runs it at the target budgets only. The two estimate the same policy's accuracy; "
+    "compare them with their standard errors",
+    "peer_curves.csv": "with --peers: every method's cost-accuracy curve (rule, method, knob, "
+    "draws, accuracy: means over the questions and draw orders)",
     "ias_meta.json": "settings, inputs, column meanings, version",
 }
 
@@ -119,7 +133,7 @@ def write_ias_outputs(
     if uniform is not None:
         frames["uniform.csv"] = uniform
     if "allocation" in summary.columns and summary["allocation"].isin(["uniform", "oracle"]).any():
-        from dprm.ias.pays import pays_table
+        from dprm.ias.curves.pays import pays_table
 
         frames["pays.csv"] = pays_table(summary)
     for name, frame in frames.items():
@@ -133,6 +147,7 @@ def write_ias_outputs(
         if k not in ("ias.csv", "ias_meta.json")
         and (k != "uniform.csv" or uniform is not None)
         and (k != "pays.csv" or "pays.csv" in frames)
+        and (k not in ("peers.csv", "peer_curves.csv") or (out / k).exists())
     }
     write_json(
         out / "ias_meta.json",

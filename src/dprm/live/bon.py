@@ -4,7 +4,7 @@ For each question: the question-only PRM state gives the calibrated distribution
 IAS rule of ``dprm ias`` sets N_i, the generator samples candidates, the PRM scores each
 complete response (its last step, as in the reference) and the candidate with the highest
 uncalibrated score is the answer (docs/design.md §4), or, with ``rule`` ``weighted-last`` /
-``majority``, the vote on the candidates' final answers (:func:`dprm.ias.rules.select_candidate`;
+``majority``, the vote on the candidates' final answers (:func:`dprm.ias.selection.rules.select_candidate`;
 each candidate's canonical ``answer`` is in the log). The fixed baseline (``baseline_n`` = B)
 uses the same pool: each question draws max(N_i, B) i.i.d. samples once; the adaptive pick
 looks at the first N_i, the baseline at the first B, and each method is charged only for the
@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dprm.ias.rules import CONTRACT_RULE
+from dprm.ias.selection.rules import CONTRACT_RULE
 from dprm.live.bon_auto import auto_budgets
 from dprm.live.bon_peers import solve_peer
 from dprm.live.bon_record import first_n_pick, question_record
@@ -178,7 +178,7 @@ def check_training_answers(train_bon: str, rule: str) -> None:
         DataError: a voting rule and a BoN contract v1 training set (no ``answer`` column).
     """
     from dprm.data import read_bon_set
-    from dprm.ias.rules import uses_answers
+    from dprm.ias.selection.rules import uses_answers
     from dprm.io import DataError
 
     if not uses_answers(rule):

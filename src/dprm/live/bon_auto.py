@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dprm.ias.rules import CONTRACT_RULE
+from dprm.ias.selection.rules import CONTRACT_RULE
 from dprm.live.calibrated_prm import CalibratedPRM, States
 
 
@@ -60,9 +60,9 @@ def fit_auto(
     """
     from dprm.data import read_bon_set
     from dprm.ias import estimate_from_model
-    from dprm.ias.allocation import SHIFT_AUC, shift_auc
-    from dprm.ias.auto import AutoAllocator, pool_share
-    from dprm.ias.rules import Candidates, rule_table
+    from dprm.ias.learnt.allocation import SHIFT_AUC, shift_auc
+    from dprm.ias.learnt.auto import AutoAllocator, pool_share
+    from dprm.ias.selection.rules import Candidates, rule_table
     from dprm.io import DataError
     from dprm.live.calibrated_prm import _StateTable
 

@@ -1,6 +1,6 @@
 """Live adaptive best-of-N peers: ``dprm solve --mode bon --peer NAME [--peer-level X]``.
 
-The calibrator-free stopping rules of :mod:`dprm.ias.peers`, run on a live generator over one
+The calibrator-free stopping rules of :mod:`dprm.ias.peers.methods`, run on a live generator over one
 shard's questions, with the very stopping functions the offline evaluation runs:
 
 * stopping rules (``adaptive-consistency``: the threshold on P(p1 > p2), default 0.95;
@@ -11,7 +11,7 @@ shard's questions, with the very stopping functions the offline evaluation runs:
 * ``vote-lead`` (budget-matched: ``--peer-level`` mean draws, the shard's total
   round(level x Q)): one draw each, then rounds of ``--round-size`` draws, each to the
   question whose two leading answers are closest, at most one per question and round
-  (:func:`dprm.ias.peers.vote_lead_sequence` with rounds of 1).
+  (:func:`dprm.ias.peers.methods.vote_lead_sequence` with rounds of 1).
 
 The answer is picked by ``--rule`` from the drawn candidates, as for every bon allocation; the
 fixed baseline's candidates are topped up after the allocation. Every draw is appended to
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dprm.ias.peers import PEERS, DrawView, running_top2
+from dprm.ias.peers.methods import PEERS, DrawView, running_top2
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
 
@@ -96,7 +96,7 @@ def solve_peer(
             they are spent: a round that would overspend draws for the questions with the
             fewest draws first, then in question order); None: no cap.
     """
-    from dprm.ias.rules import answer_key
+    from dprm.ias.selection.rules import answer_key
     from dprm.live.bon_seq import DrawLog, _Drawer, logged_records, top_up_baseline
     from dprm.live.run_frame import solving
     from dprm.live.runlog import ResultLog

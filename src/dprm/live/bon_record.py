@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dprm.ias.rules import CONTRACT_RULE, select_candidate
+from dprm.ias.selection.rules import CONTRACT_RULE, select_candidate
 from dprm.live.run import SolveConfig
 
 

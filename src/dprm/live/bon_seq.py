@@ -10,7 +10,7 @@ live generator over one shard's Q questions, with the shard's total budget round
    evaluator runs) picks the next ``round_size`` draws by its index, the posterior-expected gain
    of one more draw; they are generated together, the PRM scores each complete response, the
    calibrator reads each candidate's own trajectory state (its estimate e, as
-   :func:`dprm.ias.estimates.candidate_estimates` on a BoN v2 set) and the posteriors are
+   :func:`dprm.ias.paper.estimates.candidate_estimates` on a BoN v2 set) and the posteriors are
    updated;
 3. until the budget is spent (exactly: one draw is one candidate) or every question has N_max.
 
@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dprm.ias.rules import CONTRACT_RULE
+from dprm.ias.selection.rules import CONTRACT_RULE
 from dprm.io import DataError
 from dprm.live.bon_auto import fit_auto
 from dprm.live.bon_record import question_record
@@ -105,7 +105,7 @@ def check_sequential_training(calibrator: Any, train_bon: str) -> None:
 
 def indexes_race(seq, rule: str) -> bool:
     """Whether ``auto-seq`` indexes the majority vote's race: the rule is ``majority`` and the
-    policy reads the draws' answers (as offline, :func:`dprm.ias.equal_cost.sequential_rows`)."""
+    policy reads the draws' answers (as offline, :func:`dprm.ias.curves.equal_cost.sequential_rows`)."""
     return seq.answers is not None and rule == "majority"
 
 
@@ -116,7 +116,7 @@ def fit_sequential(
     ``cost``, as ``dprm ias --sequential`` learns it for selection ``rule`` (default the
     contract's, highest last score; ``majority`` with answers: the race index).
 
-    The live draws always have answers, so, as offline (:func:`dprm.ias.equal_cost.sequential_rows`)
+    The live draws always have answers, so, as offline (:func:`dprm.ias.curves.equal_cost.sequential_rows`)
     when both sets carry answers, the policy reads the draws' final answers when the training
     set has them (BoN contract v2 ``answer`` column; ``seq.answers`` is then not None); without
     them it reads the estimates only. Its floor share is chosen on the training pools for the
@@ -132,9 +132,9 @@ def fit_sequential(
         DataError: the training set was scored by another PRM, has no candidate states, or has
             no final answers and ``rule`` votes.
     """
-    from dprm.ias.draws import table_weight
-    from dprm.ias.estimates import candidate_estimates, estimate_samples
-    from dprm.ias.rules import Candidates
+    from dprm.ias.paper.estimates import candidate_estimates, estimate_samples
+    from dprm.ias.selection.draws import table_weight
+    from dprm.ias.selection.rules import Candidates
     from dprm.ias.sequential.floor import fit_sequential as fit_policy
 
     check_sequential_training(cprm.calibrator, train_bon)
@@ -157,16 +157,16 @@ def fit_sequential(
 def shift_fallback_for(train_bon: str, rule: str, cost: float, n_max: int):
     """What ``auto-seq`` runs when the live questions are unlike the training set's: the
     calibrator-free peer for ``rule`` chosen on the training pools and its level at target
-    ``cost`` (:func:`dprm.ias.fallback.shift_fallback`, the offline choice; ``uniform`` for a
+    ``cost`` (:func:`dprm.ias.peers.fallback.shift_fallback`, the offline choice; ``uniform`` for a
     training set without final answers).
 
     Returns:
-        :class:`dprm.ias.fallback.ShiftFallback`.
+        :class:`dprm.ias.peers.fallback.ShiftFallback`.
     """
     from dprm.data import read_bon_set
-    from dprm.ias.draws import table_weight
-    from dprm.ias.fallback import shift_fallback
-    from dprm.ias.rules import Candidates
+    from dprm.ias.peers.fallback import shift_fallback
+    from dprm.ias.selection.draws import table_weight
+    from dprm.ias.selection.rules import Candidates
 
     cands = Candidates.from_bon(read_bon_set(train_bon, check_hidden=False))
     return shift_fallback(cands, table_weight(cands, rule, None), rule, cost, n_max)
@@ -280,9 +280,9 @@ def solve_sequential(
     ``falls_back_to`` (``uniform``: exactly uniform best-of-N, for a training set without
     final answers).
     """
-    from dprm.ias.allocation import uniform_budgets
-    from dprm.ias.auto import mean_budget as target_mean_budget
-    from dprm.ias.rules import answer_key
+    from dprm.ias.learnt.allocation import uniform_budgets
+    from dprm.ias.learnt.auto import mean_budget as target_mean_budget
+    from dprm.ias.selection.rules import answer_key
     from dprm.llm.shard import chunked
 
     rows = questions.to_dict("records")

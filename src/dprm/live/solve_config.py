@@ -13,7 +13,7 @@ from typing import Any
 from dprm.config import ConfigError
 
 DEFAULT_C = {"bon": 0.9, "beam": 0.99}
-#: selection rules a live best-of-N run can answer by (``dprm.ias.rules``): the ones that need
+#: selection rules a live best-of-N run can answer by (``dprm.ias.selection.rules``): the ones that need
 #: only what a live draw has, its final PRM score and its final answer
 LIVE_RULES = ("highest-last", "weighted-last", "majority")
 

@@ -84,7 +84,7 @@ def pays_plan(world_dir: str | Path, split: str, rules: Sequence[str]) -> PaysPl
     states. A rule a set cannot serve is skipped with a note. When the world is not on disk
     (a synthetic world deleted after use, regenerated before the unit runs) every rule is kept.
     """
-    from dprm.ias.rules import parse_rule
+    from dprm.ias.selection.rules import parse_rule
 
     world_dir = Path(world_dir)
     test = _bon_features(world_dir / split / "bon")
@@ -128,7 +128,7 @@ def _for_rules(bon, rules: Sequence[str]):
     import dataclasses
 
     from dprm.data.contract import BON_STEP_SCORES
-    from dprm.ias.rules import parse_rule
+    from dprm.ias.selection.rules import parse_rule
 
     if BON_STEP_SCORES not in bon.responses.columns:
         return bon
@@ -164,7 +164,7 @@ def _pays_rows(
     seed: int,
     sequential: bool = False,
 ) -> tuple[Any, tuple[str, ...]]:
-    """The "does it pay?" rows of one IAS unit (:func:`dprm.ias.pays.run_pays`).
+    """The "does it pay?" rows of one IAS unit (:func:`dprm.ias.curves.pays.run_pays`).
 
     The reference unit keeps every row (uniform, oracle, oracle-p, and ``auto`` of Base and
     the truth); a calibrator's unit keeps its own rows (``auto``, and the reference rows of a
@@ -179,10 +179,10 @@ def _pays_rows(
     Returns:
         (rows, notes): the rows, and one line per thing skipped.
     """
-    from dprm.ias.allocation import REPORT_COSTS
-    from dprm.ias.estimates import candidate_estimates, estimate_from_model, truth_estimate
-    from dprm.ias.inputs import CalibratorInput
-    from dprm.ias.pays import COST_GRID, run_pays
+    from dprm.ias.curves.pays import COST_GRID, run_pays
+    from dprm.ias.learnt.allocation import REPORT_COSTS
+    from dprm.ias.learnt.inputs import CalibratorInput
+    from dprm.ias.paper.estimates import candidate_estimates, estimate_from_model, truth_estimate
 
     bon = _for_rules(bon, plan.rules)
     train = None

@@ -137,7 +137,7 @@ class IasSection:
 
     beta: float = in_range(0.1, gt=0, lt=1)
     mc_trials: int = in_range(100, ge=1)
-    #: selection rules of the "does it pay?" rows (dprm.ias.rules.RULES); [] = none
+    #: selection rules of the "does it pay?" rows (dprm.ias.selection.rules.RULES); [] = none
     rules: tuple[str, ...] = ("highest-last", "majority")
     #: Monte Carlo orders per question of the voting rules among them
     vote_trials: int = in_range(64, ge=2)

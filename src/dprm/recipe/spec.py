@@ -243,7 +243,7 @@ def check(recipe: Recipe, source: str) -> None:
         raise ConfigError(
             f"{source} [calibrators]: unknown or untrainable method(s) {bad}; trainable: {trainable}"
         )
-    from dprm.ias.rules import RULES
+    from dprm.ias.selection.rules import RULES
 
     unknown = [r for r in recipe.ias.rules if r not in RULES]
     if unknown:

@@ -1,5 +1,5 @@
 """The report's "Does adaptive compute pay?" section: the table of accuracy at equal cost
-(``pays.csv`` rows, :func:`dprm.ias.pays.pays_table`), a reading generated from its numbers,
+(``pays.csv`` rows, :func:`dprm.ias.curves.pays.pays_table`), a reading generated from its numbers,
 and the uniform / oracle reference lines of the IAS figures.
 
 Rows come from the IAS stage's units (:mod:`dprm.orchestrate.ias_units`): the reference unit of each
@@ -46,14 +46,14 @@ def pays_rows(
         reference: ``ias_full.csv`` rows of the reference unit (uniform, oracle, ...; Base).
         calibrators: training seed -> the ``ias_full.csv`` rows of every calibrator of that
             seed, concatenated (empty mapping: the reference alone, as seed 0).
-        costs: target costs (default :data:`dprm.ias.allocation.REPORT_COSTS`).
+        costs: target costs (default :data:`dprm.ias.learnt.allocation.REPORT_COSTS`).
 
     Returns:
-        :func:`dprm.ias.pays.pays_table`'s columns plus ``seed``; empty when the reference has
+        :func:`dprm.ias.curves.pays.pays_table`'s columns plus ``seed``; empty when the reference has
         no uniform / oracle rows (an IAS stage that did not compute them).
     """
-    from dprm.ias.allocation import REPORT_COSTS
-    from dprm.ias.pays import pays_table
+    from dprm.ias.curves.pays import pays_table
+    from dprm.ias.learnt.allocation import REPORT_COSTS
 
     if reference.empty or "allocation" not in reference.columns:
         return pd.DataFrame()
@@ -71,7 +71,7 @@ def pays_summary(pays: pd.DataFrame) -> pd.DataFrame:
     """Mean and spread over seeds of a concatenation of ``pays.csv`` files.
 
     Args:
-        pays: rows of :func:`dprm.ias.pays.pays_table` plus any of ``world``, ``split``,
+        pays: rows of :func:`dprm.ias.curves.pays.pays_table` plus any of ``world``, ``split``,
             ``seed``.
 
     Returns:

@@ -31,7 +31,7 @@ class RunConfig:
     #: > 0: each gradient-trained method is trained with the best parameters of a search of
     #: this many trials per (world, method) on the training split (dprm.models.tune)
     tune_trials: int = 0
-    #: selection rules (dprm.ias.rules.RULES) of the IAS stage's "does it pay?" rows: uniform,
+    #: selection rules (dprm.ias.selection.rules.RULES) of the IAS stage's "does it pay?" rows: uniform,
     #: oracle and (with the world's train/bon) ``auto`` per rule; empty = none
     ias_rules: list[str] = field(default_factory=lambda: ["highest-last", "majority"])
     #: Monte Carlo orders per question of the voting rules (``majority``, ``weighted-*``) there
@@ -44,7 +44,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         from dprm.config import ConfigError
-        from dprm.ias.rules import RULES
+        from dprm.ias.selection.rules import RULES
 
         unknown = [r for r in self.ias_rules if r not in RULES]
         if unknown:

@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from dprm.ias.allocation import SelectionModel
-from dprm.ias.draws import draw_orders, order_outcomes, outcome_accuracy
+from dprm.ias.learnt.allocation import SelectionModel
+from dprm.ias.selection.draws import draw_orders, order_outcomes, outcome_accuracy
 from dprm.ias.sequential import CandidateLikelihood, SequentialAuto, WrongAnswerModel
 from dprm.ias.sequential.pick import PickModel, ScoredLikelihood, pick_gain, score_feature
 from dprm.ias.sequential.posterior import logit

@@ -261,7 +261,7 @@ def pool_curves(
     Each trial draws a random order per question; the first n of an order are the draw of n.
     Highest: the candidate of largest score. Weighted: the answer of largest summed score.
     Majority: the most frequent answer. Ties between answers broken uniformly at random (a
-    random priority per answer and trial, as :mod:`dprm.ias.rules` breaks them).
+    random priority per answer and trial, as :mod:`dprm.ias.selection.rules` breaks them).
 
     Args:
         score, correct, groups: [Q, K] scores, correctness, answer group ids (0 = gold).

@@ -3,7 +3,7 @@
 :func:`twin_questions` replays the very questions of a set written by
 :func:`dprm.data.synth.write_world`; :func:`dprm.data.synth.bon.draw_fresh_pool` draws fresh
 pools for them and :func:`dprm.data.synth.bon.highest_last_population_curve` gives the contract
-rule's exact population curve. The oracle built on them is :mod:`dprm.ias.population`.
+rule's exact population curve. The oracle built on them is :mod:`dprm.ias.curves.population`.
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ def replay_bon_questions(preset: str, split: str, size: str, seed: int) -> BonQu
 
     The BoN questions are drawn after the split's calibration records from the same streams, so
     the calibration draws are replayed too (no hidden states are embedded). Nothing is written:
-    this is how the population oracle (:mod:`dprm.ias.population`) draws fresh pools for the very
+    this is how the population oracle (:mod:`dprm.ias.curves.population`) draws fresh pools for the very
     questions of a written BoN set. Its ``true_p`` equals the set's ``questions.true_p``.
 
     Args:

@@ -25,7 +25,7 @@ posterior over the question's success probability p:
 * **index** (``weighted-*``, and every rule without candidate scores): the expected gain in
   selected-answer accuracy per draw of the best look-ahead,
   Delta_i(n) = max_d sum_m w_im [g_{n+d}(p_m) - g_n(p_m)] / d, with g the rule's
-  selection-accuracy model (:class:`dprm.ias.allocation.SelectionModel`, learnt on the training
+  selection-accuracy model (:class:`dprm.ias.learnt.allocation.SelectionModel`, learnt on the training
   pools as for ``auto``) and w_i the posterior weights after the question's n draws (for the
   concave ``highest-*`` curves, d = 1);
 * **majority with answers**: the index reads the vote's state, not the fresh-draw curves g:
@@ -50,17 +50,17 @@ every draw: a batch of questions can run it live.
 
 Evaluation: the accuracy depends on the order the candidates arrive in, so it is a seeded Monte
 Carlo over ``trials`` uniformly random draw orders per question (the same orders for every
-method: :func:`dprm.ias.draws.draw_orders`), with the standard error over orders. Rules:
+method: :func:`dprm.ias.selection.draws.draw_orders`), with the standard error over orders. Rules:
 ``highest-*`` (the pick of the first n in an order is its top-weighted candidate:
-:func:`dprm.ias.draws.order_outcomes`) and the answer-level votes
-(:func:`dprm.ias.draws.vote_order_outcomes`).
+:func:`dprm.ias.selection.draws.order_outcomes`) and the answer-level votes
+(:func:`dprm.ias.selection.draws.vote_order_outcomes`).
 
 The package, by job: :mod:`~dprm.ias.sequential.posterior` (the candidate likelihood and the
 wrong answers' CRP), :mod:`~dprm.ias.sequential.race` (the majority race index),
 :mod:`~dprm.ias.sequential.pick` (the highest-score index),
 :mod:`~dprm.ias.sequential.policy` (the policy state and the fitted allocator) and
 :mod:`~dprm.ias.sequential.floor` (the one floor-share procedure). Its evaluation (draw orders,
-outcomes) is :mod:`dprm.ias.draws`; its equal-cost rows are :mod:`dprm.ias.equal_cost`.
+outcomes) is :mod:`dprm.ias.selection.draws`; its equal-cost rows are :mod:`dprm.ias.curves.equal_cost`.
 """
 
 from dprm.ias.sequential.floor import (

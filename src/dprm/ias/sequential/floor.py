@@ -1,8 +1,8 @@
 """The one floor-share procedure of ``auto-seq``: fit the policy on the training pools and
 choose, per target cost, the uniform floor share it does best with there (:func:`fit_sequential`).
 
-``dprm ias --sequential`` (:func:`dprm.ias.equal_cost.sequential_rows`), the peers' comparison
-(:func:`dprm.ias.peer_curves.auto_seq_curve`) and the live ``dprm solve --auto-seq``
+``dprm ias --sequential`` (:func:`dprm.ias.curves.equal_cost.sequential_rows`), the peers' comparison
+(:func:`dprm.ias.peers.curves.auto_seq_curve`) and the live ``dprm solve --auto-seq``
 (:func:`dprm.live.bon_seq.fit_sequential`) all call :func:`fit_sequential`.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprm.ias.allocation import SelectionModel
-from dprm.ias.auto import mean_budget
 from dprm.ias.constants import N_MAX
-from dprm.ias.draws import draw_orders, outcome_accuracy, rule_outcomes
-from dprm.ias.estimates import Estimate, estimate_samples
-from dprm.ias.rules import Candidates, uses_answers
+from dprm.ias.learnt.allocation import SelectionModel
+from dprm.ias.learnt.auto import mean_budget
+from dprm.ias.paper.estimates import Estimate, estimate_samples
+from dprm.ias.selection.draws import draw_orders, outcome_accuracy, rule_outcomes
+from dprm.ias.selection.rules import Candidates, uses_answers
 from dprm.ias.sequential.policy import SequentialAuto
 
 #: the uniform floor shares ``auto-seq`` chooses from, per rule and target cost, on the

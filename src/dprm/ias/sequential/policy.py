@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dprm.ias.allocation import SelectionModel
 from dprm.ias.constants import N_MAX
+from dprm.ias.learnt.allocation import SelectionModel
 from dprm.ias.sequential.pick import PickModel, pick_gain
 from dprm.ias.sequential.posterior import (
     EPS,

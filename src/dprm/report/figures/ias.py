@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dprm.ias.rules import CONTRACT_RULE
+from dprm.ias.selection.rules import CONTRACT_RULE
 from dprm.report.figures.style import (
     COLORS,
     _datasets,

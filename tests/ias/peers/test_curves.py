@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprm.ias.peer_curves import (
+from dprm.ias.peers.curves import (
     MATCH_TOLERANCE,
     curve_at_cost,
     draws_to_reach,
@@ -15,7 +15,7 @@ from dprm.ias.peer_curves import (
     shuffle_priors,
     summarise,
 )
-from dprm.ias.peers import CALIBRATOR_FREE
+from dprm.ias.peers.methods import CALIBRATOR_FREE
 
 
 def test_draws_to_reach_interpolates_the_first_crossing():

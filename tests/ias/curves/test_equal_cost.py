@@ -1,10 +1,10 @@
-"""Equal-cost rows (dprm.ias.equal_cost): reading a peer's curve at a target cost."""
+"""Equal-cost rows (dprm.ias.curves.equal_cost): reading a peer's curve at a target cost."""
 
 import numpy as np
 import pytest
 
-from dprm.ias.equal_cost import curve_mixture
-from dprm.ias.peer_curves import Curve
+from dprm.ias.curves.equal_cost import curve_mixture
+from dprm.ias.peers.curves import Curve
 
 
 def test_a_curve_is_read_at_a_cost_as_the_mixture_of_its_neighbouring_levels():

@@ -2,7 +2,7 @@
 
 Every peer decides how many candidates each question draws, one draw at a time, from what the
 draws so far show; none reads a calibrator. They run on the same pools and the same draw orders
-as ``auto-seq`` (:func:`dprm.ias.draws.draw_orders`): a question's i-th draw is the i-th
+as ``auto-seq`` (:func:`dprm.ias.selection.draws.draw_orders`): a question's i-th draw is the i-th
 candidate of its order, and the selection rule picks among the first n drawn.
 
 Per-question stopping rules (the draws stop when the rule says so, or at the cap
@@ -304,7 +304,7 @@ def mean_budget_levels(view: DrawView, train: TrainingScores | None) -> tuple[fl
 
 
 def uniform_peer_budgets(view: DrawView, levels: Sequence[float]) -> np.ndarray:
-    from dprm.ias.allocation import uniform_budgets
+    from dprm.ias.learnt.allocation import uniform_budgets
 
     t_count, q_count = view.answer.shape[:2]
     out = [uniform_budgets(q_count, float(mb), view.n_max) for mb in levels]

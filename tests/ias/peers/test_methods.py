@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dprm.ias.peers import (
+from dprm.ias.peers.methods import (
     PEERS,
     DrawView,
     TrainingScores,

@@ -1,4 +1,4 @@
-"""``dprm.ias.inputs``: one calibrator's estimates on the test and training sets, built once and
+"""``dprm.ias.learnt.inputs``: one calibrator's estimates on the test and training sets, built once and
 never changed after."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dprm.ias.estimates import Estimate
-from dprm.ias.inputs import CalibratorInput
+from dprm.ias.learnt.inputs import CalibratorInput
+from dprm.ias.paper.estimates import Estimate
 
 
 def _estimate(q: int = 3) -> Estimate:
@@ -46,8 +46,8 @@ def test_reads_candidates_needs_both_sets():
 
 def test_calibrator_input_builds_the_estimates_of_both_sets(tiny_world):
     from dprm.data import read_bon_set
-    from dprm.ias.estimates import candidate_estimates, estimate_from_model
-    from dprm.ias.inputs import calibrator_input
+    from dprm.ias.learnt.inputs import calibrator_input
+    from dprm.ias.paper.estimates import candidate_estimates, estimate_from_model
     from dprm.models.raw_score import RawScoreCalibrator
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
@@ -69,7 +69,7 @@ def test_the_peer_curves_leave_their_priors_unchanged(tiny_world):
     """``set_curves`` adds the flat prior and ``shuffle_priors`` permutes a copy: the priors
     the caller built are the same objects with the same arrays afterwards."""
     from dprm.data import read_bon_set
-    from dprm.ias.peer_curves import prior_inputs, set_curves, shuffle_priors
+    from dprm.ias.peers.curves import prior_inputs, set_curves, shuffle_priors
     from dprm.models.raw_score import RawScoreCalibrator
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")

@@ -1,4 +1,4 @@
-"""Draw orders and the rules' outcomes along them (dprm.ias.draws)."""
+"""Draw orders and the rules' outcomes along them (dprm.ias.selection.draws)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
-from dprm.ias.accuracy import exact_accuracy_table
-from dprm.ias.draws import draw_orders, order_outcomes, outcome_accuracy
-from dprm.ias.rules import Candidates
+from dprm.ias.paper.accuracy import exact_accuracy_table
+from dprm.ias.selection.draws import draw_orders, order_outcomes, outcome_accuracy
+from dprm.ias.selection.rules import Candidates
 
 
 def test_order_outcomes_by_hand():

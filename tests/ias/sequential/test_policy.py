@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from dprm.ias.allocation import SelectionModel, auto_budgets
-from dprm.ias.draws import draw_orders, outcome_accuracy, vote_order_outcomes
+from dprm.ias.learnt.allocation import SelectionModel, auto_budgets
+from dprm.ias.selection.draws import draw_orders, outcome_accuracy, vote_order_outcomes
 from dprm.ias.sequential import CandidateLikelihood, SequentialAuto, WrongAnswerModel, rising_log
 
 

@@ -1,4 +1,4 @@
-"""The "does it pay?" table and its rows on twin worlds (dprm.ias.pays: run_pays, pays_table;
+"""The "does it pay?" table and its rows on twin worlds (dprm.ias.curves.pays: run_pays, pays_table;
 auto-seq rows and their shift fallback)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dprm.ias.pays import pays_table
+from dprm.ias.curves.pays import pays_table
 
 
 def test_pays_table_reports_both_headrooms():
@@ -54,7 +54,7 @@ def test_run_ias_sequential_rows_on_a_twin_world(tiny_world, one_thread):
     assert "auto-seq" in set(pays_table(summary)["allocation"])
     # both sets are contract v2: the policy read the draws' answers, from a floor share chosen
     # on the training pools
-    from dprm.ias.allocation import SHIFT_AUC
+    from dprm.ias.learnt.allocation import SHIFT_AUC
     from dprm.ias.sequential import SEQ_FLOOR_SHARES
 
     assert seq["seq_answers"].all()
@@ -75,9 +75,9 @@ def test_run_pays_without_references_gives_the_calibrators_own_rows(tiny_world, 
     """``references=False`` (a calibrator's unit) skips the rows that do not depend on the
     calibrator, and its own rows, a calibrated rule's reference rows included, are unchanged."""
     from dprm.data import read_bon_set
-    from dprm.ias.estimates import truth_estimate
-    from dprm.ias.inputs import calibrator_input
-    from dprm.ias.pays import run_pays
+    from dprm.ias.curves.pays import run_pays
+    from dprm.ias.learnt.inputs import calibrator_input
+    from dprm.ias.paper.estimates import truth_estimate
     from dprm.models.raw_score import RawScoreCalibrator
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
@@ -111,11 +111,11 @@ def test_sequential_rows_under_shift_fall_back_to_the_peer_chosen_on_training(
     """Test questions unlike the training set's: auto-seq does not adapt; each rule's rows are
     the calibrator-free peer that ``dprm ias --peers`` would fall back to (one choice, made on
     the training pools), and the pays table names it."""
-    import dprm.ias.pays as pays_module
+    import dprm.ias.curves.pays as pays_module
     from dprm.data import read_bon_set
     from dprm.ias import run_ias
-    from dprm.ias.peer_curves import prior_inputs, set_curves
-    from dprm.ias.peers import CALIBRATOR_FREE
+    from dprm.ias.peers.curves import prior_inputs, set_curves
+    from dprm.ias.peers.methods import CALIBRATOR_FREE
     from dprm.ias.sequential import SEQ_TRAIN_TRIALS
     from dprm.models.raw_score import RawScoreCalibrator
 
@@ -185,7 +185,7 @@ def test_sequential_rows_of_a_calibrated_rule_run_once_per_calibrator(tiny_world
     import dprm
     from dprm.data import read_bon_set, read_calibration_set
     from dprm.ias import run_ias
-    from dprm.ias.rules import rule_of_label
+    from dprm.ias.selection.rules import rule_of_label
 
     assert rule_of_label("highest-calibrated[qr]") == "highest-calibrated"
     assert rule_of_label("majority") == "majority"

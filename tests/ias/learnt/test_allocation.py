@@ -1,4 +1,4 @@
-"""Oracle / auto allocation (dprm.ias.allocation) and the pays table (dprm.ias.pays)."""
+"""Oracle / auto allocation (dprm.ias.learnt.allocation) and the pays table (dprm.ias.curves.pays)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dprm.ias.allocation import (
+from dprm.ias.curves.pays import pays_table
+from dprm.ias.learnt.allocation import (
     SelectionModel,
     auto_budgets,
     choose_floor_share,
     concave_hull_greedy,
     uniform_budgets,
 )
-from dprm.ias.pays import pays_table
 
 
 def brute_best(curves: np.ndarray, total: int) -> float:
@@ -125,7 +125,7 @@ def test_run_ias_auto_rows_on_a_twin_world(tiny_world):
 
 
 def test_shift_auc_tells_shifted_states_apart():
-    from dprm.ias.allocation import SHIFT_AUC, shift_auc
+    from dprm.ias.learnt.allocation import SHIFT_AUC, shift_auc
 
     rng = np.random.default_rng(5)
     train = rng.normal(0, 1, (200, 30))

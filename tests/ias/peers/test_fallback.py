@@ -1,4 +1,4 @@
-"""What auto-seq runs under a shift, decided before drawing (dprm.ias.fallback): the peer of the
+"""What auto-seq runs under a shift, decided before drawing (dprm.ias.peers.fallback): the peer of the
 offline choice and the level of its knob that spends the target cost on the training pools."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dprm.ias.fallback import level_for_target, shift_fallback
-from dprm.ias.peers import CALIBRATOR_FREE, PEERS, DrawView
+from dprm.ias.peers.fallback import level_for_target, shift_fallback
+from dprm.ias.peers.methods import CALIBRATOR_FREE, PEERS, DrawView
 
 
 def test_level_for_target_bisects_between_the_sweep_levels():
@@ -39,7 +39,7 @@ def test_level_for_target_bisects_between_the_sweep_levels():
 @pytest.fixture(scope="module")
 def train_cands(tiny_world):
     from dprm.data import read_bon_set
-    from dprm.ias.rules import Candidates
+    from dprm.ias.selection.rules import Candidates
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
     return Candidates.from_bon(read_bon_set(paths["train/bon"], check_hidden=False))
@@ -47,9 +47,9 @@ def train_cands(tiny_world):
 
 @pytest.mark.parametrize("rule", ["highest-last", "majority"])
 def test_the_fallback_is_the_offline_choice(train_cands, rule):
-    from dprm.ias.draws import table_weight
-    from dprm.ias.peer_curves import choose_fallback, training_scores
-    from dprm.ias.rules import uses_answers
+    from dprm.ias.peers.curves import choose_fallback, training_scores
+    from dprm.ias.selection.draws import table_weight
+    from dprm.ias.selection.rules import uses_answers
     from dprm.ias.sequential.floor import SEQ_TRAIN_TRIALS, training_replay
 
     weight = table_weight(train_cands, rule, None)
@@ -67,11 +67,11 @@ def test_the_fallback_is_the_offline_choice(train_cands, rule):
 def test_a_peer_runs_at_the_level_that_spends_the_target_on_the_training_pools(
     train_cands, peer, monkeypatch
 ):  # fmt: skip
-    import dprm.ias.fallback
-    from dprm.ias.peer_curves import training_scores
+    import dprm.ias.peers.fallback
+    from dprm.ias.peers.curves import training_scores
     from dprm.ias.sequential.floor import SEQ_TRAIN_TRIALS, training_replay
 
-    monkeypatch.setattr(dprm.ias.fallback, "best_fallback", lambda *a, **k: (peer, {}))
+    monkeypatch.setattr(dprm.ias.peers.fallback, "best_fallback", lambda *a, **k: (peer, {}))
     weight = train_cands.weights["last"]
     for cost in (0.05, 0.1, 0.25):
         target = cost * 64

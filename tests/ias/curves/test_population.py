@@ -1,4 +1,4 @@
-"""The population oracle (dprm.ias.population, dprm.data.synth.population: twin_questions,
+"""The population oracle (dprm.ias.curves.population, dprm.data.synth.population: twin_questions,
 population_curves, oracle-pop rows)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from dprm.data.synth.population import twin_questions
-from dprm.ias.equal_cost import reference_rows
-from dprm.ias.population import PopulationCurves, population_curves, population_oracle_rows
-from dprm.ias.rules import RuleTable
+from dprm.ias.curves.equal_cost import reference_rows
+from dprm.ias.curves.population import PopulationCurves, population_curves, population_oracle_rows
+from dprm.ias.selection.rules import RuleTable
 
 
 def toy_questions(p: list[float], reading: list[float]):
@@ -107,7 +107,7 @@ def test_oracle_pop_allocates_on_population_curves_not_on_pool_luck():
 
 def test_twin_questions_replays_the_written_set_and_refuses_others(tiny_world):
     from dprm.data import read_bon_set
-    from dprm.ias.pays import run_pays
+    from dprm.ias.curves.pays import run_pays
 
     paths = tiny_world("llama-3.1-8b__qwen-prm")
     for split in ("id", "ood"):

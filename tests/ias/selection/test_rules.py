@@ -1,4 +1,4 @@
-"""Selection rules (dprm.ias.rules) and the paper's beta reading (threshold_mask_exact).
+"""Selection rules (dprm.ias.selection.rules) and the paper's beta reading (threshold_mask_exact).
 
 Voting rules are Monte Carlo: they are checked against full enumeration of every draw on small
 pools (all subsets, ties split evenly) within 4 standard errors; the argmax rules are exact and
@@ -15,8 +15,8 @@ import pytest
 
 from dprm.data.contract import BonSet
 from dprm.ias import Pools, exact_accuracy_table
-from dprm.ias.accuracy import monte_carlo, threshold_exact, threshold_mask_exact
-from dprm.ias.rules import Candidates, parse_rule, rule_table, uses_answers
+from dprm.ias.paper.accuracy import monte_carlo, threshold_exact, threshold_mask_exact
+from dprm.ias.selection.rules import Candidates, parse_rule, rule_table, uses_answers
 from dprm.io import DataError
 
 
@@ -169,7 +169,7 @@ def test_mask_threshold_monte_carlo_at_the_full_pool():
 
 def test_select_candidate_hand_worked():
     """The live pick (deterministic tie-break) on cases worked by hand."""
-    from dprm.ias.rules import select_candidate
+    from dprm.ias.selection.rules import select_candidate
 
     assert select_candidate("highest-last", [0.2, 0.9, 0.9, 0.1]) == 1  # first of the maxima
     # majority: "7" has 3 votes; its highest-scored member answers
@@ -192,7 +192,7 @@ def test_select_candidate_hand_worked():
 @pytest.mark.parametrize("rule", ["weighted-last", "majority"])
 def test_select_candidate_agrees_with_the_offline_vote(rule):
     """Where no two answer groups tie, the live pick is the offline vote's (vote_in_order)."""
-    from dprm.ias.rules import select_candidate, vote_in_order
+    from dprm.ias.selection.rules import select_candidate, vote_in_order
 
     rng = np.random.default_rng(3)
     checked = 0
