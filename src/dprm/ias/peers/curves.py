@@ -109,6 +109,8 @@ def peer_curve(
 ) -> Curve:
     """One peer's curve on a view of the draws and the rule's outcomes [T, Q, K]."""
     peer = PEERS[name]
+    if view.train is None and train is not None:
+        view = replace(view, train=train)
     levels = peer.levels(view, train)
     acc, draws = per_question(outcomes, peer.budgets(view, levels))
     return Curve(name, np.asarray(levels, dtype=np.float64), acc, draws)
@@ -198,9 +200,12 @@ def auto_seq_curve(
 
 
 def training_scores(train_cands: Candidates, train_candidate: np.ndarray | None) -> TrainingScores:
+    """The training pools' valid candidates' raw scores, calibrated estimates (or None) and
+    question indices."""
     valid = train_cands.row >= 0
     cal = None if train_candidate is None else train_cands.gather(train_candidate, 0.5)[valid]
-    return TrainingScores(train_cands.weights["last"][valid], cal)
+    question = np.nonzero(valid)[0]
+    return TrainingScores(train_cands.weights["last"][valid], cal, question)
 
 
 def training_peer_curves(
@@ -219,7 +224,12 @@ def training_peer_curves(
         train_cands, train_weight, uses_answers(rule), trials, seed
     )
     view = DrawView.from_pools(
-        train_cands.answer, train_cands.weights["last"], train_cands.size, orders, n_max=n_max
+        train_cands.answer,
+        train_cands.weights["last"],
+        train_cands.size,
+        orders,
+        n_max=n_max,
+        train=train_scores,
     )
     curves = {
         name: peer_curve(name, view, outcomes, train_scores)
@@ -305,7 +315,7 @@ def set_curves(
         train_cands, None if calibrated is None else calibrated.train_candidates
     )
     view = DrawView.from_pools(
-        cands.answer, cands.weights["last"], cands.size, orders, cal_cand, n_max
+        cands.answer, cands.weights["last"], cands.size, orders, cal_cand, n_max, scores
     )
     curves = {
         name: peer_curve(name, view, outcomes, scores)
