@@ -15,10 +15,14 @@ mean draws over ``trials`` draw orders (:func:`dprm.ias.selection.draws.draw_ord
   where every question takes its whole pool); the floor
   share of each mean budget is the one chosen on the training pools at the nearest report cost.
 
-Under a detected shift (:func:`dprm.ias.learnt.allocation.shift_auc` > ``SHIFT_AUC``) ``auto-seq`` does
-not adapt on models learnt on unlike questions: it **falls back to the best calibrator-free
-peer for the rule, chosen on the training pools** (:func:`choose_fallback`), and its curve is
-that peer's (``falls_back_to`` names it).
+Under a detected shift (:func:`dprm.ias.learnt.allocation.shift_auc` > ``SHIFT_AUC``) ``auto-seq``
+with a calibrator's prior (``calibrated``, ``truth``) does not adapt on models learnt on unlike
+questions: it **falls back to the best calibrator-free peer for the rule, chosen on the training
+pools** (:func:`choose_fallback`), and its curve is that peer's (``falls_back_to`` names it).
+``auto-seq[none]`` and ``auto-seq[base]`` read no calibrator: they are calibrator-free methods
+themselves (:data:`dprm.ias.peers.methods.CALIBRATOR_FREE_AUTO_SEQ`) and run as such under a
+shift, as the peers do. The fallback is chosen among the peers of :data:`PEERS` only, which a live
+run can follow (:mod:`dprm.ias.peers.fallback`).
 
 The figures users quote come from the curves (:func:`summarise`): the mean draws per question
 at which a method first reaches uniform best-of-n's accuracy (n = 64, 16; within
@@ -42,6 +46,7 @@ from dprm.ias.learnt.inputs import CalibratorInput
 from dprm.ias.paper.estimates import Estimate, estimate_samples
 from dprm.ias.peers.methods import (
     CALIBRATOR_FREE,
+    CALIBRATOR_FREE_AUTO_SEQ,
     PEERS,
     DrawView,
     TrainingScores,
@@ -334,7 +339,7 @@ def set_curves(
         if prior is None or prior.train is None:
             continue
         name = f"auto-seq[{label}]"
-        if is_shifted:
+        if is_shifted and name not in CALIBRATOR_FREE_AUTO_SEQ:
             peer = curves[fallback]
             curves[name] = Curve(name, peer.levels, peer.accuracy, peer.draws, fallback)
             continue
