@@ -5,9 +5,9 @@ recommended calibrator on the training records and, on the ID and OOD test pools
 shift: the ID pools with their question priors shuffled across questions, so the calibrator is
 wrong while the question states look alike), trace every method's cost-accuracy curve on the same
 draw orders (:mod:`dprm.ias.peers.curves`): the peers (uniform, Adaptive-Consistency, ESC w = 4 /
-8, the vote-lead rule, the best-score threshold rules) and ``auto-seq`` with the calibrated
-prior, the raw PRM (base), no prior and the truth. Writes docs/results/adaptive-peers.md and its
-CSVs.
+8, the vote-lead rule, the best-score threshold rules, the reward-based stopping rules beacon
+and pandora) and ``auto-seq`` with the calibrated prior, the raw PRM (base), no prior and the
+truth. Writes docs/results/adaptive-peers.md and its CSVs.
 
 Any world's BoN sets work: ``--bon id=DIR --bon ood=DIR --train-bon DIR --calibrator DIR ...``
 runs them instead of the twin grid (e.g. a recipe's; peer_sets.py), with a page of its own.
@@ -54,10 +54,12 @@ RULES = ("highest-last", "majority")
 CALIBRATOR = "binomial"  # README "Which calibrator?": the one meant for IAS
 SPLITS = ("id", "ood", "subtle")
 COSTS = ("0.05", "0.1", "0.25")
-#: the peers that read no calibrator (the samples-to-match comparison's "best calibrator-free")
-FREE_PEERS = ("adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw")
+#: the methods that read no calibrator (the samples-to-match comparison's "best calibrator-free"):
+#: the peers, the reward-based stopping rules and auto-seq with a flat or raw-score prior
+FREE_PEERS = ("adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw", "beacon",
+              "pandora", "auto-seq[none]", "auto-seq[base]")  # fmt: skip
 #: calibrator-free methods for calibration's share of the gain (item: what calibration adds)
-FREE_METHODS = (*FREE_PEERS, "auto-seq[base]", "auto-seq[none]")
+FREE_METHODS = FREE_PEERS
 
 
 def _fingerprint(settings: dict) -> str:

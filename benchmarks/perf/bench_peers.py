@@ -98,7 +98,9 @@ def main() -> None:
     print(f"{'auto-seq[calibrated]':24s} {t_seq:8.3f} s  (fit + {len(SEQ_BUDGETS)} budgets)")
     for name in peers_for_rule(args.rule, calibrated=True):
         t0 = time.process_time()
-        view = DrawView.from_pools(cands.answer, cands.weights["last"], cands.size, orders, cal)
+        view = DrawView.from_pools(
+            cands.answer, cands.weights["last"], cands.size, orders, cal, train=scores
+        )
         peer = PEERS[name]
         peer.budgets(view, peer.levels(view, scores))
         took = time.process_time() - t0

@@ -88,6 +88,29 @@ def test_vote_lead_live_spends_the_total_as_the_offline_sequence(
     np.testing.assert_array_equal(matched_budgets(sequence, len(records), level), budgets)
 
 
+def test_pandora_live_stops_at_the_reservation_value_fitted_on_the_training_set(
+    tmp_path, questions_file, model_dirs, calibrator_dirs, load_cprm, generator, grading_pool,
+    tiny_world,
+):  # fmt: skip
+    """``--peer pandora`` reads ``--train-bon``'s raw scores (no --auto-cost needed): each
+    question stops at its first draw whose PRM score reaches sigma(c) of the training set."""
+    from dprm.ias.peers.reward_stopping import reservation_value
+    from dprm.live.bon_peers import training_scores_of
+
+    train_bon = str(tiny_world("llama-3.1-8b__qwen-prm")["train/bon"])
+    cost = 0.02
+    sigma = reservation_value(training_scores_of(train_bon).raw, cost)
+    _, records = _run(
+        tmp_path / "pandora", questions_file, model_dirs, calibrator_dirs, load_cprm, generator,
+        grading_pool, peer="pandora", peer_level=cost, train_bon=train_bon,
+    )  # fmt: skip
+    for r in records:
+        n = r["budget"]
+        scores = [c["prm_score"] for c in r["candidates"][:n]]
+        assert all(s < sigma for s in scores[:-1])  # it did not stop earlier
+        assert scores[-1] >= sigma or n == N_MAX
+
+
 def test_peer_settings_refused_in_one_line(
     tmp_path, questions_file, model_dirs, calibrator_dirs, capsys
 ):  # fmt: skip
@@ -101,6 +124,8 @@ def test_peer_settings_refused_in_one_line(
         (["--peer", "score-raw"], "needs --peer-level"),
         (["--peer", "esc-4", "--mode", "beam"], "applies to --mode bon"),
         (["--peer", "vote-lead", "--peer-level", "100"], "in [1, --n-max]"),
+        (["--peer", "beacon", "--peer-level", "0.1"], "needs --train-bon"),
+        (["--peer", "pandora"], "needs --peer-level"),
     ]
     for i, (extra, message) in enumerate(cases):
         out = tmp_path / f"out{i}"

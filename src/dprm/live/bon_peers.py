@@ -11,7 +11,9 @@ shard's questions, with the very stopping functions the offline evaluation runs:
 * ``vote-lead`` (budget-matched: ``--peer-level`` mean draws, the shard's total
   round(level x Q)): one draw each, then rounds of ``--round-size`` draws, each to the
   question whose two leading answers are closest, at most one per question and round
-  (:func:`dprm.ias.peers.methods.vote_lead_sequence` with rounds of 1).
+  (:func:`dprm.ias.peers.methods.vote_lead_sequence` with rounds of 1);
+* ``beacon`` / ``pandora`` (:mod:`dprm.ias.peers.reward_stopping`; ``--peer-level``: the cost
+  of one more draw, required): stopping rules fitted on ``--train-bon``'s raw PRM scores.
 
 The answer is picked by ``--rule`` from the drawn candidates, as for every bon allocation; the
 fixed baseline's candidates are topped up after the allocation. Every draw is appended to
@@ -28,16 +30,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dprm.ias.peers.methods import PEERS, DrawView, running_top2
+from dprm.ias.peers.methods import PEERS, DrawView, TrainingScores, running_top2
 from dprm.live.calibrated_prm import CalibratedPRM, States
 from dprm.live.run import SolveConfig
 
 #: the peers ``dprm solve --peer`` runs
 LIVE_PEERS = (
     "adaptive-consistency", "esc-4", "esc-8", "score-raw", "score-calibrated", "vote-lead",
+    "beacon", "pandora",
 )  # fmt: skip
 #: each peer's level when ``--peer-level`` is not given (None: required)
-DEFAULT_LEVELS = {"adaptive-consistency": 0.95, "score-raw": None, "score-calibrated": None}
+DEFAULT_LEVELS = {"adaptive-consistency": 0.95, "score-raw": None, "score-calibrated": None,
+                  "beacon": None, "pandora": None}  # fmt: skip
+#: the peers fitted on the training set's raw scores (they read ``--train-bon``)
+TRAINED_PEERS = ("beacon", "pandora")
+
+
+def training_scores_of(train_bon: str) -> TrainingScores:
+    """The raw scores (and their questions) of a training BoN set's candidates, which the
+    peers of :data:`TRAINED_PEERS` are fitted on."""
+    from dprm.data import read_bon_set
+    from dprm.ias.peers.curves import training_scores
+    from dprm.ias.selection.rules import Candidates
+
+    cands = Candidates.from_bon(read_bon_set(train_bon, check_hidden=False))
+    return training_scores(cands, None)
 
 
 def peer_level(config: SolveConfig) -> float:
@@ -54,9 +71,16 @@ def _codes(keys: list) -> np.ndarray:
     return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
 
 
-def stops(name: str, level: float, draws: list[tuple[float, Any, float]], n_max: int) -> bool:
+def stops(
+    name: str,
+    level: float,
+    draws: list[tuple[float, Any, float]],
+    n_max: int,
+    train: TrainingScores | None = None,
+) -> bool:
     """Whether a question's draws so far ((estimate, answer key, raw score) in draw order) stop
-    under the peer's rule at ``level``: the offline rule on the same prefix stops within it."""
+    under the peer's rule at ``level``: the offline rule on the same prefix stops within it
+    (``train``: the training scores of :data:`TRAINED_PEERS`)."""
     if len(draws) >= n_max:
         return True
     if not draws:
@@ -64,7 +88,7 @@ def stops(name: str, level: float, draws: list[tuple[float, Any, float]], n_max:
     est, keys, raw = zip(*draws, strict=True)
     view = DrawView(
         _codes(list(keys))[None, None, :], np.asarray(raw, dtype=np.float64)[None, None, :],
-        np.asarray(est, dtype=np.float64)[None, None, :], np.array([n_max]), n_max,
+        np.asarray(est, dtype=np.float64)[None, None, :], np.array([n_max]), n_max, train,
     )  # fmt: skip
     return int(PEERS[name].budgets(view, [level])[0, 0, 0]) <= len(draws)
 
@@ -149,6 +173,7 @@ def solve_peer(
                         heapq.heappush(heap, (lead(q), len(seen[q]), q))
         else:
             step = {"esc-4": 4, "esc-8": 8}.get(name, 1)
+            train = training_scores_of(config.train_bon) if name in TRAINED_PEERS else None
             active, round_index = list(range(q_count)), 0
             left = q_count * n_max if budget_total is None else int(budget_total)
             while active and left > 0:
@@ -162,7 +187,7 @@ def solve_peer(
                 left -= len(requests)
                 read(requests, round_index)
                 round_index += 1
-                active = [q for q in active if not stops(name, level, seen[q], n_max)]
+                active = [q for q in active if not stops(name, level, seen[q], n_max, train)]
         budgets = np.array([len(s) for s in seen], dtype=np.int64)
         top_up_baseline(drawer, bar, budgets, config, size, drawn=int(budgets.sum()))
     return logged_records(

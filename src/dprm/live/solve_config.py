@@ -133,9 +133,11 @@ class SolveConfig:
         "esc-4 / esc-8 (stop after a window whose answers agree; --peer-level: most draws), "
         "score-raw / score-calibrated (stop when the best drawn score clears --peer-level), "
         "vote-lead (one draw each, then each draw to the closest vote until --peer-level "
-        "draws per question on average are spent)",
+        "draws per question on average are spent), beacon / pandora (stop when one more draw's "
+        "expected gain in PRM score is at most the cost --peer-level, under a reward posterior "
+        "or Weitzman's reservation value fitted on --train-bon)",
         choices=["adaptive-consistency", "esc-4", "esc-8", "score-raw", "score-calibrated",
-                 "vote-lead"],
+                 "vote-lead", "beacon", "pandora"],
     )  # fmt: skip
     peer_level: float | None = _setting(
         None, help="bon with --peer: the peer's threshold or most draws (default: the peer's)"
@@ -223,7 +225,10 @@ class SolveConfig:
             object.__setattr__(self, "baseline_n", self.n_max)
         if self.n_max < 1 or self.baseline_n < 0:
             fail(f"--n-max {self.n_max} / --baseline-n {self.baseline_n}: expected >= 1 / >= 0")
-        if (self.auto_cost is None) != (self.train_bon is None):
+        fitted_peer = self.peer in ("beacon", "pandora")  # fitted on --train-bon's scores
+        if (self.auto_cost is None) != (self.train_bon is None) and not (
+            fitted_peer and self.auto_cost is None
+        ):
             fail("--auto-cost and --train-bon go together (auto learns on the training set)")
         if self.auto_cost is not None and self.mode != "bon":
             fail("--auto-cost applies to --mode bon only")
@@ -236,10 +241,16 @@ class SolveConfig:
         if self.peer is not None:
             if self.mode != "bon" or self.auto_seq:
                 fail(f"--peer {self.peer}: applies to --mode bon, without --auto-seq")
-            if self.peer in ("vote-lead", "score-raw", "score-calibrated") and (
-                self.peer_level is None
-            ):
-                fail(f"--peer {self.peer} needs --peer-level (its threshold or mean draws)")
+            if self.peer in (
+                "vote-lead",
+                "score-raw",
+                "score-calibrated",
+                "beacon",
+                "pandora",
+            ) and (self.peer_level is None):
+                fail(f"--peer {self.peer} needs --peer-level (its threshold, mean draws or cost)")
+            if fitted_peer and self.train_bon is None:
+                fail(f"--peer {self.peer} needs --train-bon (its reward model is fitted there)")
             if self.peer == "vote-lead" and not 1 <= self.peer_level <= self.n_max:
                 fail(f"--peer-level {self.peer_level}: vote-lead's mean draws, in [1, --n-max]")
         if self.rule not in LIVE_RULES:

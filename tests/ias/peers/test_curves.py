@@ -7,6 +7,7 @@ import pytest
 
 from dprm.ias.peers.curves import (
     MATCH_TOLERANCE,
+    SEQ_BUDGETS,
     curve_at_cost,
     draws_to_reach,
     per_question,
@@ -60,11 +61,14 @@ def test_under_a_shift_auto_seq_falls_back_to_the_best_calibrator_free_peer(worl
     scores = cs.extra["fallback_scores"]
     assert scores[cs.fallback] == max(v for v in scores.values() if np.isfinite(v))
     peer = cs.curves[cs.fallback]
-    for label in ("calibrated", "base", "none", "truth"):
+    for label in ("calibrated", "truth"):
         seq = cs.curves[f"auto-seq[{label}]"]
         assert seq.falls_back_to == cs.fallback  # shown as "falls back to X", not uniform
         np.testing.assert_array_equal(seq.accuracy, peer.accuracy)
         np.testing.assert_array_equal(seq.draws, peer.draws)
+    for label in ("base", "none"):  # calibrator-free: they run as themselves, as the peers do
+        seq = cs.curves[f"auto-seq[{label}]"]
+        assert seq.falls_back_to == "" and len(seq.levels) == len(SEQ_BUDGETS) + 1
     uni = cs.curves["uniform"]
     assert not np.array_equal(cs.curves["auto-seq[calibrated]"].draws, uni.draws)
     table = summarise(cs, bootstrap=10)

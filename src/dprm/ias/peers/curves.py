@@ -15,10 +15,14 @@ mean draws over ``trials`` draw orders (:func:`dprm.ias.selection.draws.draw_ord
   where every question takes its whole pool); the floor
   share of each mean budget is the one chosen on the training pools at the nearest report cost.
 
-Under a detected shift (:func:`dprm.ias.learnt.allocation.shift_auc` > ``SHIFT_AUC``) ``auto-seq`` does
-not adapt on models learnt on unlike questions: it **falls back to the best calibrator-free
-peer for the rule, chosen on the training pools** (:func:`choose_fallback`), and its curve is
-that peer's (``falls_back_to`` names it).
+Under a detected shift (:func:`dprm.ias.learnt.allocation.shift_auc` > ``SHIFT_AUC``) ``auto-seq``
+with a calibrator's prior (``calibrated``, ``truth``) does not adapt on models learnt on unlike
+questions: it **falls back to the best calibrator-free peer for the rule, chosen on the training
+pools** (:func:`choose_fallback`), and its curve is that peer's (``falls_back_to`` names it).
+``auto-seq[none]`` and ``auto-seq[base]`` read no calibrator: they are calibrator-free methods
+themselves (:data:`dprm.ias.peers.methods.CALIBRATOR_FREE_AUTO_SEQ`) and run as such under a
+shift, as the peers do. The fallback is chosen among the peers of :data:`PEERS` only, which a live
+run can follow (:mod:`dprm.ias.peers.fallback`).
 
 The figures users quote come from the curves (:func:`summarise`): the mean draws per question
 at which a method first reaches uniform best-of-n's accuracy (n = 64, 16; within
@@ -42,6 +46,7 @@ from dprm.ias.learnt.inputs import CalibratorInput
 from dprm.ias.paper.estimates import Estimate, estimate_samples
 from dprm.ias.peers.methods import (
     CALIBRATOR_FREE,
+    CALIBRATOR_FREE_AUTO_SEQ,
     PEERS,
     DrawView,
     TrainingScores,
@@ -109,6 +114,8 @@ def peer_curve(
 ) -> Curve:
     """One peer's curve on a view of the draws and the rule's outcomes [T, Q, K]."""
     peer = PEERS[name]
+    if view.train is None and train is not None:
+        view = replace(view, train=train)
     levels = peer.levels(view, train)
     acc, draws = per_question(outcomes, peer.budgets(view, levels))
     return Curve(name, np.asarray(levels, dtype=np.float64), acc, draws)
@@ -198,9 +205,12 @@ def auto_seq_curve(
 
 
 def training_scores(train_cands: Candidates, train_candidate: np.ndarray | None) -> TrainingScores:
+    """The training pools' valid candidates' raw scores, calibrated estimates (or None) and
+    question indices."""
     valid = train_cands.row >= 0
     cal = None if train_candidate is None else train_cands.gather(train_candidate, 0.5)[valid]
-    return TrainingScores(train_cands.weights["last"][valid], cal)
+    question = np.nonzero(valid)[0]
+    return TrainingScores(train_cands.weights["last"][valid], cal, question)
 
 
 def training_peer_curves(
@@ -219,7 +229,12 @@ def training_peer_curves(
         train_cands, train_weight, uses_answers(rule), trials, seed
     )
     view = DrawView.from_pools(
-        train_cands.answer, train_cands.weights["last"], train_cands.size, orders, n_max=n_max
+        train_cands.answer,
+        train_cands.weights["last"],
+        train_cands.size,
+        orders,
+        n_max=n_max,
+        train=train_scores,
     )
     curves = {
         name: peer_curve(name, view, outcomes, train_scores)
@@ -305,7 +320,7 @@ def set_curves(
         train_cands, None if calibrated is None else calibrated.train_candidates
     )
     view = DrawView.from_pools(
-        cands.answer, cands.weights["last"], cands.size, orders, cal_cand, n_max
+        cands.answer, cands.weights["last"], cands.size, orders, cal_cand, n_max, scores
     )
     curves = {
         name: peer_curve(name, view, outcomes, scores)
@@ -324,7 +339,7 @@ def set_curves(
         if prior is None or prior.train is None:
             continue
         name = f"auto-seq[{label}]"
-        if is_shifted:
+        if is_shifted and name not in CALIBRATOR_FREE_AUTO_SEQ:
             peer = curves[fallback]
             curves[name] = Curve(name, peer.levels, peer.accuracy, peer.draws, fallback)
             continue

@@ -19,6 +19,10 @@ traces a cost-accuracy curve:
 * ``score-raw``, ``score-calibrated`` (score-based picks): stop when the best drawn score clears
   a threshold: the raw PRM score (last step), or a calibrator's estimate on the candidate's own
   state; knob: the threshold, at quantiles of the training pools' candidate scores.
+* ``beacon``, ``pandora`` (score-based picks; :mod:`dprm.ias.peers.reward_stopping`): stop when
+  one more draw's expected gain in raw PRM score is not worth its cost c, under a reward
+  posterior (BEACON) or Weitzman's reservation value (Pandora's box), both fitted on the
+  training pools' raw scores; knob: the cost c.
 
 Budget-matched rule (the total round(mean_budget x Q) exactly, as ``uniform`` and ``auto-seq``):
 
@@ -106,6 +110,8 @@ class DrawView:
         calibrated: [T, Q, K] a calibrator's estimates on the candidates' own states, or None.
         cap: int64 [Q] the most draws per question (min(K_i, n_max)).
         n_max: the largest budget.
+        train: the training pools' scores the fitted rules are set from (``beacon``,
+            ``pandora``), or None.
     """
 
     answer: np.ndarray
@@ -113,6 +119,7 @@ class DrawView:
     calibrated: np.ndarray | None
     cap: np.ndarray
     n_max: int = N_MAX
+    train: TrainingScores | None = None
 
     @classmethod
     def from_pools(
@@ -123,6 +130,7 @@ class DrawView:
         orders: np.ndarray,
         calibrated: np.ndarray | None = None,
         n_max: int = N_MAX,
+        train: TrainingScores | None = None,
     ) -> DrawView:
         """Gather candidate-order arrays [Q, K] along draw orders [T, Q, K]."""
         q_idx = np.arange(answer.shape[0])[None, :, None]
@@ -132,6 +140,7 @@ class DrawView:
             None if calibrated is None else calibrated[q_idx, orders],
             np.minimum(np.asarray(size, dtype=np.int64), n_max),
             n_max,
+            train,
         )
 
     @functools.cached_property
@@ -181,11 +190,13 @@ class Peer:
 
 @dataclass
 class TrainingScores:
-    """The training pools' candidate scores the score thresholds are set from: ``raw`` [R]
-    and ``calibrated`` [R] or None (valid candidates only)."""
+    """The training pools' candidate scores the score thresholds and the fitted stopping rules
+    are set from: ``raw`` [R], ``calibrated`` [R] or None and ``question`` [R] (each
+    candidate's question index) or None (valid candidates only)."""
 
     raw: np.ndarray
     calibrated: np.ndarray | None = None
+    question: np.ndarray | None = None
 
 
 def _threshold_budgets(signal_of: Callable[[DrawView], np.ndarray]):
@@ -311,6 +322,27 @@ def uniform_peer_budgets(view: DrawView, levels: Sequence[float]) -> np.ndarray:
     return np.stack([np.broadcast_to(np.minimum(b, view.cap), (t_count, q_count)) for b in out])
 
 
+def _reward_budgets(name: str):
+    """The budgets of a reward-based stopping rule of :mod:`dprm.ias.peers.reward_stopping`
+    (imported on use: that module builds on this one)."""
+
+    def budgets(view: DrawView, levels: Sequence[float]) -> np.ndarray:
+        from dprm.ias.peers import reward_stopping
+
+        return getattr(reward_stopping, f"{name}_budgets")(view, levels)
+
+    return budgets
+
+
+def _reward_levels(name: str):
+    def levels(view: DrawView, train: TrainingScores | None) -> tuple[float, ...]:
+        from dprm.ias.peers import reward_stopping
+
+        return tuple(getattr(reward_stopping, f"{name.upper()}_COSTS"))
+
+    return levels
+
+
 def _fixed_levels(values: tuple[float, ...]):
     def levels(view: DrawView, train: TrainingScores | None) -> tuple[float, ...]:
         return values
@@ -334,12 +366,22 @@ PEERS: dict[str, Peer] = {
     "score-calibrated": Peer("score-calibrated", "threshold", "calibrated",
                              _threshold_budgets(lambda v: best_score_signal(v, True)),
                              score_levels(True)),
+    "beacon": Peer("beacon", "cost", "raw scores", _reward_budgets("beacon"),
+                   _reward_levels("beacon")),
+    "pandora": Peer("pandora", "cost", "raw scores", _reward_budgets("pandora"),
+                    _reward_levels("pandora")),
 }  # fmt: skip
 
 #: peers that read no calibrator (the fallback of ``auto-seq`` under a shift is chosen among them)
-CALIBRATOR_FREE = ("adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw")
+CALIBRATOR_FREE = (
+    "adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw", "beacon", "pandora",
+)  # fmt: skip
+#: ``auto-seq`` with a prior that reads no calibrator (a flat prior; the raw PRM score): not
+#: peers of :data:`PEERS` (their curves are ``auto-seq``'s), counted with them wherever the
+#: best calibrator-free method is chosen
+CALIBRATOR_FREE_AUTO_SEQ = ("auto-seq[none]", "auto-seq[base]")
 #: peers that only make sense for a score-based pick (not for majority)
-SCORE_PEERS = ("score-raw", "score-calibrated")
+SCORE_PEERS = ("score-raw", "score-calibrated", "beacon", "pandora")
 
 
 def peers_for_rule(rule: str, calibrated: bool) -> list[str]:
@@ -351,4 +393,5 @@ def peers_for_rule(rule: str, calibrated: bool) -> list[str]:
         names.append("score-raw")
         if calibrated:
             names.append("score-calibrated")
+        names += ["beacon", "pandora"]
     return names
