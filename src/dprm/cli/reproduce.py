@@ -23,7 +23,7 @@ def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
 def _reproduce(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from dprm.cli._common import claim_run_folder, end_on_termination, report_failures
+    from dprm.cli._common import claim_run_folder, report_failures
     from dprm.orchestrate.grid import resolve
     from dprm.orchestrate.reproduce import reproduce
 
@@ -42,7 +42,6 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.sequential:
         config = dataclasses.replace(config, ias_sequential=True)
     claim_run_folder(args.out, "reproduce")  # only a folder reproduce made; locked till the end
-    end_on_termination()
     outcome = reproduce(
         args.out,
         config,

@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dprm.cli._common import claim_run_folder, end_on_termination, report_failures
+    from dprm.cli._common import claim_run_folder, report_failures
     from dprm.recipe import load_recipe, run_recipe
     from dprm.runner.executors import check_executor
 
@@ -86,7 +86,6 @@ def _run(args: argparse.Namespace) -> int:
     out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
         args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
     )
-    end_on_termination()
     outcome = run_recipe(
         recipe,
         out,
