@@ -6,6 +6,7 @@ Every case works on copies under ``tmp_path``; the signal case runs ``dprm`` in 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -72,3 +73,118 @@ def test_a_signal_ends_train_with_one_line_and_no_lock(mine, tmp_path, sig):
     assert len(lines) == 1 and signal.Signals(sig).name in lines[0], err
     assert "interrupted" in lines[0] and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "w"]  # no lock, no output
+
+
+# ----------------------------------------------------------------------------- inputs read safely
+def test_ias_pools_of_different_hidden_sizes_are_one_line(mine, tmp_path, capsys):
+    """`ias --bon A --train-bon B` with B's states of another size and no --model: ValueError
+    deep in the shift score."""
+    import numpy as np
+
+    small = Path(shutil.copytree(mine["bon"], tmp_path / "train-bon"))
+    for name in ("hidden_states.npy", "response_hidden_states.npy"):
+        if (small / name).exists():
+            states = np.load(small / name)
+            np.save(small / name, np.ascontiguousarray(states[:, : states.shape[1] // 2]))
+    meta = json.loads((small / "meta.json").read_text())
+    meta["hidden_dim"] = meta["hidden_dim"] // 2
+    (small / "meta.json").write_text(json.dumps(meta))
+    argv = ["ias", "--bon", str(mine["bon"]), "--train-bon", str(small)]
+    assert main([*argv, "--out", str(tmp_path / "ias"), "--mc-trials", "0", "--quiet"]) == 2
+    one_line_error(capsys, str(small), "same PRM")
+    assert not (tmp_path / "ias").exists()
+
+
+def _park_record(**fields) -> str:
+    record = {"question": "What is 1+1?", "reasoning_prefix": "", "success_prob": 0.5}
+    return json.dumps([{**record, **fields}])
+
+
+PARK_FAULTS = {
+    # a JSON list nested 100,000 deep: RecursionError
+    "deep": ("[" * 100_000 + "]" * 100_000, "nested deeper than"),
+    # a lone surrogate escape in a question: UnicodeEncodeError when the question is hashed
+    "surrogate": (_park_record(question="q").replace('"q"', '"q\\ud800"'), "lone surrogate"),
+    # a 5,000-digit number: Python's int conversion limit, as a traceback
+    "digits": (_park_record(success_prob=1).replace(": 1}", ": " + "1" * 5000 + "}"), "digits"),
+}
+
+
+@pytest.mark.parametrize("fault", PARK_FAULTS)
+def test_import_park_unreadable_json_is_one_line(tmp_path, capsys, fault):
+    text, words = PARK_FAULTS[fault]
+    source = tmp_path / "park.json"
+    source.write_text(text)
+    out = tmp_path / "labels.parquet"
+    assert main(["import-park", "--json", str(source), "--out", str(out), "--quiet"]) == 2
+    one_line_error(capsys, str(source), words)
+    assert not out.exists()
+
+
+def test_import_park_accepts_a_byte_order_mark(tmp_path):
+    source = tmp_path / "park.json"
+    source.write_bytes(b"\xef\xbb\xbf" + _park_record().encode())
+    out = tmp_path / "labels.parquet"
+    assert main(["import-park", "--json", str(source), "--out", str(out), "--quiet"]) == 0
+    assert out.exists()
+
+
+def test_a_set_whose_meta_json_has_a_byte_order_mark_is_read(mine, tmp_path):
+    """A meta.json saved by an editor that writes a BOM was 'not valid JSON'."""
+    meta = mine["calib"] / "meta.json"
+    meta.write_bytes(b"\xef\xbb\xbf" + meta.read_bytes())
+    out = tmp_path / "model-out"
+    assert main(["train", "--method", "base", "--data", str(mine["calib"]), "--out", str(out),
+                 "--quiet"]) == 0  # fmt: skip
+    assert (out / "config.json").exists()
+
+
+def test_a_question_file_with_a_byte_order_mark_is_read(tmp_path):
+    source = tmp_path / "q.json"
+    rows = [{"question": "What is 1+1?", "answer": "2"}]
+    source.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode())
+    out = tmp_path / "questions.jsonl"
+    assert main(["questions", str(source), "--out", str(out), "--quiet"]) == 0
+    assert json.loads(out.read_text().splitlines()[0])["question"] == "What is 1+1?"
+
+
+def test_a_question_over_the_stated_limit_is_refused(tmp_path, capsys):
+    """A 10 MB question silently yielded empty answers."""
+    from dprm.llm.questions import MAX_QUESTION_CHARS
+
+    source = tmp_path / "q.jsonl"
+    rows = [{"question": "1+1?", "answer": "2"}, {"question": "x" * 10_000_000, "answer": "1"}]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "questions.jsonl"
+    assert main(["questions", str(source), "--out", str(out), "--quiet"]) == 2
+    one_line_error(capsys, str(source), "row 1", f"{MAX_QUESTION_CHARS:,}")
+    assert not out.exists()
+
+
+def test_a_latin1_config_file_is_one_line_naming_the_encoding(mine, tmp_path, capsys):
+    config = tmp_path / "qr.toml"
+    config.write_bytes("# learning rate, réglé à la main\nlr = 0.001\n".encode("latin-1"))
+    out = tmp_path / "model-out"
+    argv = ["train", "--method", "qr", "--data", str(mine["calib"]), "--config", str(config)]
+    assert main([*argv, "--out", str(out), "--set", "max_steps=2", "--quiet"]) == 2
+    one_line_error(capsys, str(config), "not UTF-8")
+    assert not out.exists()
+
+
+def test_a_utf8_config_file_is_read_under_an_ascii_locale(mine, tmp_path):
+    """Read with the locale's encoding: UnicodeDecodeError ('ascii' codec) under LC_ALL=C."""
+    config = tmp_path / "qr.toml"
+    config.write_text("# learning rate, réglé à la main\nlr = 0.00123\n", encoding="utf-8")
+    out = tmp_path / "model-out"
+    argv = ["train", "--method", "qr", "--data", str(mine["calib"]), "--config", str(config)]
+    env = _env() | {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    result = subprocess.run(
+        [sys.executable, "-m", "dprm.cli", *argv, "--out", str(out), "--set", "max_steps=2"]
+        + ["--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((out / "config.json").read_text())["config"]["lr"] == 0.00123

@@ -13,6 +13,7 @@ from typing import Any
 
 from dprm.config import ConfigError
 from dprm.recipe.sections import SPLITS
+from dprm.textfiles import TextError, decode_utf8
 
 #: a value that names a file or folder whatever exists: ``./x``, ``../x``, ``/x``, ``~/x``, ``x.jsonl``
 _PATH_LIKE = re.compile(r"^(\.{1,2}/|/|~)|\.(jsonl|json|parquet|csv)$")
@@ -67,12 +68,9 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the recipe file ({err.strerror})") from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{path}: recipe file is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset "
-            f"{err.start}); save it as UTF-8"
-        ) from None
+        text = decode_utf8(raw, "recipe file")
+    except TextError as err:
+        raise ConfigError(f"{path}: {err}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
