@@ -75,6 +75,66 @@ def test_a_signal_ends_train_with_one_line_and_no_lock(mine, tmp_path, sig):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "w"]  # no lock, no output
 
 
+# ----------------------------------------------------------------------------- digests
+@pytest.fixture
+def tmpfs_folder():
+    """A folder on tmpfs (/dev/shm), where a rewrite through a held writable memory map changes
+    none of size, mtime, ctime and inode; skipped where there is none."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    kind = subprocess.run(["stat", "-f", "-c", "%T", str(shm)], capture_output=True, text=True)
+    if not shm.is_dir() or not os.access(shm, os.W_OK) or kind.stdout.strip() != "tmpfs":
+        pytest.skip("no writable tmpfs at /dev/shm")
+    folder = Path(tempfile.mkdtemp(dir=shm, prefix="dprm-test-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_tune_sees_hidden_states_rewritten_through_a_memory_map(
+    mine, tmpfs_folder, tmp_path, monkeypatch, capsys
+):
+    """`tune` resumed over hidden states changed through a writable memory map (the stat
+    unchanged on tmpfs): the remembered digest was served. Small files are now always read;
+    for large ones (the fast path) `--verify-inputs` reads them."""
+    import mmap
+
+    from dprm import digests
+
+    pytest.importorskip("optuna")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calib = Path(shutil.copytree(mine["calib"], tmpfs_folder / "calib"))
+    out = tmp_path / "search"
+    argv = ["tune", "--data", str(calib), "--out", str(out), "--methods", "qr", "--trials", "1"]
+    argv += ["--max-steps", "5", "--quiet"]
+    states = calib / "hidden_states.npy"
+    with states.open("r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
+
+        def rewrite(at: int) -> None:
+            """Flip a byte through the held map; after the first write through it, the stat
+            does not change."""
+            stat = states.stat()
+            mapped[at] ^= 1
+            mapped.flush()
+            assert at == -1 or digests.stat_key(states.stat()) == digests.stat_key(stat)
+
+        rewrite(-1)  # the first write through the map sets the timestamps
+        assert main(argv) == 0
+        rewrite(-2)
+        assert main(argv) == 2  # small files are read on every run
+        one_line_error(capsys, str(out), "changed")
+
+        monkeypatch.setattr(digests, "FAST_PATH_MIN_BYTES", 1)  # every file large: fast path
+        assert main([*argv, "--overwrite"]) == 0
+        rewrite(-3)
+        assert main(argv) == 0  # what the fast path trusts: the stat of a large file
+        capsys.readouterr()
+        assert main([*argv, "--verify-inputs"]) == 2
+        one_line_error(capsys, str(out), "changed")
+
+
 # ----------------------------------------------------------------------------- inputs read safely
 def test_ias_pools_of_different_hidden_sizes_are_one_line(mine, tmp_path, capsys):
     """`ias --bon A --train-bon B` with B's states of another size and no --model: ValueError

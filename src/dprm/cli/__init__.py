@@ -176,12 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.error(f"{args.command}: not available in this installation")
     from dprm.cli._common import end_on_termination, output_session, quiet_libraries
+    from dprm.digests import verify_inputs
 
     if getattr(args, "quiet", False) or getattr(args, "no_progress", False):
         quiet_libraries()
 
     try:
-        with output_session(args.command) as outputs:  # --out locks held until the end
+        with (
+            output_session(args.command) as outputs,  # --out locks held until the end
+            verify_inputs(getattr(args, "verify_inputs", False)),  # --verify-inputs
+        ):
             # SIGTERM / SIGHUP end every command like Ctrl-C, through the same cleanup (the
             # lock and temporaries removed, worker pools ended, one line said)
             end_on_termination()

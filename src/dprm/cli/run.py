@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dprm.cli._common import add_verify_inputs_flag
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -58,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "to resume a run whose GPU stages finished elsewhere)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    add_verify_inputs_flag(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_run)
 

@@ -9,6 +9,7 @@ from dprm.cli._common import (
     add_dataclass_flags,
     add_progress_flags,
     add_threads_flag,
+    add_verify_inputs_flag,
     apply_threads,
     claim_output,
     dataclass_from_args,
@@ -182,4 +183,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_threads_flag(p)
     add_progress_flags(p)
+    add_verify_inputs_flag(p)
     p.set_defaults(func=_solve)

@@ -11,6 +11,7 @@ from dprm.cli._common import (
     add_output_flags,
     add_progress_flags,
     add_threads_flag,
+    add_verify_inputs_flag,
     apply_threads,
     check_out,
     claim_run_folder,
@@ -181,4 +182,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_threads_flag(parser)
     add_progress_flags(parser)
+    add_verify_inputs_flag(parser)
     parser.set_defaults(func=_tune)
