@@ -10,6 +10,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("math_verify")
 
+from .compare import made_units, planned_units
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arith.toml"
 
 
@@ -34,6 +36,9 @@ def test_arith_recipe_runs_end_to_end_on_the_shipped_models(tmp_path):
     allocations = {row["allocation"] for row in results["pays"]}
     assert {"uniform", "oracle", "auto", "auto-seq"} <= allocations, allocations
     assert (tmp_path / "run" / "report.md").is_file()
+    # the units `dprm run --dry-run` lists are the units the run made (a training pool and a
+    # raw-score IAS unit per pool were left out of the plan)
+    assert planned_units(recipe, recipe.run.shards) == made_units(tmp_path / "run")
 
 
 def test_bon_train_adds_a_training_pool_for_auto():
