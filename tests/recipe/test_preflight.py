@@ -116,3 +116,39 @@ def test_the_arith_plan_counts_the_units_its_run_makes(cpu_only_machine, tmp_pat
     assert rows["generate"] == 6 and rows["embed"] == 6  # 3 first passes + 3 pools
     fits = 7 * 3  # methods x seeds
     assert rows["evaluate"] == 1 + fits and rows["ias (id, ood + auto-seq)"] == 2 * (1 + fits)
+
+
+def test_slurm_dry_run_checks_for_the_scheduler(cpu_only_machine, tmp_path, monkeypatch, capsys):
+    """`--executor slurm --dry-run` said every requirement was met on a machine without
+    `sbatch`; the real run refused at once."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no sbatch, no srun
+    demo = PARK.parent / "arith.toml"
+    argv = ["run", str(demo), "--executor", "slurm", "--dry-run", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "a SLURM scheduler (sbatch and srun not on PATH)" in text
+    assert "every requirement is met" not in text
+    assert main([*argv, "--slurm-cluster", "local"]) == 0  # submitit's local mode needs none
+    assert "SLURM scheduler" not in capsys.readouterr().out
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_ray_address_that_does_not_answer_is_a_missing_requirement(
+    cpu_only_machine, tmp_path, capsys
+):
+    address = f"127.0.0.1:{_closed_port()}"
+    demo = PARK.parent / "arith.toml"
+    argv = ["run", str(demo), "--executor", "ray", "--address", address]
+    assert main([*argv, "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert f"the Ray cluster {address!r}" in text and "does not answer" in text
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2  # the real run: before any work
+    err = capsys.readouterr().err.strip()
+    assert address in err and len(err.splitlines()) == 1 and not (tmp_path / "o").exists()

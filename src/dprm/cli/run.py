@@ -75,14 +75,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.executor == "slurm" and args.slurm_cluster:
         options["cluster"] = args.slurm_cluster
     if args.dry_run:
-        return _dry_run(args, recipe)
+        return _dry_run(args, recipe, options)
     # an executor that cannot run here (no SLURM, no Ray) says so before --out is claimed
     check_executor(args.executor, recipe, **options)
     if not args.no_preflight:  # every requirement before any unit: one block, exit 2
         from dprm.recipe.preflight import missing_block, missing_requirements
 
         out_dir = Path(args.out if args.out is not None else recipe.run.out)
-        missing = missing_requirements(recipe, args.executor, out_dir)
+        missing = missing_requirements(recipe, args.executor, out_dir, executor_options=options)
         if missing:
             print(missing_block(args.recipe, missing), file=sys.stderr)
             return 2
@@ -100,13 +100,13 @@ def _run(args: argparse.Namespace) -> int:
     return report_failures("run", outcome.failures, outcome.report)
 
 
-def _dry_run(args: argparse.Namespace, recipe) -> int:
+def _dry_run(args: argparse.Namespace, recipe, options: dict) -> int:
     """``--dry-run``: the plan and what this machine lacks for it; nothing runs or is written."""
     from dprm.recipe.preflight import missing_requirements, plan_lines
 
     out = Path(args.out if args.out is not None else recipe.run.out)
     print("\n".join(plan_lines(recipe, args.executor, out)))
-    missing = missing_requirements(recipe, args.executor, out)
+    missing = missing_requirements(recipe, args.executor, out, executor_options=options)
     if missing:
         print(f"this machine lacks ({len(missing)}; a real run stops here with exit 2):")
         print("\n".join(m.line() for m in missing))

@@ -219,7 +219,12 @@ def _free_bytes(out: Path) -> int:
 
 
 def missing_requirements(
-    recipe: Recipe, executor: str, out: Path, *, hub_reason=hub_offline_reason
+    recipe: Recipe,
+    executor: str,
+    out: Path,
+    *,
+    hub_reason=hub_offline_reason,
+    executor_options: dict[str, Any] | None = None,
 ) -> list[Missing]:
     """Every requirement of the recipe's stages this machine lacks (empty: ready to run).
 
@@ -230,6 +235,7 @@ def missing_requirements(
         out: the run directory (its file system's free space is checked).
         hub_reason: how to learn whether the hub is reachable (tests pass a stub; the default
             never downloads anything).
+        executor_options: the command line's executor options (``address``, ``cluster``).
     """
     r = recipe
     missing: list[Missing | None] = []
@@ -250,10 +256,7 @@ def missing_requirements(
         missing.append(_extra("datasets", f"[questions] {', '.join(hub_sets)} (from the hub)"))
     if r.calibrators.tune_trials:
         missing.append(_extra("optuna", f"[calibrators] tune_trials = {r.calibrators.tune_trials}"))
-    if executor == "ray":
-        missing.append(_extra("ray", "--executor ray"))
-    if executor == "slurm":
-        missing.append(_extra("submitit", "--executor slurm"))
+    missing += _executor_requirements(r, executor, executor_options or {})
     if executor == "local":
         on_gpu = [f"generator {g.name}" for g in generators if needs_gpu(g, g.backend)]
         on_gpu += [f"prm {p.name}" for p in r.prms if needs_gpu(p)]
@@ -303,6 +306,33 @@ def missing_requirements(
             )
         )
     return [m for m in missing if m is not None]
+
+
+def _executor_requirements(recipe: Recipe, executor: str, options: dict) -> list[Missing | None]:
+    """What the executor itself needs here: its extra, and SLURM's commands (unless submitit's
+    local mode is asked for) or the Ray cluster an address names."""
+    from dprm.runner.executors import ray_address, ray_unreachable, slurm_missing
+
+    if executor == "ray":
+        address = ray_address(recipe, options.get("address"))
+        reason = ray_unreachable(address)
+        unreachable = Missing(
+            f"the Ray cluster {address!r}: {reason}",
+            "--executor ray",
+            "start it (`ray start --head`), or fix --address / [executor.ray] address",
+        )
+        return [_extra("ray", "--executor ray"), unreachable if reason else None]
+    if executor == "slurm":
+        cluster = options.get("cluster") or recipe.executor.slurm.cluster or "slurm"
+        absent = slurm_missing() if cluster == "slurm" else []
+        scheduler = Missing(
+            f"a SLURM scheduler ({' and '.join(absent)} not on PATH)",
+            "--executor slurm",
+            "run the driver on a SLURM login node, or --slurm-cluster local (submitit's local "
+            "mode: every task a process on this machine)",
+        )
+        return [_extra("submitit", "--executor slurm"), scheduler if absent else None]
+    return []
 
 
 def missing_block(recipe_path: str, missing: list[Missing]) -> str:
