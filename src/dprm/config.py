@@ -16,6 +16,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dprm.textfiles import TextError, decode_utf8
+
 T = TypeVar("T")
 
 
@@ -158,9 +160,13 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     """Parse a TOML file; a missing or malformed file is a :class:`ConfigError` naming it."""
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(decode_utf8(path.read_bytes(), what))
     except FileNotFoundError:
         raise ConfigError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: {what} is a directory, expected a TOML file") from None
+    except TextError as err:
+        raise ConfigError(f"{path}: {err}") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML ({err})") from None
 

@@ -10,23 +10,38 @@ records what it read by content, so a resume notices an input changed in place:
   tokenizer); a hub id by the revision it resolves to (``hub:ID@COMMIT`` from the local hub
   cache, else the revision asked for), since a hub is not read to fingerprint.
 
-A file is hashed once and its digest reused while its size, mtime, ctime and inode are
-unchanged (the *fast path*); ctime is the point, as no user tool can set it back after a write.
-:class:`FileDigests` keeps these in a dictionary the caller may persist (a run's ``state.json``);
-:func:`digest` uses one per process, and remembers large files (model weights) in a small
-on-disk cache under ``$XDG_CACHE_HOME/dprm`` so a rerun does not read gigabytes again.
+A file under :data:`FAST_PATH_MIN_BYTES` (64 MiB) is hashed whenever a command reads it (once
+per :class:`FileDigests` that remembers, e.g. a run's driver). The *fast path* is an
+optimisation for large files (model weights, hidden states of full-size sets), not a proof: a
+large file's digest is reused while its size, mtime, ctime and inode are unchanged. That
+catches every rewrite through ``write`` (ctime cannot be set back), but not one through a
+writable memory map, which on some filesystems (tmpfs) changes none of the four; such a file
+is read again only with :func:`verify_inputs` (``--verify-inputs``). :class:`FileDigests` keeps
+the large files' entries in a dictionary the caller may persist (a run's ``state.json``);
+:func:`digest` uses one per process, and remembers large files in a small on-disk cache under
+``$XDG_CACHE_HOME/dprm`` so a rerun does not read gigabytes again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-#: files at least this large are remembered across processes (model weights, big sets)
-DISK_CACHE_MIN_BYTES = 64 << 20
+#: Files at least this large may take the fast path (their digest reused while size, mtime,
+#: ctime and inode are unchanged); smaller ones are always read. Hashing runs at roughly
+#: 0.4-1.5 GB/s, so an always-read file costs at most about 0.15 s: the question files,
+#: labels and sets of small and medium runs are all read, while model weights (1-5 GB shards)
+#: and the hidden states of full-size sets, where reading every byte on every resume would
+#: cost minutes, are not.
+FAST_PATH_MIN_BYTES = 64 << 20
+#: set (to "1") while inputs are verified: every file is read, the fast path off; an
+#: environment variable so that worker processes (``tune --jobs``) inherit it
+VERIFY_ENV = "DPRM_VERIFY_INPUTS"
 #: entries kept in the on-disk cache (oldest dropped first)
 DISK_CACHE_ENTRIES = 512
 
@@ -59,47 +74,90 @@ def _visible_files(folder: Path) -> list[Path]:
     )
 
 
+def verifying() -> bool:
+    """Whether inputs are being verified (every file read: :func:`verify_inputs`)."""
+    return os.environ.get(VERIFY_ENV, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def verify_inputs(on: bool = True) -> Iterator[None]:
+    """Read every input file while the block runs (``--verify-inputs``): no digest is taken
+    from a recorded stat, whatever the file's size; the records are refreshed."""
+    if not on:
+        yield
+        return
+    before = os.environ.get(VERIFY_ENV)
+    os.environ[VERIFY_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(VERIFY_ENV, None)
+        else:
+            os.environ[VERIFY_ENV] = before
+
+
 class FileDigests:
     """Content digests of files and folders, with a stat-keyed cache (see the module docstring).
 
     Args:
         cache: ``{"files": {path: [size, mtime_ns, ctime_ns, inode, digest]}, "last": {name:
-            digest}}``, updated in place; ``last`` is the latest digest seen for each path, the
+            digest}}``, updated in place; ``files`` holds the files of the fast path (at least
+            :data:`FAST_PATH_MIN_BYTES`); ``last`` is the latest digest seen for each path, the
             stand-in for a data set that was deleted after use (see :meth:`digest`).
         root: paths inside it are named relative to it (a run directory copied or moved keeps
             its names).
         disk: also keep the digests of large files in the on-disk cache (:func:`disk_cache`).
+        remember: reuse a small file's digest for the life of this object while its stat is
+            unchanged (a run's driver reads the same sets for many units); never persisted.
     """
 
     def __init__(
-        self, cache: dict[str, Any] | None = None, root: Path | None = None, disk: bool = False
+        self,
+        cache: dict[str, Any] | None = None,
+        root: Path | None = None,
+        disk: bool = False,
+        remember: bool = True,
     ):
         self.root = Path(root).resolve() if root is not None else None
         self.cache = cache if cache is not None else {}
         self.files: dict[str, list] = self.cache.setdefault("files", {})
         self.last: dict[str, str] = self.cache.setdefault("last", {})
         self.disk = disk
+        self.remember = remember
+        self.seen: dict[str, list] = {}  # read by this object: [*stat_key, digest]
         self.hashed = 0  # files read (tests and logs: the fast path at work)
 
     def file(self, path: Path) -> str:
-        """The digest of one file (from the cache if its stat is unchanged)."""
+        """The digest of one file: read, or for a large file from the fast path (see the module
+        docstring)."""
         path = Path(path)
         key = str(path.resolve())
         stat = path.stat()
-        known = self.files.get(key)
-        big = self.disk and stat.st_size >= DISK_CACHE_MIN_BYTES
-        if known is None and big:
-            known = _disk_lookup(key)
-        if known is not None and known[:4] == stat_key(stat):
-            self.files[key] = known
+        now = stat_key(stat)
+        big = stat.st_size >= FAST_PATH_MIN_BYTES
+        known = self.seen.get(key) if self.remember else None
+        if known is None and big and not verifying():
+            known = self.files.get(key)
+            if known is None and self.disk:
+                known = _disk_lookup(key)
+        if known is not None and known[:4] == now:
+            if big:
+                self.files[key] = known
             return known[4]
         digest = hash_file(path)
         self.hashed += 1
-        after = path.stat()
-        if stat_key(after) == stat_key(stat):  # not written while it was read
-            self.files[key] = stat_key(stat) + [digest]
-            if big:
-                _disk_store(key, self.files[key])
+        if stat_key(path.stat()) != now:  # written while it was read: remember nothing
+            return digest
+        entry = now + [digest]
+        if self.remember:
+            self.seen[key] = entry
+        if big:
+            self.files[key] = entry
+            if self.disk:
+                _disk_store(key, entry)
+        else:  # a record from before small files were always read
+            self.files.pop(key, None)
         return digest
 
     def current(self, path: Path) -> str | None:
@@ -141,13 +199,14 @@ class FileDigests:
 
 
 # ----------------------------------------------------------------------------- one per process
-_PROCESS = FileDigests(disk=True)
+_PROCESS = FileDigests(disk=True, remember=False)
 
 
 def digest(path: str | os.PathLike) -> str | None:
     """The content digest of a file or folder now (None if it does not exist).
 
-    Uses this process's :class:`FileDigests` (and the on-disk cache for large files).
+    Uses this process's :class:`FileDigests` (and the on-disk cache for large files); small
+    files are read on every call.
     """
     return _PROCESS.current(Path(path))
 

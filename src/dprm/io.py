@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dprm.filesystem import check_output_name, publish_mode, shown, within
+from dprm.textfiles import TextError, parse_json
 
 
 class DataError(ValueError):
@@ -487,11 +488,12 @@ def write_json(path: str | os.PathLike, obj: Any, *, allow_nan: bool = False) ->
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file, naming the file in any parse error."""
+    """Read a JSON file as UTF-8 (a byte-order mark accepted), within the limits of
+    :mod:`dprm.textfiles`, naming the file in any error."""
     path = Path(path)
     if not path.exists():
         raise DataError(path, "file not found")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise DataError(path, f"not valid JSON ({err})") from err
+        return parse_json(path.read_bytes())
+    except TextError as err:
+        raise DataError(path, str(err)) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,3 +280,34 @@ def test_a_clean_run_reports_no_grading_failures(bon_run):
     n = sum(len(r["candidates"]) for r in records)
     assert summary["grading"] == {"candidates": n, "failed": 0}
     assert all(c["grade_failed"] is False for r in records for c in r["candidates"])
+
+
+@pytest.mark.parametrize("trained_on", ["other", "same"])
+def test_solve_warns_about_a_calibrator_trained_on_another_prm(
+    tmp_path, model_dirs, calibrator_dirs, capsys, trained_on
+):
+    """`ias`, `evaluate` and `predict` warned about a calibrator trained on another PRM's data;
+    `solve` said nothing."""
+    import shutil
+
+    from dprm.cli import main
+
+    calibrator = Path(shutil.copytree(calibrator_dirs["base"], tmp_path / "cal"))
+    config = json.loads((calibrator / "config.json").read_text())
+    prm = "another/PRM-7B" if trained_on == "other" else str(model_dirs["prm"])
+    config.setdefault("info", {})["trained_on"] = {"prm": prm}
+    (calibrator / "config.json").write_text(json.dumps(config))
+    questions = tmp_path / "open.jsonl"
+    questions.write_text(json.dumps({"question_id": "open/0", "question": "What is 3 + 4?"}))
+    argv = ["solve", "--mode", "bon", "--questions", str(questions), "--generator",
+            str(model_dirs["lm"]), "--prm", str(model_dirs["prm"]), "--calibrator",
+            str(calibrator), "--out", str(tmp_path / "run"), "--n-max", "2", "--baseline-n", "0",
+            "--max-new-tokens", "8", "--prm-device", "cpu", "--prm-dtype", "float32",
+            "--device", "cpu", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    if trained_on == "same":
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and "another/PRM-7B" in warnings[0], warnings
+        assert str(model_dirs["prm"]) in warnings[0] and str(calibrator) in warnings[0]

@@ -497,3 +497,29 @@ def test_a_study_is_keyed_by_the_content_of_its_data(tiny_world, tmp_path):
     study.set_user_attr("settings", changed)
     with pytest.raises(OutputError, match=r"data_digest.*content of .* changed"):
         T.open_study(tmp_path, "qr", on_disk, settings, restart=False)
+
+
+def test_a_resumed_search_draws_what_a_fresh_search_of_the_same_total_draws(data, tmp_path):
+    """3 trials, then a resume to 6, equals a fresh 6-trial search: same parameters and values
+    per trial (the sampler's random state is not restarted from its seed on a resume)."""
+    import optuna
+
+    settings = dataclasses.replace(FAST, max_steps=10)
+    split = T.split_for_tuning(data)
+    (tmp_path / "resumed").mkdir()
+    (tmp_path / "fresh").mkdir()
+    T.run_study("qr", split, data, tmp_path / "resumed", dataclasses.replace(settings, trials=3),
+                progress=False)  # fmt: skip
+    T.run_study("qr", split, data, tmp_path / "resumed", dataclasses.replace(settings, trials=6),
+                progress=False)  # fmt: skip
+    T.run_study("qr", split, data, tmp_path / "fresh", dataclasses.replace(settings, trials=6),
+                progress=False)  # fmt: skip
+
+    def trials(folder):
+        study = optuna.load_study(study_name="qr", storage=T.storage_url(folder))
+        return [(t.number, t.params, t.value) for t in study.trials]
+
+    resumed, fresh = trials(tmp_path / "resumed"), trials(tmp_path / "fresh")
+    assert len(resumed) == 6 and resumed == fresh
+    params = [p for _, p, _ in resumed]
+    assert params[3:] != params[:3]  # trials 4-6 are not trials 1-3 again

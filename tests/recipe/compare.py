@@ -57,3 +57,18 @@ def _assert_close(left, right, where: str) -> None:
         assert right == pytest.approx(left, rel=1e-6, nan_ok=True), where
     else:
         assert left == right, where
+
+
+def made_units(out: Path) -> dict[str, int]:
+    """Units per stage a finished run made (run.json's stage timing: run + reused), without
+    the report."""
+    timing = read_json(out / "run.json")["stage_timing"]
+    made = {stage: t["units"] + t["skipped"] for stage, t in timing.items()}
+    return {stage: n for stage, n in made.items() if n and stage != "report"}
+
+
+def planned_units(recipe, shards: int) -> dict[str, int]:
+    """Units per stage ``dprm run --dry-run`` plans for ``recipe``, without the report."""
+    from dprm.recipe.plan import planned_stages
+
+    return {s.name: s.units for s in planned_stages(recipe, shards) if s.name != "report"}

@@ -10,6 +10,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("math_verify")
 
+from .compare import made_units, planned_units
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arith.toml"
 
 
@@ -34,6 +36,9 @@ def test_arith_recipe_runs_end_to_end_on_the_shipped_models(tmp_path):
     allocations = {row["allocation"] for row in results["pays"]}
     assert {"uniform", "oracle", "auto", "auto-seq"} <= allocations, allocations
     assert (tmp_path / "run" / "report.md").is_file()
+    # the units `dprm run --dry-run` lists are the units the run made (a training pool and a
+    # raw-score IAS unit per pool were left out of the plan)
+    assert planned_units(recipe, recipe.run.shards) == made_units(tmp_path / "run")
 
 
 def test_bon_train_adds_a_training_pool_for_auto():
@@ -65,3 +70,31 @@ def test_the_peer_table_recipe_is_arith_with_large_pools():
     assert peers.sampling == base.sampling  # the pools are drawn as arith.toml draws them
     assert peers.bon.n == 64 and peers.bon.train and peers.questions.limit >= 150
     assert peers.calibrators.methods == ("binomial",) and peers.calibrators.seeds == 3
+
+
+@pytest.mark.parametrize("name", ["arith.toml", "arith-peers.toml"])
+def test_a_copied_shipped_recipe_still_finds_the_shipped_models(tmp_path, monkeypatch, name):
+    """The shipped recipes named their models relative to examples/ ("../src/dprm/..."), so a
+    recipe copied elsewhere (as docs/cluster.md suggests) no longer found them."""
+    import shutil
+
+    from dprm.recipe import preflight
+    from dprm.recipe.spec import load_recipe
+
+    copy = Path(shutil.copy(EXAMPLE.parent / name, tmp_path / "mine.toml"))
+    recipe = load_recipe(copy)
+    for spec in (*recipe.generators, *recipe.prms):
+        assert Path(spec.model).is_dir() and (Path(spec.model) / "config.json").is_file()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = preflight.missing_requirements(recipe, "local", tmp_path / "run")
+    assert [m.what for m in missing if "not found" in m.what] == []
+
+
+def test_a_package_reference_that_names_nothing_is_one_line(tmp_path):
+    from dprm.config import ConfigError
+    from dprm.recipe.spec import load_recipe
+
+    text = (EXAMPLE).read_text().replace("dprm:llm/worlds/arith/prm", "dprm:llm/worlds/nope")
+    (tmp_path / "bad.toml").write_text(text)
+    with pytest.raises(ConfigError, match="dprm:llm/worlds/nope.*no such file or folder"):
+        load_recipe(tmp_path / "bad.toml")

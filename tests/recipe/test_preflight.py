@@ -24,6 +24,14 @@ def cpu_only_machine(monkeypatch):
     monkeypatch.setattr(P, "hub_cached", lambda repo_id, repo_type="model": False)
 
 
+def plan_rows(text: str) -> dict[str, int]:
+    """The stage table of a printed plan: stage label -> units."""
+    import re
+
+    rows = (re.match(r"^  (\S.*?)\s{2,}(\d+)  ", line) for line in text.splitlines())
+    return {row[1]: int(row[2]) for row in rows if row}
+
+
 def test_park_recipe_stops_before_any_unit_with_one_block(cpu_only_machine, tmp_path, capsys):
     out = tmp_path / "park"
     assert main(["run", str(PARK), "--out", str(out)]) == 2
@@ -51,9 +59,11 @@ def test_dry_run_prints_the_plan_and_exits_0(cpu_only_machine, tmp_path, capsys)
     )
     assert "generator r1-qwen-7b: deepseek-ai/DeepSeek-R1-Distill-Qwen-7B, backend vllm" in text
     assert "prm qwen-prm: Qwen/Qwen2.5-Math-PRM-7B, cuda (1 GPU per engine)" in text
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}
-    assert rows["generate"][1] == "15"  # 3 generators x (3 splits + 2 BoN pools), 1 shard
-    assert rows["embed"][1] == "15" and rows["evaluate"][1] == "18"  # 3 worlds x 2 x 3 seeds
+    rows = plan_rows(text)
+    assert rows["generate"] == 15  # 3 generators x (3 splits + 2 BoN pools), 1 shard
+    assert rows["embed"] == 15 and rows["train (ot, qr)"] == 18  # 3 worlds x 2 methods x 3 seeds
+    assert rows["evaluate"] == 21  # and the raw PRM score per world
+    assert rows["ias (id, ood)"] == 42  # the same per pool
     assert "a real run stops here with exit 2" in text
     assert not out.exists()
 
@@ -93,3 +103,52 @@ def test_the_demo_recipe_needs_nothing_a_cpu_laptop_lacks(cpu_only_machine, tmp_
     assert P.missing_requirements(recipe, "local", tmp_path / "demo") == []
     assert main(["run", str(demo), "--dry-run", "--out", str(tmp_path / "demo")]) == 0
     assert "preflight: every requirement is met here" in capsys.readouterr().out
+
+
+def test_the_arith_plan_counts_the_units_its_run_makes(cpu_only_machine, tmp_path, capsys):
+    """`--dry-run` of examples/arith.toml planned 5 generate units (the run makes 6: the
+    training pool of `[bon] train`) and 21 IAS units (the run makes 44: the raw PRM score's too,
+    per pool); tests/recipe/test_arith_recipe.py compares the plan with a real run."""
+    demo = PARK.parent / "arith.toml"
+    assert main(["run", str(demo), "--dry-run", "--out", str(tmp_path / "demo")]) == 0
+    rows = plan_rows(capsys.readouterr().out)
+    assert rows["questions"] == 3 and rows["rollout"] == 3
+    assert rows["generate"] == 6 and rows["embed"] == 6  # 3 first passes + 3 pools
+    fits = 7 * 3  # methods x seeds
+    assert rows["evaluate"] == 1 + fits and rows["ias (id, ood + auto-seq)"] == 2 * (1 + fits)
+
+
+def test_slurm_dry_run_checks_for_the_scheduler(cpu_only_machine, tmp_path, monkeypatch, capsys):
+    """`--executor slurm --dry-run` said every requirement was met on a machine without
+    `sbatch`; the real run refused at once."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no sbatch, no srun
+    demo = PARK.parent / "arith.toml"
+    argv = ["run", str(demo), "--executor", "slurm", "--dry-run", "--out", str(tmp_path / "o")]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "a SLURM scheduler (sbatch and srun not on PATH)" in text
+    assert "every requirement is met" not in text
+    assert main([*argv, "--slurm-cluster", "local"]) == 0  # submitit's local mode needs none
+    assert "SLURM scheduler" not in capsys.readouterr().out
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_ray_address_that_does_not_answer_is_a_missing_requirement(
+    cpu_only_machine, tmp_path, capsys
+):
+    address = f"127.0.0.1:{_closed_port()}"
+    demo = PARK.parent / "arith.toml"
+    argv = ["run", str(demo), "--executor", "ray", "--address", address]
+    assert main([*argv, "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert f"the Ray cluster {address!r}" in text and "does not answer" in text
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2  # the real run: before any work
+    err = capsys.readouterr().err.strip()
+    assert address in err and len(err.splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -13,6 +13,7 @@ from dprm.config import ConfigError
 from dprm.io import read_json
 from dprm.recipe.spec import load_recipe, recipe_from_dict
 
+from .compare import made_units, planned_units
 from .conftest import ROOT, tiny_recipe, write_recipe
 
 
@@ -101,6 +102,17 @@ def test_local_run_data_is_complete_and_duplicate_free(local_run):
     for split in ("id", "ood"):
         bon = read_bon_set(out / "worlds" / "tiny-lm__tiny-prm" / split / "bon")
         assert len(bon) == 3 and len(bon.responses) == 3 * 4  # bon.n = 4 per question
+
+
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
+def test_the_dry_run_plans_the_units_the_run_made(local_run):
+    """`--dry-run` planned other unit counts than the run made (no raw-score evaluate / IAS
+    units, no training pool); here with two shards per output and their merges."""
+    _, recipe, out = local_run
+    loaded = load_recipe(recipe)
+    made = made_units(out)
+    assert "generate-merge" in made and "embed-merge" in made  # sharded outputs were merged
+    assert planned_units(loaded, loaded.run.shards) == made
 
 
 @pytest.mark.slow  # the shared local run of the tiny recipe: about a minute

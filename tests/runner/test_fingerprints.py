@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from dprm import digests as digests_module
 from dprm.runner.fingerprints import FileDigests
 
 
@@ -23,7 +24,8 @@ def test_content_change_is_seen_even_with_size_and_mtime_restored(tmp_path):
     assert digests.file(path) != before
 
 
-def test_unchanged_files_are_not_read_again(tmp_path):
+def test_unchanged_large_files_are_not_read_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(digests_module, "FAST_PATH_MIN_BYTES", 100)  # both files count as large
     (tmp_path / "set").mkdir()
     for name in ("records.parquet", "meta.json"):
         (tmp_path / "set" / name).write_bytes(os.urandom(1000))

@@ -102,6 +102,10 @@ INTERRUPTED = {
 }
 
 
+#: signals that end a command like Ctrl-C (the handler's KeyboardInterrupt carries the name)
+TERMINATING = ("SIGTERM", "SIGHUP")
+
+
 class _TableSubparsers:
     """The subparsers action as modules see it: the one-line help comes from the table."""
 
@@ -171,20 +175,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.error(f"{args.command}: not available in this installation")
-    from dprm.cli._common import output_session, quiet_libraries
+    from dprm.cli._common import end_on_termination, output_session, quiet_libraries
+    from dprm.digests import verify_inputs
 
     if getattr(args, "quiet", False) or getattr(args, "no_progress", False):
         quiet_libraries()
 
     try:
-        with output_session(args.command) as outputs:  # --out locks held until the end
+        with (
+            output_session(args.command) as outputs,  # --out locks held until the end
+            verify_inputs(getattr(args, "verify_inputs", False)),  # --verify-inputs
+        ):
+            # SIGTERM / SIGHUP end every command like Ctrl-C, through the same cleanup (the
+            # lock and temporaries removed, worker pools ended, one line said)
+            end_on_termination()
             result = args.func(args)
             if int(result or 0) in (0, 1):  # 1: a resumable run with failed units, still ours
                 outputs.mark_finished()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if args.debug:
             raise
         note = INTERRUPTED[COMMANDS[args.command].resumable]
+        if err.args and err.args[0] in TERMINATING:  # raised by the handler: say which signal
+            note = note.replace("interrupted", f"interrupted by {err.args[0]}", 1)
         # a new line first: a progress bar (stderr, no newline of its own) may hold the line
         print(f"\ndprm {args.command}: {note}", file=sys.stderr)
         return 130

@@ -74,6 +74,18 @@ def add_progress_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_verify_inputs_flag(parser: argparse.ArgumentParser) -> None:
+    """``--verify-inputs`` of the commands that compare their inputs by content on a resume
+    (applied by :func:`dprm.cli.main` for the whole command: :func:`dprm.digests.verify_inputs`)."""
+    parser.add_argument(
+        "--verify-inputs",
+        action="store_true",
+        help="read every input file to compare it by content; without it a file of 64 MiB or "
+        "more (model weights) whose size, mtime, ctime and inode are unchanged keeps the "
+        "digest recorded for it (docs/cli.md)",
+    )
+
+
 def show_progress(args: argparse.Namespace) -> bool:
     """Whether progress bars are wanted (neither ``--no-progress`` nor ``--quiet``)."""
     return not (args.no_progress or args.quiet)

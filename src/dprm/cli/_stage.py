@@ -17,6 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dprm.cli._common import add_verify_inputs_flag
+
 
 class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Help kept as written, with each flag's default."""
@@ -56,6 +58,7 @@ def add_run_flags(parser: argparse.ArgumentParser, out_help: str) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_quiet_flag(parser)
+    add_verify_inputs_flag(parser)
 
 
 def claim_stage_out(args: argparse.Namespace, directory: bool, *flags: str) -> Path:

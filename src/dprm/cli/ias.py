@@ -36,7 +36,7 @@ def _ias(args: argparse.Namespace) -> int:
     from dprm.evaluation import model_names
     from dprm.ias import Pools, run_ias, uniform_curve
     from dprm.ias.outputs import write_ias_outputs
-    from dprm.io import atomic_dir
+    from dprm.io import DataError, atomic_dir
     from dprm.models import load
 
     bon = read_bon_set(args.bon)
@@ -44,6 +44,12 @@ def _ias(args: argparse.Namespace) -> int:
     _check_rules(args.rule, bon, args.bon)
     if train_bon is not None:
         _check_rules(args.rule, train_bon, args.train_bon)
+        if train_bon.hidden_dim != bon.hidden_dim:  # the shift score compares their states
+            raise DataError(
+                args.train_bon,
+                f"hidden states of dimension {train_bon.hidden_dim}, but --bon {args.bon} has "
+                f"{bon.hidden_dim}: both pools must be scored by the same PRM",
+            )
     loaded = [(Path(m).name, load(m)) for m in args.model]
     for _, model in loaded:
         warn_provenance(args, model, bon.meta, args.bon)

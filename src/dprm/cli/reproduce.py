@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from dprm.cli._common import add_verify_inputs_flag
+
 
 def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
     """``["ot.max_steps=5"]`` -> ``{"ot": {"max_steps": "5"}}`` (values typed by the config class)."""
@@ -23,7 +25,7 @@ def _overrides(items: list[str]) -> dict[str, dict[str, str]]:
 def _reproduce(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from dprm.cli._common import claim_run_folder, end_on_termination, report_failures
+    from dprm.cli._common import claim_run_folder, report_failures
     from dprm.orchestrate.grid import resolve
     from dprm.orchestrate.reproduce import reproduce
 
@@ -42,7 +44,6 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.sequential:
         config = dataclasses.replace(config, ias_sequential=True)
     claim_run_folder(args.out, "reproduce")  # only a folder reproduce made; locked till the end
-    end_on_termination()
     outcome = reproduce(
         args.out,
         config,
@@ -145,5 +146,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "r1-qwen-7b__qwen-prm to time one paper-size world",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    add_verify_inputs_flag(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_reproduce)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dprm.cli._common import add_verify_inputs_flag
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -58,12 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "to resume a run whose GPU stages finished elsewhere)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+    add_verify_inputs_flag(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dprm.cli._common import claim_run_folder, end_on_termination, report_failures
+    from dprm.cli._common import claim_run_folder, report_failures
     from dprm.recipe import load_recipe, run_recipe
     from dprm.runner.executors import check_executor
 
@@ -72,21 +75,20 @@ def _run(args: argparse.Namespace) -> int:
     if args.executor == "slurm" and args.slurm_cluster:
         options["cluster"] = args.slurm_cluster
     if args.dry_run:
-        return _dry_run(args, recipe)
+        return _dry_run(args, recipe, options)
     # an executor that cannot run here (no SLURM, no Ray) says so before --out is claimed
     check_executor(args.executor, recipe, **options)
     if not args.no_preflight:  # every requirement before any unit: one block, exit 2
         from dprm.recipe.preflight import missing_block, missing_requirements
 
         out_dir = Path(args.out if args.out is not None else recipe.run.out)
-        missing = missing_requirements(recipe, args.executor, out_dir)
+        missing = missing_requirements(recipe, args.executor, out_dir, executor_options=options)
         if missing:
             print(missing_block(args.recipe, missing), file=sys.stderr)
             return 2
     out = claim_run_folder(  # only a folder `dprm run` made, never the recipe; locked till the end
         args.out if args.out is not None else recipe.run.out, "run", [("RECIPE", args.recipe)]
     )
-    end_on_termination()
     outcome = run_recipe(
         recipe,
         out,
@@ -98,13 +100,13 @@ def _run(args: argparse.Namespace) -> int:
     return report_failures("run", outcome.failures, outcome.report)
 
 
-def _dry_run(args: argparse.Namespace, recipe) -> int:
+def _dry_run(args: argparse.Namespace, recipe, options: dict) -> int:
     """``--dry-run``: the plan and what this machine lacks for it; nothing runs or is written."""
     from dprm.recipe.preflight import missing_requirements, plan_lines
 
     out = Path(args.out if args.out is not None else recipe.run.out)
     print("\n".join(plan_lines(recipe, args.executor, out)))
-    missing = missing_requirements(recipe, args.executor, out)
+    missing = missing_requirements(recipe, args.executor, out, executor_options=options)
     if missing:
         print(f"this machine lacks ({len(missing)}; a real run stops here with exit 2):")
         print("\n".join(m.line() for m in missing))

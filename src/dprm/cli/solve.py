@@ -9,6 +9,7 @@ from dprm.cli._common import (
     add_dataclass_flags,
     add_progress_flags,
     add_threads_flag,
+    add_verify_inputs_flag,
     apply_threads,
     claim_output,
     dataclass_from_args,
@@ -16,6 +17,7 @@ from dprm.cli._common import (
     local_inputs,
     require_vllm,
     show_progress,
+    warn_provenance,
 )
 
 DESCRIPTION = """\
@@ -97,6 +99,10 @@ def _solve(args: argparse.Namespace) -> int:
         beta=args.beta,
         n_max=args.n_max,
     )
+    # the same check as evaluate / predict / ias: the run's PRM and generator stand for the
+    # meta.json of a data set
+    live = {"prm": args.prm, "generator": args.generator}
+    warn_provenance(args, cprm.calibrator, live, "this run (--prm, --generator)")
     memory = args.gpu_memory_utilization
     if args.backend == "vllm" and memory is None:
         memory = 0.6  # leave room for the PRM on the same GPU
@@ -177,4 +183,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_threads_flag(p)
     add_progress_flags(p)
+    add_verify_inputs_flag(p)
     p.set_defaults(func=_solve)

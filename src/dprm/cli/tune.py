@@ -11,10 +11,10 @@ from dprm.cli._common import (
     add_output_flags,
     add_progress_flags,
     add_threads_flag,
+    add_verify_inputs_flag,
     apply_threads,
     check_out,
     claim_run_folder,
-    end_on_termination,
     input_paths,
     integer_at_least,
     show_progress,
@@ -35,7 +35,6 @@ def _tune(args: argparse.Namespace) -> int:
         out = check_out(args, directory=True, resumable=True, inputs=inputs)
     else:  # a new or empty folder, or one `dprm tune` made (resumed); locked till the end
         out = claim_run_folder(args.out, COMMAND, inputs=inputs)
-    end_on_termination()  # SIGTERM / SIGHUP: the --jobs workers end with the command
     apply_threads(args)
     from dprm.data import read_calibration_set
     from dprm.models.tune import TuneSettings, check_request, tune
@@ -183,4 +182,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_threads_flag(parser)
     add_progress_flags(parser)
+    add_verify_inputs_flag(parser)
     parser.set_defaults(func=_tune)

@@ -42,7 +42,6 @@ first appearance), response id and step.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from pathlib import Path
@@ -52,6 +51,7 @@ import pandas as pd
 
 from dprm.data.contract import LABEL_COLUMNS, write_labels
 from dprm.io import DataError
+from dprm.textfiles import TextError, decode_utf8, parse_json
 
 #: Park et al. split responses into steps on blank lines.
 STEP_SEPARATOR = "\n\n"
@@ -87,28 +87,26 @@ def read_park_json(path: str | os.PathLike) -> list[Any]:
     if not path.is_file():
         raise DataError(path, "file not found (expected Park et al.'s calibration JSON or JSONL)")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(path, f"not UTF-8 text ({err})") from err
+        text = decode_utf8(path.read_bytes())
+    except TextError as err:
+        raise DataError(path, str(err)) from None
     stripped = text.lstrip()
     if not stripped:
         raise DataError(path, "empty file (expected a JSON list or JSON lines of records)")
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DataError(path, f"not valid JSON ({err})") from err
+            data = parse_json(text)
+        except TextError as err:
+            raise DataError(path, str(err)) from None
         return list(data)
     records = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise DataError(
-                path, f"line {lineno} (record {len(records)}): not valid JSON ({err})"
-            ) from err
+            records.append(parse_json(line))
+        except TextError as err:
+            raise DataError(path, f"line {lineno} (record {len(records)}): {err}") from None
     return records
 
 

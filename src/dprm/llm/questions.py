@@ -39,8 +39,13 @@ from pathlib import Path
 import pandas as pd
 
 from dprm.io import DataError, atomic_path
+from dprm.textfiles import TextError, decode_utf8, parse_json
 
 QUESTION_COLUMNS = ("question_id", "question", "answer")
+#: the longest question text accepted, in characters: about 25,000 tokens, more than any
+#: benchmark question (MATH's and AIME's are under 5,000 characters) and more than the context
+#: the generators dprm drives leave for an answer; a longer one would be cut to nothing
+MAX_QUESTION_CHARS = 100_000
 PARK_MATH_STRIDE = 10
 PARK_TRAIN_STRIDE = 15
 PARK_TRAIN_ROWS = 7500
@@ -133,26 +138,26 @@ def read_records(path: str | os.PathLike) -> list[dict]:
         raise DataError(path, "file not found (expected questions as .jsonl, .json or .parquet)")
     if path.suffix == ".parquet":
         return pd.read_parquet(path).to_dict("records")
-    if path.suffix == ".gz":
-        text = gzip.decompress(path.read_bytes()).decode("utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" or text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DataError(path, f"not valid JSON ({err})") from err
-        if not isinstance(data, list):
-            raise DataError(path, "expected a JSON list of question objects")
-        return data
+    try:
+        raw = path.read_bytes()
+        text = decode_utf8(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+        if path.suffix == ".json" or text.lstrip().startswith("["):
+            data = parse_json(text)
+            if not isinstance(data, list):
+                raise DataError(path, "expected a JSON list of question objects")
+            return data
+    except TextError as err:
+        raise DataError(path, str(err)) from None
+    except (gzip.BadGzipFile, EOFError) as err:  # not gzip, or truncated
+        raise DataError(path, f"not a readable gzip file ({err})") from None
     rows = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise DataError(path, f"line {line_no}: not valid JSON ({err})") from err
+            rows.append(parse_json(line))
+        except TextError as err:
+            raise DataError(path, f"line {line_no}: {err}") from None
     return rows
 
 
@@ -201,6 +206,7 @@ def normalise(
     frame = pd.DataFrame(out)
     if frame.empty:
         raise DataError(source, "holds no questions")
+    check_question_lengths(frame, source)
     dup = frame["question_id"].duplicated()
     if dup.any():
         row_no = int(dup.to_numpy().nonzero()[0][0])
@@ -208,6 +214,21 @@ def normalise(
             source, f"row {row_no}: duplicate question_id {frame['question_id'][row_no]!r}"
         )
     return frame
+
+
+def check_question_lengths(frame: pd.DataFrame, source: str | os.PathLike) -> None:
+    """Refuse a question longer than :data:`MAX_QUESTION_CHARS` (one line naming the row):
+    it would silently yield empty answers once the prompt is cut to the model's context."""
+    lengths = frame["question"].str.len()
+    too_long = (lengths > MAX_QUESTION_CHARS).to_numpy().nonzero()[0]
+    if len(too_long):
+        row_no = int(too_long[0])
+        raise DataError(
+            source,
+            f"row {row_no} (question_id {frame['question_id'].iloc[row_no]!r}): the question has "
+            f"{int(lengths.iloc[row_no]):,} characters, more than the {MAX_QUESTION_CHARS:,} "
+            "dprm accepts (no model's context would leave room for an answer)",
+        )
 
 
 def _question_id(row: dict, row_no: int, prefix: str) -> str:
@@ -364,5 +385,6 @@ def read_questions(path: str | os.PathLike) -> pd.DataFrame:
             if bad.any():
                 row_no = int(bad.to_numpy().nonzero()[0][0])
                 raise DataError(path, f"column '{col}' row {row_no}: expected a string")
+        check_question_lengths(frame, path)
         return frame
     return normalise(rows, path, _default_prefix(path))

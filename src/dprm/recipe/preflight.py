@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from dprm.llm.extras import EXTRAS, installed_version
-from dprm.llm.questions import NAMED_SETS, PACKAGED_SETS, packaged_path
+from dprm.llm.questions import NAMED_SETS
+from dprm.recipe.plan import planned_stages, resolved_shards, split_questions
 from dprm.recipe.spec import SPLITS, Recipe
 
 #: hub probe timeout (seconds): one TCP connection to the hub's endpoint
@@ -39,17 +40,6 @@ DEFAULT_HIDDEN_SIZE = 4096
 PREFIXES_PER_RESPONSE = 10
 #: bytes per stored hidden-state value (the recipe's default hidden_dtype float16)
 BYTES_PER_VALUE = 2
-#: questions of the named sets (dprm.llm.questions.NAMED_SETS; math500train = 7500 / 15)
-NAMED_SET_QUESTIONS = {
-    "math500": 500,
-    "math": 5000,
-    "math-park": 500,
-    "math500train": 500,
-    "aime24": 30,
-    "aime2024": 30,
-    "aime25": 30,
-    "aime2025": 30,
-}
 #: named sets read from the hub (the others are packaged with dprm)
 HUB_SETS = ("math500train",)
 
@@ -86,59 +76,34 @@ def plan_lines(recipe: Recipe, executor: str, out: Path, shards: int | None = No
         recipe: the loaded recipe.
         executor: ``local``, ``ray`` or ``slurm``.
         out: the run directory.
-        shards: shards per GPU stage and split (default: ``[run] shards``, or 1 when it is 0:
-            the local executor then uses one per visible GPU).
+        shards: shards per GPU stage and split (default: ``[run] shards``, or when it is 0
+            the executor's default: :func:`dprm.recipe.plan.resolved_shards`).
     """
     r = recipe
-    shards = shards or r.run.shards or 1
-    gens, prms, worlds = r.generators, r.prms, r.worlds
+    shards = shards or resolved_shards(r, executor)
     generate = r.data.source == "generate"
-    pools = ("id", "ood") if r.bon.n > 0 else ()
-    question_splits = [s for s in SPLITS if generate or s in pools]
     lines = [
         f"plan of recipe {r.run.name!r}: executor {executor}, run directory {out}",
-        f"  worlds ({len(worlds)}): {', '.join(worlds)}",
+        f"  worlds ({len(r.worlds)}): {', '.join(r.worlds)}",
         f"  shards per GPU stage and split: {shards}"
-        + (" (run.shards = 0: one per visible GPU)" if not r.run.shards else ""),
+        + ("" if r.run.shards else f" (run.shards = 0: the {executor} executor's default)"),
         "  engines:",
     ]
-    if generate or pools:
-        for g in gens:
+    if generate or r.bon.n > 0:
+        for g in r.generators:
             lines.append(
                 f"    generator {g.name}: {g.model or '(no model)'}, backend {g.backend}, "
                 f"{_engine_device(g, g.backend)}"
             )
-    for p in prms:
+    for p in r.prms:
         lines.append(f"    prm {p.name}: {p.model}, {_engine_device(p, None)}")
-    merges = int(shards > 1)  # one shard writes its output directly: no merge unit
-    rows: list[tuple[str, int, str]] = [("questions", len(question_splits), "driver (CPU)")]
-    gen_outputs = (len(SPLITS) if generate else 0) + len(pools)
-    if gen_outputs:
-        rows.append(("generate", len(gens) * gen_outputs * shards, "generator engines"))
-        rows.append(("generate-merge", len(gens) * gen_outputs * merges, "driver (CPU)"))
-    if generate:
-        rows.append(("rollout", len(gens) * len(SPLITS) * shards, "generator engines + grading"))
-        rows.append(("rollout-merge", len(gens) * len(SPLITS) * merges, "driver (CPU)"))
-    else:
-        rows.append(("labels (Park's released)", len(gens) * len(SPLITS), "CPU"))
-    embeds = len(SPLITS) + len(pools)
-    rows.append(("embed", len(worlds) * embeds * shards, "PRM engines"))
-    rows.append(("embed-merge", len(worlds) * embeds * merges, "driver (CPU)"))
-    fits = len(worlds) * len(r.calibrators.methods) * r.calibrators.seeds
-    tuned = f", tuned by {r.calibrators.tune_trials} trials" if r.calibrators.tune_trials else ""
-    rows.append((f"train ({', '.join(r.calibrators.methods)}{tuned})", fits, "CPU"))
-    rows.append(("evaluate", fits, "CPU"))
-    if pools:
-        seq = " + auto-seq" if r.ias.sequential else ""
-        rows.append((f"ias (id, ood{seq})", fits, "CPU"))
-    rows.append(("report", 1, "CPU"))
-    rows = [row for row in rows if row[1]]
-    width = max(len(name) for name, _, _ in rows)
+    stages = planned_stages(r, shards)
+    width = max(len(s.label) for s in stages)
     lines.append(f"  {'stage':<{width}}  {'units':>5}  runs on")
-    lines += [f"  {name:<{width}}  {count:>5}  {where}" for name, count, where in rows]
+    lines += [f"  {s.label:<{width}}  {s.units:>5}  {s.runs_on}" for s in stages]
     lines.append(
-        f"  {sum(c for _, c, _ in rows)} units in all (fewer shards where a split has "
-        "fewer questions)"
+        f"  {sum(s.units for s in stages)} units in all (a training that fails has no evaluate "
+        "or IAS units)"
     )
     return lines
 
@@ -225,35 +190,6 @@ def _sources(recipe: Recipe) -> list[tuple[str, str, str]]:
     return out
 
 
-def _split_questions(recipe: Recipe, split: str) -> int:
-    total = 0
-    for name in getattr(recipe.questions, split):
-        if name in NAMED_SET_QUESTIONS:
-            count = NAMED_SET_QUESTIONS[name]
-        elif name in NAMED_SETS:  # a packaged set without a listed size: count its rows
-            count = _packaged_rows(name)
-        else:
-            try:
-                with open(name, "rb") as handle:
-                    count = sum(1 for line in handle if line.strip())
-            except OSError:
-                count = 0
-        count = -(-count // recipe.questions.every)
-        total += min(count, recipe.questions.limit) if recipe.questions.limit else count
-    return total
-
-
-def _packaged_rows(name: str) -> int:
-    """Rows of a packaged question set (the arithmetic world's sets: small, read in ms)."""
-    import gzip
-
-    set_name = NAMED_SETS[name][0]
-    if set_name not in PACKAGED_SETS:
-        return 0
-    with gzip.open(packaged_path(set_name), "rb") as handle:
-        return sum(1 for line in handle if line.strip())
-
-
 def _hidden_size(model: str) -> int:
     """A PRM's hidden size from a local ``config.json``, else :data:`DEFAULT_HIDDEN_SIZE`."""
     import json
@@ -269,8 +205,8 @@ def planned_bytes(recipe: Recipe) -> int:
     """A coarse estimate of the hidden states the run will store (the bulk of its outputs):
     calibration prefixes of every split and the BoN candidates of id / ood, per world."""
     r = recipe
-    prefixes = sum(_split_questions(r, s) for s in SPLITS) * r.sampling.n * PREFIXES_PER_RESPONSE
-    candidates = sum(_split_questions(r, s) for s in ("id", "ood")) * r.bon.n
+    prefixes = sum(split_questions(r, s) for s in SPLITS) * r.sampling.n * PREFIXES_PER_RESPONSE
+    candidates = sum(split_questions(r, s) for s in ("id", "ood")) * r.bon.n
     rows = prefixes + candidates
     return sum(rows * _hidden_size(p.model) * BYTES_PER_VALUE for p in r.prms) * len(r.generators)
 
@@ -283,7 +219,12 @@ def _free_bytes(out: Path) -> int:
 
 
 def missing_requirements(
-    recipe: Recipe, executor: str, out: Path, *, hub_reason=hub_offline_reason
+    recipe: Recipe,
+    executor: str,
+    out: Path,
+    *,
+    hub_reason=hub_offline_reason,
+    executor_options: dict[str, Any] | None = None,
 ) -> list[Missing]:
     """Every requirement of the recipe's stages this machine lacks (empty: ready to run).
 
@@ -294,6 +235,7 @@ def missing_requirements(
         out: the run directory (its file system's free space is checked).
         hub_reason: how to learn whether the hub is reachable (tests pass a stub; the default
             never downloads anything).
+        executor_options: the command line's executor options (``address``, ``cluster``).
     """
     r = recipe
     missing: list[Missing | None] = []
@@ -314,10 +256,7 @@ def missing_requirements(
         missing.append(_extra("datasets", f"[questions] {', '.join(hub_sets)} (from the hub)"))
     if r.calibrators.tune_trials:
         missing.append(_extra("optuna", f"[calibrators] tune_trials = {r.calibrators.tune_trials}"))
-    if executor == "ray":
-        missing.append(_extra("ray", "--executor ray"))
-    if executor == "slurm":
-        missing.append(_extra("submitit", "--executor slurm"))
+    missing += _executor_requirements(r, executor, executor_options or {})
     if executor == "local":
         on_gpu = [f"generator {g.name}" for g in generators if needs_gpu(g, g.backend)]
         on_gpu += [f"prm {p.name}" for p in r.prms if needs_gpu(p)]
@@ -367,6 +306,33 @@ def missing_requirements(
             )
         )
     return [m for m in missing if m is not None]
+
+
+def _executor_requirements(recipe: Recipe, executor: str, options: dict) -> list[Missing | None]:
+    """What the executor itself needs here: its extra, and SLURM's commands (unless submitit's
+    local mode is asked for) or the Ray cluster an address names."""
+    from dprm.runner.executors import ray_address, ray_unreachable, slurm_missing
+
+    if executor == "ray":
+        address = ray_address(recipe, options.get("address"))
+        reason = ray_unreachable(address)
+        unreachable = Missing(
+            f"the Ray cluster {address!r}: {reason}",
+            "--executor ray",
+            "start it (`ray start --head`), or fix --address / [executor.ray] address",
+        )
+        return [_extra("ray", "--executor ray"), unreachable if reason else None]
+    if executor == "slurm":
+        cluster = options.get("cluster") or recipe.executor.slurm.cluster or "slurm"
+        absent = slurm_missing() if cluster == "slurm" else []
+        scheduler = Missing(
+            f"a SLURM scheduler ({' and '.join(absent)} not on PATH)",
+            "--executor slurm",
+            "run the driver on a SLURM login node, or --slurm-cluster local (submitit's local "
+            "mode: every task a process on this machine)",
+        )
+        return [_extra("submitit", "--executor slurm"), scheduler if absent else None]
+    return []
 
 
 def missing_block(recipe_path: str, missing: list[Missing]) -> str:

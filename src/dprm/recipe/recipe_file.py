@@ -13,7 +13,10 @@ from typing import Any
 
 from dprm.config import ConfigError
 from dprm.recipe.sections import SPLITS
+from dprm.textfiles import TextError, decode_utf8
 
+#: the prefix of a path inside the installed dprm package (``dprm:llm/worlds/arith/prm``)
+PACKAGE_PREFIX = "dprm:"
 #: a value that names a file or folder whatever exists: ``./x``, ``../x``, ``/x``, ``~/x``, ``x.jsonl``
 _PATH_LIKE = re.compile(r"^(\.{1,2}/|/|~)|\.(jsonl|json|parquet|csv)$")
 
@@ -23,10 +26,14 @@ def _resolve(value: str, base: Path) -> str:
 
     Question sets, Park's labels and models are names (``math500``, a hub id) or paths. A value
     is a path when it looks like one (:data:`_PATH_LIKE`) or names something next to the recipe;
-    the working directory is never looked at (a folder of the same name there is a decoy).
+    the working directory is never looked at (a folder of the same name there is a decoy). A
+    package reference (``dprm:llm/worlds/arith/generator``) names a file shipped with dprm, so
+    a recipe copied anywhere still finds it (:func:`package_path`).
     """
     if not isinstance(value, str) or not value:
         return value
+    if value.startswith(PACKAGE_PREFIX):
+        return str(package_path(value))
     expanded = Path(value).expanduser()
     if expanded.is_absolute():
         return str(expanded)
@@ -58,6 +65,24 @@ def resolve_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
     return data
 
 
+def package_path(value: str) -> Path:
+    """The file or folder a package reference ``dprm:RELATIVE`` names inside the installed dprm.
+
+    Raises:
+        ConfigError: nothing shipped with dprm has that name.
+    """
+    from importlib import resources
+
+    relative = value.removeprefix(PACKAGE_PREFIX).strip("/")
+    path = Path(str(resources.files("dprm"))) / relative
+    if not relative or ".." in Path(relative).parts or not path.exists():
+        raise ConfigError(
+            f"{value!r}: no such file or folder in the installed dprm package ({path}); a package "
+            f"reference is {PACKAGE_PREFIX}PATH with PATH relative to the dprm package"
+        )
+    return path
+
+
 def read_recipe_file(path: Path) -> dict[str, Any]:
     """Parse a recipe file (TOML is UTF-8 whatever the locale); errors are one line naming it."""
     try:
@@ -67,12 +92,9 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the recipe file ({err.strerror})") from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{path}: recipe file is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset "
-            f"{err.start}); save it as UTF-8"
-        ) from None
+        text = decode_utf8(raw, "recipe file")
+    except TextError as err:
+        raise ConfigError(f"{path}: {err}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

@@ -13,7 +13,8 @@ is that search, made reproducible and fair:
   ``"checkpoint"`` by the trainer's checkpoint-selection score (``select_metric``: the
   calibration area for ``ot`` / ``qr`` / ``mono``, the count NLL for ``binomial``) at its best
   eligible checkpoint. Test splits (id / ood) are never read.
-* **Seeded and resumable.** A TPE sampler seeded from (seed, method); the studies live in
+* **Seeded and resumable.** A TPE sampler seeded from (seed, method, trial number), so a
+  resumed search draws what an uninterrupted one of the same total draws; the studies live in
   ``OUT/study.db`` (SQLite), so a killed search continues where it stopped: finished trials are
   kept, a trial that was running is marked failed and not counted, and only the missing trials
   run.

@@ -21,7 +21,13 @@ from dprm.models.interface import Standardizer, predict
 from dprm.models.training import eligible_from, evaluation_hook, reuse_standardized_rows
 from dprm.models.tune.settings import FINISHED, TuneSettings
 from dprm.models.tune.spaces import SEARCH_SPACES, TRIAL_ONLY, suggest_overrides
-from dprm.models.tune.storage import finished_trials, import_optuna, open_study, study_fingerprint
+from dprm.models.tune.storage import (
+    finished_trials,
+    import_optuna,
+    open_study,
+    study_fingerprint,
+    trial_sampler,
+)
 
 
 @dataclass
@@ -190,6 +196,7 @@ def run_study(
         with reuse_standardized_rows():
             # one trial at a time, re-counting after each: failed trials are retried, not counted
             while finished_trials(study) < settings.trials:
+                study.sampler = trial_sampler(study, settings.seed, method)
                 study.optimize(objective, n_trials=1, callbacks=[tick, *callbacks])
     finally:
         bar.close()

@@ -46,9 +46,29 @@ def create_storage(out: Path) -> None:
         import_optuna().storages.RDBStorage(storage_url(out))
 
 
-def sampler_seed(seed: int, method: str) -> int:
-    """A seed per (seed, method): the methods' samplers draw independent sequences."""
-    return zlib.crc32(f"{method}:{seed}".encode()) & 0x7FFFFFFF
+def sampler_seed(seed: int, method: str, trial: int | None = None) -> int:
+    """A seed per (seed, method), or per (seed, method, trial number) for one trial's draw.
+
+    The methods' samplers draw independent sequences. Seeding each trial's draw from its
+    number (:func:`trial_sampler`) makes a resumed search draw what a fresh search of the same
+    total draws: a sampler's random state lives in memory only, and a sampler seeded once per
+    process would restart its sequence on every resume (trials 4-6 of a 3 + 3 resume would
+    repeat trials 1-3).
+    """
+    key = f"{method}:{seed}" if trial is None else f"{method}:{seed}:{trial}"
+    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+
+
+def trial_sampler(study, seed: int, method: str):
+    """A TPE sampler for the study's next trial, seeded from (seed, method, its number).
+
+    TPE draws from the finished trials (kept in the study file) and its random state (not
+    kept): a fresh state seeded from the trial number gives a resumed study the draw an
+    uninterrupted one makes, with Optuna's public API and nothing restored from a pickle.
+    """
+    optuna = import_optuna()
+    number = len(study.get_trials(deepcopy=False))  # the next trial's number
+    return optuna.samplers.TPESampler(seed=sampler_seed(seed, method, number))
 
 
 def study_fingerprint(data: CalibrationSet, method: str, settings: TuneSettings) -> dict[str, Any]:

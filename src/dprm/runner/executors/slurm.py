@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import signal
 import socket
 import threading
@@ -39,6 +38,7 @@ import submitit
 
 from dprm.config import ConfigError
 from dprm.io import write_json
+from dprm.runner.executors import slurm_missing
 from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report
 from dprm.runner.executors.local import run_in_driver
 from dprm.runner.units import Fail, Record, Unit
@@ -98,7 +98,7 @@ def resolve_cluster(recipe: Any, cluster: str | None = None) -> str:
     cluster = cluster or getattr(recipe.executor.slurm, "cluster", "") or "slurm"
     if cluster not in CLUSTERS:
         raise ConfigError(f"[executor.slurm] cluster = {cluster!r}; expected one of {CLUSTERS}")
-    missing = [c for c in ("sbatch", "srun") if shutil.which(c) is None]
+    missing = slurm_missing()
     if cluster == "slurm" and missing:
         raise ConfigError(
             f"--executor slurm: no SLURM scheduler on this machine ({' and '.join(missing)} "
