@@ -3,7 +3,8 @@
 It answers ``POST /v1/completions`` deterministically: choice ``j`` of a request is a function of
 (prompt, seed, j) only, so two runs that send the same requests get the same answers. Every
 request body is recorded; faults are injected from a queue (``"429"``, ``"500"``, ``"503"``,
-``"400"``: that status; ``"drop"``: the connection closed without an answer), one per request,
+``"400"``: that status; ``"drop"``: the connection closed without an answer; ``"ok"``: a normal
+answer), one per request,
 before the normal answers resume. ``GET /v1/models`` lists the one served model with its
 ``max_model_len``, as vLLM does. The peak number of requests open at once is kept.
 """
@@ -139,7 +140,7 @@ class FakeOpenAIServer:
                         self.close_connection = True
                         self.connection.shutdown(2)  # no answer at all
                         return
-                    if fault is not None:
+                    if fault is not None and fault != "ok":
                         self._reply(int(fault), {"error": {"message": f"injected {fault}"}})
                         return
                     if self.path != "/v1/completions":

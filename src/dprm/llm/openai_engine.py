@@ -61,8 +61,12 @@ class ServerError(ConnectionError):
     """A request the server did not answer: the message names the URL and the status."""
 
     def __init__(self, url: str, what: str):
-        super().__init__(f"{url}: {what}")
-        self.filename = url  # where it failed (the CLI prints the message alone)
+        self.message = f"{url}: {what}"
+        super().__init__(self.message)
+        self.filename = url  # names where it failed, so the CLI does not prefix --out
+
+    def __str__(self) -> str:  # OSError's would show the filename field instead
+        return self.message
 
 
 @dataclass(frozen=True)
