@@ -68,6 +68,8 @@ class Missing:
 
 # ----------------------------------------------------------------------------- the plan
 def _engine_device(spec: Any, backend: str | None) -> str:
+    if backend == "openai":
+        return f"served at {spec.base_url}"
     if backend == "vllm":
         tp = getattr(spec, "tensor_parallel_size", 1)
         return f"cuda via vLLM ({spec.gpus:g} GPU per engine, tensor parallel {tp})"
@@ -156,6 +158,8 @@ def needs_gpu(spec: Any, backend: str | None = None) -> bool:
     ``device`` is the CPU."""
     if backend == "vllm":
         return True
+    if backend == "openai":  # the server holds the model
+        return False
     return spec.gpus > 0 and not str(spec.device).startswith("cpu")
 
 
@@ -212,7 +216,11 @@ def _sources(recipe: Recipe) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     generate = r.data.source == "generate"
     if generate or r.bon.n > 0:
-        out += [(g.model, "model", f"generator {g.name}") for g in r.generators if g.model]
+        out += [
+            (g.model, "model", f"generator {g.name}")
+            for g in r.generators
+            if g.model and g.backend != "openai"  # a served model's name is the server's
+        ]
     out += [(p.model, "model", f"prm {p.name}") for p in r.prms]
     if r.data.source == "park":
         out.append((r.data.park, "dataset", "[data] park (Park et al.'s labels)"))
