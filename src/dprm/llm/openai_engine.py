@@ -10,7 +10,7 @@ strings, and ``logprobs`` (0 unless more are asked: the completions API reports 
 token count only through its logprobs; ``usage`` sums the n choices). Settings the OpenAI API
 lacks are sent only where they matter: ``top_k`` when on, ``repetition_penalty`` when not 1,
 and ``stop_token_ids`` (the model's end-of-turn tokens, as the in-process backends stop at)
-when the tokenizer is readable here; vLLM and SGLang take all three.
+when the tokenizer is readable here (sampling extensions vLLM takes).
 
 Where the tokenizer is readable (``tokenizer``, default: the model name when it is a local
 folder or a cached hub id) and the context limit is known (``max_model_len``, default: what the
