@@ -317,6 +317,9 @@ def missing_requirements(
     if vllm:
         instead = ' (Linux with a CUDA GPU), or backend = "transformers" in the recipe'
         missing.append(_extra("vllm", f'backend = "vllm" of {", ".join(vllm)}', instead))
+    served = [g.name for g in generators if g.backend == "openai"]
+    if served:
+        missing.append(_extra("httpx", f'backend = "openai" of {", ".join(served)}'))
     hub_sets = sorted({n for s in SPLITS for n in getattr(r.questions, s) if n in HUB_SETS})
     if hub_sets and generate:
         missing.append(_extra("datasets", f"[questions] {', '.join(hub_sets)} (from the hub)"))
