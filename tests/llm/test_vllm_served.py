@@ -142,53 +142,99 @@ def _dprm(args: list[str], log: Path) -> float:
     return seconds
 
 
-def _engine(backend: str, server: Server) -> list[str]:
-    if backend == "openai":
-        return ["--backend", "openai", "--base-url", server.base_url]
-    return ["--backend", "transformers", "--dtype", "float32", "--device", "cpu"]
-
-
+# ----------------------------------------------------------------------------- the runs
 @dataclass(frozen=True)
-class Runs:
-    frames: dict[str, pd.DataFrame]
+class Run:
+    """One backend's ``generate`` and ``solve`` outputs and wall seconds."""
+
+    trajectories: pd.DataFrame
+    records: pd.DataFrame  # solve's bon.jsonl
+    candidates: pd.DataFrame  # solve's bon_set/responses.parquet
     seconds: dict[str, float]
-    requests: int
+    requests: dict[str, int]  # completions the server answered per command (served runs)
+
+
+def _run(root: Path, backend: str, server: Server | None) -> Run:
+    """``dprm generate`` and ``dprm solve --mode bon`` on one backend."""
+    from dprm.llm.prm import load_prm
+    from dprm.llm.questions import load_questions
+    from dprm.models.raw_score import RawScoreCalibrator
+
+    questions = root / "questions.jsonl"
+    if not questions.exists():
+        rows = load_questions("arith-id", limit=N_QUESTIONS)
+        rows[["question_id", "question", "answer"]].to_json(questions, orient="records", lines=True)
+    calibrator = root / "calibrator"  # the PRM's own score, read as a probability
+    if not calibrator.exists():
+        RawScoreCalibrator(load_prm(str(PRM), device="cpu").hidden_dim).save(calibrator)
+    engine = (
+        ["--backend", "openai", "--base-url", server.base_url]
+        if server is not None
+        else ["--backend", "transformers", "--dtype", "float32", "--device", "cpu"]
+    )
+    out = root / backend
+    commands = {
+        "generate": ["generate", "--questions", str(questions), "--model", str(GENERATOR),
+                     "--out", str(out / "traj.parquet"), "--n", str(N_SAMPLES),
+                     "--max-new-tokens", str(MAX_NEW_TOKENS), "--template", "qwen",
+                     "--grader-workers", "1"],
+        "solve": ["solve", "--mode", "bon", "--questions", "arith-id", "--limit",
+                  str(SOLVE_QUESTIONS), "--generator", str(GENERATOR), "--prm", str(PRM),
+                  "--calibrator", str(calibrator), "--n-max", str(SOLVE_N_MAX), "--baseline-n",
+                  "4", "--C", "0.5", "--max-new-tokens", str(MAX_NEW_TOKENS), "--prm-device",
+                  "cpu", "--out", str(out / "solve")],
+    }  # fmt: skip
+
+    def answered() -> int:
+        return server.completions_answered() if server is not None else 0
+
+    seconds, requests = {}, {}
+    for command, args in commands.items():
+        before = answered()
+        log = root / f"{backend}-{command}.log"
+        seconds[command] = _dprm([*args, *engine, "--no-progress"], log)
+        requests[command] = answered() - before
+    meta = json.loads((out / "traj.parquet.meta.json").read_text())
+    assert meta["backend"] == backend and meta["generator"] == str(GENERATOR)
+    assert not list((out / "solve").glob(".requests*.jsonl"))  # the journal goes at the end
+    lines = (out / "solve" / "bon.jsonl").read_text().splitlines()
+    return Run(
+        pd.read_parquet(out / "traj.parquet"),
+        pd.DataFrame([json.loads(line) for line in lines]),
+        pd.read_parquet(out / "solve" / "bon_set" / "responses.parquet"),
+        seconds,
+        requests,
+    )
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("served-runs")
+
+
+@pytest.fixture(scope="module")
+def reference(root) -> Run:
+    """The transformers backend's runs, made before the server starts (the CPU is shared)."""
+    return _run(root, "transformers", None)
+
+
+@pytest.fixture(scope="module")
+def served(reference, server, root) -> Run:
+    """The same commands with ``--backend openai`` against the server."""
+    run = _run(root, "openai", server)
+    print(f"\nwall seconds: transformers {reference.seconds}, openai {run.seconds}; "
+          f"requests the server answered: {run.requests}")  # fmt: skip
+    return run
 
 
 # ----------------------------------------------------------------------------- generate
-@pytest.fixture(scope="module")
-def generated(server, tmp_path_factory) -> Runs:
-    from dprm.llm.questions import load_questions
-
-    root = tmp_path_factory.mktemp("served-generate")
-    questions = root / "questions.jsonl"
-    rows = load_questions("arith-id", limit=N_QUESTIONS)
-    rows[["question_id", "question", "answer"]].to_json(questions, orient="records", lines=True)
-    frames, seconds = {}, {}
-    before = server.completions_answered()
-    for backend in ("openai", "transformers"):  # the server first: its failure shows sooner
-        out = root / backend / "traj.parquet"
-        seconds[backend] = _dprm(
-            ["generate", "--questions", str(questions), "--model", str(GENERATOR), "--out",
-             str(out), *_engine(backend, server), "--n", str(N_SAMPLES), "--max-new-tokens",
-             str(MAX_NEW_TOKENS), "--template", "qwen", "--grader-workers", "1", "--no-progress"],
-            root / f"{backend}.log",
-        )  # fmt: skip
-        frames[backend] = pd.read_parquet(out)
-        if backend == "openai":
-            requests = server.completions_answered() - before
-            meta = json.loads(out.with_name("traj.parquet.meta.json").read_text())
-            assert meta["backend"] == "openai" and meta["generator"] == str(GENERATOR)
-    print(f"\ngenerate wall seconds {seconds}, requests answered by the server {requests}")
-    return Runs(frames, seconds, requests)
+def test_served_commands_send_one_request_per_question(served):
+    # all n samples of a question ride in one request; nothing is asked twice
+    assert served.requests == {"generate": N_QUESTIONS, "solve": SOLVE_QUESTIONS}
 
 
-def test_served_generate_sends_one_request_per_question(generated):
-    assert generated.requests == N_QUESTIONS  # n samples ride in one request
-
-
-def test_served_records_are_well_formed(generated):
-    ref, got = generated.frames["transformers"], generated.frames["openai"]
+def test_served_records_are_well_formed(reference, served):
+    ref, got = reference.trajectories, served.trajectories
     assert list(got.columns) == list(ref.columns)
     assert got.dtypes.to_dict() == ref.dtypes.to_dict()
     assert (
@@ -211,8 +257,8 @@ def test_served_records_are_well_formed(generated):
     assert (counts.groupby("response")["n_tokens"].nunique() == 1).all()
 
 
-def test_served_accuracy_and_solve_rates_agree(generated):
-    ref, got = generated.frames["transformers"], generated.frames["openai"]
+def test_served_accuracy_and_solve_rates_agree(reference, served):
+    ref, got = reference.trajectories, served.trajectories
     accuracy = ref["correct"].mean()
     assert 0.02 < accuracy < 0.98, f"accuracy {accuracy:.3f}: the comparison carries no signal"
     z = two_proportion_z(int(ref["correct"].sum()), len(ref), int(got["correct"].sum()), len(got))
@@ -227,8 +273,8 @@ def test_served_accuracy_and_solve_rates_agree(generated):
     assert max(abs(v) for v in per_question.values()) < Z_MAX + 0.5, per_question
 
 
-def test_served_response_lengths_agree(generated):
-    ref, got = generated.frames["transformers"], generated.frames["openai"]
+def test_served_response_lengths_agree(reference, served):
+    ref, got = reference.trajectories, served.trajectories
     z_tokens = welch_z(ref["n_tokens"].to_numpy(float), got["n_tokens"].to_numpy(float))
     steps = [f["response"].str.count("\n\n").to_numpy(float) for f in (ref, got)]
     z_steps = welch_z(*steps)
@@ -239,51 +285,17 @@ def test_served_response_lengths_agree(generated):
 
 
 # ----------------------------------------------------------------------------- solve
-@pytest.fixture(scope="module")
-def solved(server, tmp_path_factory) -> Runs:
-    from dprm.llm.prm import load_prm
-    from dprm.models.raw_score import RawScoreCalibrator
-
-    root = tmp_path_factory.mktemp("served-solve")
-    prm = load_prm(str(PRM), device="cpu", dtype="float32")
-    calibrator = RawScoreCalibrator(prm.hidden_dim).save(root / "calibrator")
-    frames, seconds, summaries = {}, {}, {}
-    before = server.completions_answered()
-    for backend in ("openai", "transformers"):
-        out = root / backend
-        seconds[backend] = _dprm(
-            ["solve", "--mode", "bon", "--questions", "arith-id", "--limit", str(SOLVE_QUESTIONS),
-             "--generator", str(GENERATOR), "--prm", str(PRM), "--calibrator", str(calibrator),
-             "--n-max", str(SOLVE_N_MAX), "--baseline-n", "4", "--C", "0.5", "--max-new-tokens",
-             str(MAX_NEW_TOKENS), "--prm-device", "cpu", "--out", str(out), "--no-progress",
-             *_engine(backend, server)],
-            root / f"{backend}.log",
-        )  # fmt: skip
-        records = [json.loads(line) for line in (out / "bon.jsonl").read_text().splitlines()]
-        candidates = pd.read_parquet(out / "bon_set" / "responses.parquet")
-        frames[backend] = pd.DataFrame(records)
-        frames[f"{backend}-candidates"] = candidates
-        summaries[backend] = json.loads((out / "summary.json").read_text())
-        if backend == "openai":
-            requests = server.completions_answered() - before
-            assert not list(out.glob(".requests*.jsonl"))  # the journal goes when the run ends
-    print(f"\nsolve wall seconds {seconds}, requests answered by the server {requests}")
-    return Runs(frames, seconds, requests)
-
-
-def test_served_solve_spends_the_same_budgets(solved):
-    ref, got = solved.frames["transformers"], solved.frames["openai"]
+def test_served_solve_spends_the_same_budgets(reference, served):
+    ref, got = reference.records, served.records
     assert ref["question_id"].tolist() == got["question_id"].tolist()
     assert ref["budget"].tolist() == got["budget"].tolist()  # the PRM's question state only
     assert ref["samples"].tolist() == got["samples"].tolist()
     assert ref["budget"].nunique() > 1, "one budget for all: the adaptive rule did nothing"
-    # one request per question (all its samples), nothing asked twice
-    assert solved.requests == SOLVE_QUESTIONS
 
 
-def test_served_solve_accuracy_agrees(solved):
-    ref, got = solved.frames["transformers"], solved.frames["openai"]
-    cands = [solved.frames[f"{b}-candidates"] for b in ("transformers", "openai")]
+def test_served_solve_accuracy_agrees(reference, served):
+    ref, got = reference.records, served.records
+    cands = [reference.candidates, served.candidates]
     k = [int(c["correct"].sum()) for c in cands]
     n = [len(c) for c in cands]
     z_cands = two_proportion_z(k[0], n[0], k[1], n[1])
