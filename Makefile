@@ -67,8 +67,9 @@ test-floor: $(FLOOR_VENV)/.ready check-llm-extra
 LINTED = src tests benchmarks tools
 
 # `generate` and `rollout` with --backend vllm against the transformers backend, on vLLM's CPU
-# build (tests/llm/test_vllm_engine.py; the main suite skips them). Cached venv, rebuilt when
-# pyproject.toml changes.
+# build (tests/llm/test_vllm_engine.py), and `generate` and `solve` with --backend openai against
+# a real `vllm serve` (tests/llm/test_vllm_served.py); the main suite skips them. Cached venv,
+# rebuilt when pyproject.toml changes.
 $(VLLM_VENV)/.ready: pyproject.toml
 	rm -rf $(VLLM_VENV) && $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q "$(TORCH)"
@@ -81,7 +82,7 @@ $(VLLM_VENV)/.ready: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.ready
-	$(VLLM_VENV)/bin/python -m pytest -p no:xdist -p no:cacheprovider -m vllm -s tests/llm/test_vllm_engine.py
+	$(VLLM_VENV)/bin/python -m pytest -p no:xdist -p no:cacheprovider -m vllm -s tests/llm/test_vllm_engine.py tests/llm/test_vllm_served.py
 
 lint: $(BIN)/dprm
 	$(BIN)/ruff check $(LINTED)

@@ -35,6 +35,13 @@ def test_listed_methods_are_the_registry() -> None:
     assert list(METHODS) == sorted(REGISTRY)
 
 
+def test_listed_backends_are_the_generator_registry() -> None:
+    from dprm.cli._names import GENERATION_BACKENDS
+    from dprm.llm.generate import GENERATORS
+
+    assert list(GENERATION_BACKENDS) == list(GENERATORS)
+
+
 def test_listed_presets_and_sizes_are_the_synthetic_worlds() -> None:
     from dprm.cli._names import SYNTH_SIZES, synth_fitted_presets, synth_presets
     from dprm.data.synth import SIZES, preset_names

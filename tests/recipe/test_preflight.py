@@ -3,6 +3,8 @@ naming every missing requirement and how to get it). Offline: the hub is never c
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dprm.cli import main
@@ -152,3 +154,20 @@ def test_ray_address_that_does_not_answer_is_a_missing_requirement(
     assert main([*argv, "--out", str(tmp_path / "o")]) == 2  # the real run: before any work
     err = capsys.readouterr().err.strip()
     assert address in err and len(err.splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_a_served_generator_needs_no_gpu_no_vllm_and_no_local_model(
+    cpu_only_machine, tmp_path, monkeypatch
+):
+    """backend = "openai": the server holds the model, so its name is no hub id to look up and
+    no GPU or vLLM is needed here; only the HTTP client is."""
+    demo = load_recipe(PARK.parent / "arith.toml")
+    served = {"backend": "openai", "model": "served-arith", "base_url": "http://127.0.0.1:8000/v1"}
+    generators = tuple(dataclasses.replace(g, **served) for g in demo.generators)
+    recipe = dataclasses.replace(demo, generators=generators)
+    assert P.missing_requirements(recipe, "local", tmp_path / "demo") == []
+    assert not P.needs_gpu(dataclasses.replace(generators[0], gpus=1.0), "openai")
+    real = P.installed_version
+    monkeypatch.setattr(P, "installed_version", lambda n: None if n == "httpx" else real(n))
+    [missing] = P.missing_requirements(recipe, "local", tmp_path / "demo")
+    assert "httpx" in missing.line() and 'backend = "openai" of' in missing.line()

@@ -20,6 +20,10 @@ METHODS = (
     "qr",
 )
 
+#: ``dprm.llm.generate.GENERATORS``'s names, in their order (``--backend`` of generate, rollout,
+#: solve)
+GENERATION_BACKENDS = ("transformers", "vllm", "openai")
+
 #: ``dprm.data.synth.GENERATORS`` and ``PRMS``, in their order (``dprm synth --preset``)
 SYNTH_GENERATORS = (
     "llama-3.2-1b",

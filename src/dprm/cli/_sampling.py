@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from dprm.cli._names import GENERATION_BACKENDS
 from dprm.cli._stage import input_id, say, skip
 
 
@@ -22,8 +23,9 @@ def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: 
     group.add_argument(
         "--backend",
         default="transformers",
-        choices=["transformers", "vllm"],
-        help="sampling backend",
+        choices=GENERATION_BACKENDS,
+        help="sampling backend: in-process (transformers, vllm) or a served model (openai: an "
+        "OpenAI-compatible server at --base-url serving --model)",
     )
     group.add_argument("--n", type=int, default=n_default, help=n_help)
     group.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
@@ -80,6 +82,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: 
         action="store_true",
         help="vLLM: no compilation or CUDA graphs (a faster start, slower steps)",
     )
+    add_server_flags(parser)
     grading = parser.add_argument_group("grading (math-verify in worker processes)")
     grading.add_argument(
         "--grader-timeout",
@@ -91,6 +94,117 @@ def add_sampling_flags(parser: argparse.ArgumentParser, n_default: int, n_help: 
     parser.add_argument(
         "--questions-per-part", type=int, default=8, help="questions per resumable part"
     )
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``--backend openai`` (a generator served behind an OpenAI-compatible API)."""
+    group = parser.add_argument_group("served generator (--backend openai)")
+    group.add_argument(
+        "--base-url",
+        default=None,
+        metavar="URL",
+        help="the server's API root, e.g. http://127.0.0.1:8000/v1 (requests go to URL/completions)",
+    )
+    group.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="environment variable holding the API key (sent as a bearer token, never printed)",
+    )
+    group.add_argument(
+        "--max-in-flight", type=int, default=None, help="requests open at a time (default 16)"
+    )
+    group.add_argument(
+        "--max-attempts",
+        type=int,
+        default=None,
+        help="tries per request (default 6); 408/429/5xx and connection errors are retried "
+        "with exponential backoff and jitter",
+    )
+    group.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR_OR_ID",
+        help="tokenizer for prompt lengths and end-of-turn tokens (default: the model name, "
+        "when readable here)",
+    )
+
+
+def _transformers_options(args: argparse.Namespace) -> dict:
+    return dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len)
+
+
+def _vllm_options(args: argparse.Namespace) -> dict:
+    from dprm.cli._common import require_vllm
+
+    require_vllm()
+    return dict(
+        tensor_parallel_size=args.tensor_parallel_size,
+        enable_prefix_caching=not getattr(args, "no_prefix_caching", False),
+        seed=getattr(args, "seed", 42),
+        max_model_len=args.max_model_len,
+        dtype=args.dtype or "auto",
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        enforce_eager=getattr(args, "enforce_eager", False),
+    )
+
+
+def server_options(args: argparse.Namespace) -> dict:
+    """The served generator's options that were given (the others keep the engine's defaults)."""
+    options = dict(
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        max_in_flight=args.max_in_flight,
+        max_attempts=args.max_attempts,
+        tokenizer=args.tokenizer,
+    )
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _openai_options(args: argparse.Namespace) -> dict:
+    return server_options(args) | {"max_model_len": args.max_model_len}
+
+
+#: ``--backend`` -> the generator's options from the parsed flags
+BACKEND_OPTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "transformers": _transformers_options,
+    "vllm": _vllm_options,
+    "openai": _openai_options,
+}
+
+
+def check_backend_flags(args: argparse.Namespace) -> None:
+    """``--backend openai`` needs ``--base-url``; the server flags need ``--backend openai``."""
+    from dprm.config import ConfigError
+
+    if args.backend == "openai":
+        if not args.base_url:
+            raise ConfigError(
+                "--backend openai needs --base-url URL (e.g. http://127.0.0.1:8000/v1)"
+            )
+        from dprm.llm.openai_engine import check_base_url, read_api_key
+
+        check_base_url(args.base_url)
+        read_api_key(args.api_key_env)
+        for flag in ("max_in_flight", "max_attempts"):
+            if getattr(args, flag) is not None and getattr(args, flag) < 1:
+                raise ConfigError(
+                    f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected >= 1"
+                )
+        return
+    server_flags = ("base_url", "api_key_env", "max_in_flight", "max_attempts", "tokenizer")
+    given = [f for f in server_flags if getattr(args, f) is not None]
+    if given:
+        flags = ", ".join("--" + f.replace("_", "-") for f in given)
+        raise ConfigError(
+            f"{flags}: only --backend openai reads them (--backend is {args.backend})"
+        )
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """The options of ``args.backend``'s generator (flags checked first)."""
+    check_backend_flags(args)
+    return BACKEND_OPTIONS[args.backend](args)
 
 
 def sampling_config(args: argparse.Namespace):
@@ -110,23 +224,9 @@ def sampling_config(args: argparse.Namespace):
 
 
 def load_generator_for(args: argparse.Namespace):
-    from dprm.cli._common import require_vllm
     from dprm.llm.generate import load_generator
 
-    if args.backend == "vllm":
-        require_vllm()
-        opts = dict(
-            tensor_parallel_size=args.tensor_parallel_size,
-            enable_prefix_caching=not args.no_prefix_caching,
-            seed=args.seed,
-            max_model_len=args.max_model_len,
-            dtype=args.dtype or "auto",
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            enforce_eager=args.enforce_eager,
-        )
-    else:
-        opts = dict(device=args.device, dtype=args.dtype, max_model_len=args.max_model_len)
-    return load_generator(args.backend, args.model, **opts)
+    return load_generator(args.backend, args.model, **backend_options(args))
 
 
 def sampling_meta(args: argparse.Namespace, sampling) -> dict:

@@ -6,7 +6,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dprm.cli._sampling import add_sampling_flags, run_stage, sampling_config, sampling_meta
+from dprm.cli._sampling import (
+    add_sampling_flags,
+    check_backend_flags,
+    run_stage,
+    sampling_config,
+    sampling_meta,
+)
 from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, claim_stage_out
 
 if TYPE_CHECKING:
@@ -39,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from dprm.llm.rollout import generation_fingerprint, run_generation_stage
 
+    check_backend_flags(args)  # before --out is claimed
     claim_stage_out(args, False, "--questions", "--model")
     sampling = sampling_config(args)
     questions = read_question_source(args.questions)

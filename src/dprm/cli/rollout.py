@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dprm.cli._sampling import add_sampling_flags, run_stage, sampling_config, sampling_meta
+from dprm.cli._sampling import (
+    add_sampling_flags,
+    check_backend_flags,
+    run_stage,
+    sampling_config,
+    sampling_meta,
+)
 from dprm.cli._stage import add_run_flags, add_stage_parser, base_meta, claim_stage_out
 
 
@@ -54,6 +60,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     )
     from dprm.llm.shard import read_output_meta
 
+    check_backend_flags(args)  # before --out is claimed
     claim_stage_out(args, False, "--trajectories", "--model")
     sampling = sampling_config(args)
     config = RolloutConfig(max_steps=args.max_steps, boxed_prefix=args.boxed_prefix)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from dprm.cli._common import (
     add_dataclass_flags,
@@ -19,6 +20,8 @@ from dprm.cli._common import (
     show_progress,
     warn_provenance,
 )
+from dprm.cli._names import GENERATION_BACKENDS
+from dprm.cli._sampling import add_server_flags
 
 DESCRIPTION = """\
 Answer questions with a live generator and a calibrated distributional PRM, spending samples
@@ -61,11 +64,14 @@ Which calibrator: binomial, the recommendation for IAS (docs/calibrators.md), e.
 def _solve(args: argparse.Namespace) -> int:
     import json
 
+    from dprm.cli._sampling import check_backend_flags, server_options
     from dprm.io import guard_output
     from dprm.live import CalibratedPRM, SolveConfig, run_beam, run_bon
     from dprm.live.run import load_run_questions
     from dprm.llm.generate import load_generator
+    from dprm.llm.generator_base import request_journal
 
+    check_backend_flags(args)  # --backend openai's flags: one line, before --out
     if args.backend == "vllm":
         require_vllm()  # before any model loads, one line instead of a traceback
     inputs = local_inputs(input_paths(args, "--questions", "--generator", "--prm", "--calibrator"))
@@ -112,12 +118,17 @@ def _solve(args: argparse.Namespace) -> int:
         "max_model_len": args.max_model_len,
         "tensor_parallel_size": args.tensor_parallel_size,
         "gpu_memory_utilization": memory,
+        **server_options(args),
     }
     generator = load_generator(
         args.backend, args.generator, **{k: v for k, v in options.items() if v is not None}
     )
     run = run_bon if args.mode == "bon" else run_beam
-    summary = run(config, cprm, generator, args.out, progress=show_progress(args))
+    # a served generator's answered requests: a resumed run does not ask for them again
+    journal = Path(args.out) / f".requests{_shard_tag(args.shard)}.jsonl"
+    with request_journal(generator, journal):
+        summary = run(config, cprm, generator, args.out, progress=show_progress(args))
+    journal.unlink(missing_ok=True)
     if summary.get("falls_back_to") and not args.quiet:
         print(
             f"auto-seq: the questions are unlike the training set's (shift check): falls back "
@@ -127,6 +138,11 @@ def _solve(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(json.dumps({k: v for k, v in summary.items() if k != "fixed_curve"}, indent=2))
     return 0
+
+
+def _shard_tag(shard: str | None) -> str:
+    """``""`` for the whole run, ``-I-of-N`` for shard ``I/N`` (each shard keeps its own file)."""
+    return "" if shard in ("0/1", None) else "-" + str(shard).replace("/", "-of-")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -147,9 +163,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--backend",
-        choices=["transformers", "vllm"],
+        choices=GENERATION_BACKENDS,
         default="transformers",
-        help="generation backend",
+        help="generation backend: in-process (transformers, vllm) or a served model (openai: "
+        "an OpenAI-compatible server at --base-url serving --generator)",
     )
     d = groups["models and grading"]
     d.add_argument(
@@ -181,6 +198,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="vLLM: GPU memory share (default 0.6, the PRM needs room)",
     )
+    add_server_flags(p)
     add_threads_flag(p)
     add_progress_flags(p)
     add_verify_inputs_flag(p)

@@ -34,6 +34,7 @@ EXTRAS: dict[str, Extra] = {
     "datasets": Extra("datasets", "datasets", "llm", "hub question sets (math500train)"),
     "peft": Extra("peft", "peft", "llm", "Park et al.'s adapters"),
     "vllm": Extra("vllm", "vllm", "vllm", "the vllm backend (CUDA GPU)"),
+    "httpx": Extra("httpx", "httpx", "llm", "the openai backend (a served generator)"),
     "optuna": Extra("optuna", "optuna", "tune", "dprm tune, --method best-tuned, tune_trials"),
     "ray": Extra("ray", "ray", "ray", "--executor ray"),
     "submitit": Extra("submitit", "submitit", "slurm", "--executor slurm"),

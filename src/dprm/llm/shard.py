@@ -199,6 +199,12 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=_json_default))
 
 
+def parts_dir(final: str | Path) -> Path:
+    """The work directory of an output in progress: the hidden sibling ``.{name}.parts``."""
+    final = Path(final)
+    return final.parent / f".{final.name}.parts"
+
+
 class PartStore:
     """A work directory of finished parts for one output (parquet parts or set directories).
 
@@ -211,7 +217,7 @@ class PartStore:
 
     def __init__(self, final: str | Path, fingerprint: dict, overwrite: bool = False):
         self.final = Path(final)
-        self.dir = self.final.parent / f".{self.final.name}.parts"
+        self.dir = parts_dir(self.final)
         self.fingerprint = _jsonable(fingerprint)
         fp_path = self.dir / FINGERPRINT_FILE
         found = read_json(fp_path) if fp_path.exists() else None

@@ -17,7 +17,8 @@ class GeneratorSpec:
     Attributes:
         name: short name used in world names (``{name}__{prm}``).
         model: hub id or local directory (unused with ``data.source = "park"``).
-        backend: ``vllm`` or ``transformers``.
+        backend: ``vllm`` or ``transformers`` (in-process), or ``openai``: a generator served
+            behind an OpenAI-compatible API at ``base_url`` under the name ``model``.
         template: chat format (``""``: from the model name).
         park_name: its folder in Park's released labels (``""``: ``name``).
         gpus: GPUs per engine (Ray actor / SLURM task); 0 on CPU.
@@ -25,7 +26,11 @@ class GeneratorSpec:
         max_model_len: vLLM's prompt + completion token limit (None: from the model, the
             reference's 4096 or the config's ``max_position_embeddings`` when smaller, as
             ``dprm generate --max-model-len``; :func:`dprm.llm.generate.default_context_limit`).
-            The transformers backend always uses the model's own limit.
+            The transformers backend always uses the model's own limit; ``openai`` the
+            server's.
+        base_url: ``openai`` only: the API root, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key_env: ``openai`` only: the environment variable holding the API key.
+        max_in_flight: ``openai`` only: requests open at a time per engine.
     """
 
     name: str
@@ -39,6 +44,9 @@ class GeneratorSpec:
     dtype: str = ""
     max_model_len: int | None = in_range(None, ge=1)
     gpu_memory_utilization: float = in_range(0.9, gt=0, le=1)
+    base_url: str = ""
+    api_key_env: str = ""
+    max_in_flight: int = in_range(16, ge=1)
 
 
 @dataclass(frozen=True)

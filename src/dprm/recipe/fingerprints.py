@@ -16,8 +16,11 @@ from dprm.recipe.sections import SPLITS
 from dprm.recipe.spec import Recipe
 from dprm.runner.layout import IAS_SPLITS
 
-#: settings of an engine spec that change where it runs, not what it outputs
-PLACEMENT = ("gpus", "gpu_memory_utilization", "device")
+#: settings of an engine spec that change where it runs, not what it outputs (a served
+#: generator's address, key and concurrency included)
+PLACEMENT = (
+    "gpus", "gpu_memory_utilization", "device", "base_url", "api_key_env", "max_in_flight",
+)  # fmt: skip
 
 
 def engine_settings(spec: Any) -> dict[str, Any]:

@@ -58,6 +58,8 @@ class Missing:
 
 # ----------------------------------------------------------------------------- the plan
 def _engine_device(spec: Any, backend: str | None) -> str:
+    if backend == "openai":
+        return f"served at {spec.base_url}"
     if backend == "vllm":
         tp = getattr(spec, "tensor_parallel_size", 1)
         return f"cuda via vLLM ({spec.gpus:g} GPU per engine, tensor parallel {tp})"
@@ -121,6 +123,8 @@ def needs_gpu(spec: Any, backend: str | None = None) -> bool:
     ``device`` is the CPU."""
     if backend == "vllm":
         return True
+    if backend == "openai":  # the server holds the model
+        return False
     return spec.gpus > 0 and not str(spec.device).startswith("cpu")
 
 
@@ -177,7 +181,11 @@ def _sources(recipe: Recipe) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     generate = r.data.source == "generate"
     if generate or r.bon.n > 0:
-        out += [(g.model, "model", f"generator {g.name}") for g in r.generators if g.model]
+        out += [
+            (g.model, "model", f"generator {g.name}")
+            for g in r.generators
+            if g.model and g.backend != "openai"  # a served model's name is the server's
+        ]
     out += [(p.model, "model", f"prm {p.name}") for p in r.prms]
     if r.data.source == "park":
         out.append((r.data.park, "dataset", "[data] park (Park et al.'s labels)"))
@@ -251,6 +259,9 @@ def missing_requirements(
     if vllm:
         instead = ' (Linux with a CUDA GPU), or backend = "transformers" in the recipe'
         missing.append(_extra("vllm", f'backend = "vllm" of {", ".join(vllm)}', instead))
+    served = [g.name for g in generators if g.backend == "openai"]
+    if served:
+        missing.append(_extra("httpx", f'backend = "openai" of {", ".join(served)}'))
     hub_sets = sorted({n for s in SPLITS for n in getattr(r.questions, s) if n in HUB_SETS})
     if hub_sets and generate:
         missing.append(_extra("datasets", f"[questions] {', '.join(hub_sets)} (from the hub)"))

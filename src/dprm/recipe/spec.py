@@ -216,6 +216,7 @@ def check(recipe: Recipe, source: str) -> None:
                 )
         if len(set(names)) != len(names):
             raise ConfigError(f"{source} [{name}]: duplicate names {names}")
+    _check_backends(recipe, source)
     if recipe.data.source not in SOURCES:
         raise ConfigError(
             f"{source} [data]: source = {recipe.data.source!r}; expected one of {list(SOURCES)}"
@@ -263,6 +264,32 @@ def check(recipe: Recipe, source: str) -> None:
                 raise ConfigError(f"{where}: method {method!r} has no hyper-parameters to set")
             continue
         from_dict(config_class, values, source=where)  # unknown keys, types and ranges
+
+
+def _check_backends(recipe: Recipe, source: str) -> None:
+    """Each generator's backend is a known one; ``openai`` has a ``base_url``, the others none."""
+    from dprm.llm.generate import GENERATORS
+    from dprm.llm.openai_engine import check_base_url
+
+    for i, g in enumerate(recipe.generators):
+        where = f"{source} [generators][{i}]"
+        if g.backend not in GENERATORS:
+            raise ConfigError(
+                f"{where}: backend = {g.backend!r}; expected one of {list(GENERATORS)}"
+            )
+        if g.backend == "openai":
+            if not g.base_url:
+                raise ConfigError(f'{where}: backend = "openai" needs base_url (the API root)')
+            try:
+                check_base_url(g.base_url)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"{where}: {str(err).replace('--base-url', 'base_url')}"
+                ) from None
+        elif g.base_url or g.api_key_env:
+            raise ConfigError(
+                f'{where}: base_url and api_key_env are for backend = "openai" (not {g.backend!r})'
+            )
 
 
 def load_recipe(path: str | Path) -> Recipe:

@@ -129,7 +129,8 @@ class RecipeStages:
 
         ``body(content, index, count)``: ``content`` is the digest of ``source``.
         """
-        resources = {"gpus": spec.gpus, "engine": spec.name}
+        served = getattr(spec, "backend", "") == "openai"  # the server holds the model, not us
+        resources = {"gpus": 0.0 if served else spec.gpus, "engine": spec.name}
         reads = pipe.reads(source)
         work = functools.partial(body, reads[pipe.state.name_of(source)])
         reads |= model_reads(pipe, spec.model)  # the checkpoint the engine loads

@@ -40,26 +40,46 @@ def release() -> None:
         pass
 
 
+def _vllm_options(spec: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        tensor_parallel_size=spec["tensor_parallel_size"],
+        enable_prefix_caching=True,
+        seed=spec.get("seed", 42),
+        max_model_len=spec["max_model_len"],
+        dtype=spec["dtype"] or "auto",
+        gpu_memory_utilization=spec["gpu_memory_utilization"],
+    )
+
+
+def _transformers_options(spec: dict[str, Any]) -> dict[str, Any]:
+    # max_model_len: vLLM's; transformers needs none
+    return dict(device=spec["device"] or None, dtype=spec["dtype"] or None)
+
+
+def _openai_options(spec: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        base_url=spec["base_url"],
+        api_key_env=spec.get("api_key_env") or None,
+        max_in_flight=spec.get("max_in_flight", 16),
+        max_model_len=spec["max_model_len"],
+    )
+
+
+#: a ``[[generators]]`` table's backend -> its engine's options
+GENERATOR_OPTIONS = {
+    "vllm": _vllm_options,
+    "transformers": _transformers_options,
+    "openai": _openai_options,
+}
+
+
 def generator(spec: dict[str, Any]):
     """The generator of a ``[[generators]]`` table (a :class:`dprm.llm.generate.Generator`)."""
     from dprm.llm.generate import load_generator
 
     def load():
-        if spec["backend"] == "vllm":
-            opts = dict(
-                tensor_parallel_size=spec["tensor_parallel_size"],
-                enable_prefix_caching=True,
-                seed=spec.get("seed", 42),
-                max_model_len=spec["max_model_len"],
-                dtype=spec["dtype"] or "auto",
-                gpu_memory_utilization=spec["gpu_memory_utilization"],
-            )
-        else:
-            opts = dict(
-                device=spec["device"] or None,
-                dtype=spec["dtype"] or None,  # max_model_len: vLLM's; transformers needs none
-            )
-        return load_generator(spec["backend"], spec["model"], **opts)
+        options = GENERATOR_OPTIONS[spec["backend"]](spec)
+        return load_generator(spec["backend"], spec["model"], **options)
 
     return _get("generator", spec, load)
 
