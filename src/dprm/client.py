@@ -41,7 +41,9 @@ class ServeError(RuntimeError):
     """
 
     def __init__(self, status: int, message: str, request_id: str | None = None):
-        super().__init__(f"{status}: {message}" + (f" (request {request_id})" if request_id else ""))
+        super().__init__(
+            f"{status}: {message}" + (f" (request {request_id})" if request_id else "")
+        )
         self.status, self.message, self.request_id = int(status), message, request_id
 
 

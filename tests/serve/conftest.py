@@ -80,7 +80,7 @@ class LiveServer:
 
         self.service = service
         self.sock = bind("127.0.0.1", 0)
-        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.server = make_server(service, info, log_level="warning")
         self.server.config.install_signal_handlers = False  # not the main thread
         self.thread = threading.Thread(
@@ -108,7 +108,7 @@ def build_service(arith_prm_dir, calibrator_dir):
     from dprm.serve.service import Policy
     from dprm.serve.settings import ServeSettings
 
-    def make(policy: Policy | None = None, **settings):
+    def make(policy: Policy | None = None, n_max: int = 64, **settings):
         return build(
             str(arith_prm_dir),
             str(calibrator_dir),
@@ -116,6 +116,7 @@ def build_service(arith_prm_dir, calibrator_dir):
             policy=policy or Policy(),
             device="cpu",
             dtype="float32",
+            n_max=n_max,
         )
 
     return make

@@ -58,7 +58,9 @@ def test_score_equals_the_in_process_prm_and_calibrator(client, prm, calibrator_
     assert body["levels"] == levels and body["request_id"]
     want = _in_process(prm, calibrator_dir, question, solutions, levels)
     lower_want = _in_process(prm, calibrator_dir, question, solutions, [0.1])
-    for got, (scores, q, mean), (_, lower, _) in zip(body["solutions"], want, lower_want):
+    for got, (scores, q, mean), (_, lower, _) in zip(
+        body["solutions"], want, lower_want, strict=True
+    ):
         assert got["n_steps"] == len(scores) and not got["truncated"]
         steps = got["steps"]
         np.testing.assert_allclose([s["prm_score"] for s in steps], scores, atol=1e-5, rtol=0)
@@ -72,7 +74,8 @@ def test_score_equals_the_in_process_prm_and_calibrator(client, prm, calibrator_
 
 def test_default_levels_are_the_calibrators(client, arith_rows):
     body = client.post(
-        "/v1/score", json={"question": arith_rows[1]["question"], "solutions": _solutions(arith_rows, 1)}
+        "/v1/score",
+        json={"question": arith_rows[1]["question"], "solutions": _solutions(arith_rows, 1)},
     ).json()
     assert body["levels"] == pytest.approx([i / 10 for i in range(11)])
     assert body["lower_level"] == 0.1
@@ -96,7 +99,11 @@ BAD_SCORE_REQUESTS = {
     "wrong type": ({"question": 3, "solutions": [["a"]]}, 422, "question"),
     "a number as a step": ({"question": "q", "solutions": [["a", 1]]}, 422, "solutions[0][1]"),
     "unknown field": ({"question": "q", "solutions": [["a"]], "path": "/x"}, 422, "path"),
-    "level out of range": ({"question": "q", "solutions": [["a"]], "levels": [1.5]}, 422, "levels[0]"),
+    "level out of range": (
+        {"question": "q", "solutions": [["a"]], "levels": [1.5]},
+        422,
+        "levels[0]",
+    ),
     "missing field": ({"solutions": [["a"]]}, 422, "question"),
     "body too large": ({"question": "q", "solutions": [["y" * 30000]]}, 413, "bytes"),
 }

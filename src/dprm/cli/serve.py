@@ -34,12 +34,11 @@ SIGTERM or Ctrl-C: stop accepting, finish the requests in flight, exit 0.
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from dprm.config import ConfigError
+    from dprm.io import DataError
     from dprm.serve.server import bind, build, serve, setup_logging
     from dprm.serve.service import Policy
     from dprm.serve.settings import ServeSettings
-
-    from dprm.config import ConfigError
-    from dprm.io import DataError
 
     if (args.train_bon is None) != (args.auto_cost is None):
         raise ConfigError("--train-bon and --auto-cost go together")
@@ -152,12 +151,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     http = p.add_argument_group("server")
     http.add_argument("--host", default="127.0.0.1", help="address to bind")
-    http.add_argument(
-        "--port", type=integer_at_least(0), default=8700, help="port (0: a free one)"
-    )
-    http.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
-    )
+    http.add_argument("--port", type=integer_at_least(0), default=8700, help="port (0: a free one)")
+    http.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     defaults = ServeSettings()
     for field in dataclasses.fields(ServeSettings):
         kind = float if field.name == "batch_wait_ms" else integer_at_least(1)

@@ -116,8 +116,16 @@ def make_server(service: ScoringService, info: dict[str, Any], log_level: str = 
 def serve(service: ScoringService, info: dict[str, Any], sock: socket.socket, log_level="info"):
     """Serve until SIGTERM / SIGINT (uvicorn's handlers: stop accepting, finish the requests
     in flight), then finish the queued model work and return."""
+    import signal
+
     host, port = sock.getsockname()[:2]
     server = make_server(service, info, log_level)
+    # uvicorn handles SIGTERM / SIGINT while it runs and re-raises the signal to the handler
+    # it found once it has shut down: that handler only notes it, so the process ends with 0
+    # after the queued work, not killed by the default action
+    stops: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stops.append(signum))
     print(f"dprm serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])

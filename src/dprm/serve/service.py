@@ -285,7 +285,10 @@ class ScoringService:
             states = cprm.question_states(questions)
         except DataError as err:
             raise RequestError(422, f"questions: {err}") from None
-        drawn = [self._draw_readings(i, q, d) for i, (q, d) in enumerate(zip(questions, draws))]
+        drawn = [
+            self._draw_readings(i, q, d)
+            for i, (q, d) in enumerate(zip(questions, draws, strict=True))
+        ]
         if allocation == "ias":
             target = policy.C if C is None else float(C)
             budgets = cprm.budgets(states, target).tolist()
@@ -314,7 +317,10 @@ class ScoringService:
                 {
                     "question_prm_score": float(states.scores[i]),
                     "question_mean": float(p_hat[i]),
-                    "question_quantiles": {"levels": levels.tolist(), "values": q_levels[i].tolist()},
+                    "question_quantiles": {
+                        "levels": levels.tolist(),
+                        "values": q_levels[i].tolist(),
+                    },
                     "budget": None if budget is None else int(budget),
                     "drawn": have,
                     "decision": decision,
