@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from dprm.cli._common import add_threads_flag, apply_threads, integer_at_least, unit_interval
+from dprm.cli._common import (
+    add_progress_flags,
+    add_threads_flag,
+    apply_threads,
+    integer_at_least,
+    unit_interval,
+)
 
 DESCRIPTION = """\
 Serve a PRM and a trained calibrator over HTTP (JSON, OpenAPI schema at /docs and
@@ -42,7 +48,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     if (args.train_bon is None) != (args.auto_cost is None):
         raise ConfigError("--train-bon and --auto-cost go together")
-    setup_logging(args.log_level)
+    level = "warning" if args.quiet else args.log_level
+    setup_logging(level)
     settings = ServeSettings(
         **{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeSettings)}
     )
@@ -74,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
         n_max=args.n_max,
         beta=args.beta,
     )
-    return serve(service, info, sock, args.log_level)
+    return serve(service, info, sock, level, announce=not args.quiet)
 
 
 _SETTING_HELP = {
@@ -93,7 +100,6 @@ _SETTING_HELP = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from dprm.ias.rules import CONTRACT_RULE
     from dprm.live.solve_config import LIVE_RULES
     from dprm.serve.settings import ServeSettings
 
@@ -143,7 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="auto / auto-seq: mean cost (mean draws / n_max) over a request's questions",
     )  # fmt: skip
     rules.add_argument(
-        "--rule", default=CONTRACT_RULE, choices=list(LIVE_RULES),
+        "--rule", default=LIVE_RULES[0], choices=list(LIVE_RULES),
         help="how a question's answer is picked from its draws",
     )  # fmt: skip
     rules.add_argument(
@@ -163,4 +169,5 @@ def register(sub: argparse._SubParsersAction) -> None:
             help=_SETTING_HELP[field.name],
         )
     add_threads_flag(p)
+    add_progress_flags(p)  # --quiet: warnings and errors only; the service has no progress bar
     p.set_defaults(func=_serve)

@@ -133,15 +133,17 @@ class MicroBatcher:
             for job in live:
                 job.future.set_exception(err)
             return
+        # counted before the answers go out: a client that reads /v1/info after its answer
+        # sees its batch
+        self.stats.batches += 1
+        self.stats.batched_requests += len(live)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(live))
+        self.stats.sizes[len(live)] += 1
         for job, result in zip(live, results, strict=True):
             if isinstance(result, BaseException):
                 job.future.set_exception(result)
             else:
                 job.future.set_result(result)
-        self.stats.batches += 1
-        self.stats.batched_requests += len(live)
-        self.stats.largest_batch = max(self.stats.largest_batch, len(live))
-        self.stats.sizes[len(live)] += 1
         log.debug("batch of %d in %.1f ms", len(live), 1e3 * (time.perf_counter() - started))
 
     def _work(self) -> None:

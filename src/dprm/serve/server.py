@@ -113,7 +113,13 @@ def make_server(service: ScoringService, info: dict[str, Any], log_level: str = 
     return uvicorn.Server(config)
 
 
-def serve(service: ScoringService, info: dict[str, Any], sock: socket.socket, log_level="info"):
+def serve(
+    service: ScoringService,
+    info: dict[str, Any],
+    sock: socket.socket,
+    log_level: str = "info",
+    announce: bool = True,
+) -> int:
     """Serve until SIGTERM / SIGINT (uvicorn's handlers: stop accepting, finish the requests
     in flight), then finish the queued model work and return."""
     import signal
@@ -126,7 +132,8 @@ def serve(service: ScoringService, info: dict[str, Any], sock: socket.socket, lo
     stops: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stops.append(signum))
-    print(f"dprm serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
+    if announce:  # the address, for a caller that asked for a free port (--port 0)
+        print(f"dprm serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])
     finally:

@@ -192,27 +192,55 @@ class ScoringService:
             spans.append((i, len(encoded), len(encoded) + len(mine)))
             encoded += mine
         outputs = prm.forward(encoded) if encoded else []
+        live = []  # (job index, its outputs): the jobs whose every solution has a state
         for i, start, end in spans:
-            try:
-                results[i] = self._score_result(jobs[i], outputs[start:end])
-            except RequestError as err:
-                results[i] = err
+            if any(len(o.scores) == 0 for o in outputs[start:end]):
+                results[i] = RequestError(
+                    422,
+                    f"question: longer than the PRM's token limit ({prm.max_tokens} tokens) "
+                    "on its own",
+                )
+            else:
+                live.append((i, outputs[start:end]))
+        if not live:
+            return results
+        # the calibrator once per batch (per distinct level set), not once per request
+        rows = [
+            np.concatenate([np.asarray(o.scores, np.float32) for o in outs]) for _, outs in live
+        ]
+        sizes = np.cumsum([0] + [len(r) for r in rows])
+        states = States(
+            np.concatenate(rows).clip(0.0, 1.0),
+            np.concatenate([np.asarray(o.hidden, np.float32) for _, outs in live for o in outs]),
+        )
+        mean = self.cprm.mean(states)
+        quantiles, lower = {}, {}
+        for k, (i, _) in enumerate(live):
+            quantiles.setdefault(tuple(jobs[i].levels.tolist()), []).append(k)
+            lower.setdefault(jobs[i].lower_level, []).append(k)
+        q_of, lower_of = {}, {}
+        for levels, members in quantiles.items():
+            q = self._quantiles_of(states, sizes, members, levels)
+            q_of.update(zip(members, q, strict=True))
+        for level, members in lower.items():
+            q = self._quantiles_of(states, sizes, members, (level,))
+            lower_of.update((k, v[:, 0]) for k, v in zip(members, q, strict=True))
+        for k, (i, outs) in enumerate(live):
+            part = slice(sizes[k], sizes[k + 1])
+            results[i] = self._score_result(
+                jobs[i], outs, states.scores[part], q_of[k], mean[part], lower_of[k]
+            )
         return results
 
-    def _score_result(self, job: ScoreJob, outputs: list[Any]) -> dict[str, Any]:
-        empty = [k for k, o in enumerate(outputs) if len(o.scores) == 0]
-        if empty:
-            raise RequestError(
-                422,
-                f"question: longer than the PRM's token limit ({self.cprm.prm.max_tokens} "
-                "tokens) on its own",
-            )
-        scores = np.concatenate([np.asarray(o.scores, dtype=np.float32) for o in outputs])
-        hidden = np.concatenate([np.asarray(o.hidden, dtype=np.float32) for o in outputs])
-        states = States(scores.clip(0.0, 1.0), hidden)
-        quantiles = self.cprm.quantiles(states, job.levels)
-        lower = self.cprm.quantiles(states, [job.lower_level])[:, 0]
-        mean = self.cprm.mean(states)
+    def _quantiles_of(self, states: States, sizes, members: list[int], levels) -> list:
+        """Q(levels | h) of the members' rows, one calibrator call: one [T_k, L] per member."""
+        rows = np.concatenate([np.arange(sizes[k], sizes[k + 1]) for k in members])
+        q = self.cprm.quantiles(States(states.scores[rows], states.hidden[rows]), levels)
+        bounds = np.cumsum([0] + [sizes[k + 1] - sizes[k] for k in members])
+        return [q[bounds[j] : bounds[j + 1]] for j in range(len(members))]
+
+    def _score_result(self, job, outputs, scores, quantiles, mean, lower) -> dict[str, Any]:
+        """One request's answer from its rows (every step of its solutions, in order)."""
         solutions, offset = [], 0
         for steps, out in zip(job.solutions, outputs, strict=True):
             rows = []
@@ -221,7 +249,7 @@ class ScoringService:
                 rows.append(
                     {
                         "step": t + 1,
-                        "prm_score": float(states.scores[k]),
+                        "prm_score": float(scores[k]),
                         "quantiles": quantiles[k].tolist(),
                         "mean": float(mean[k]),
                         "lower": float(lower[k]),

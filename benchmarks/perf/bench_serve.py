@@ -1,0 +1,288 @@
+"""Load test of ``dprm serve`` on the shipped arith PRM: batching against one request at a time.
+
+Starts ``dprm serve`` twice as a subprocess on a free loopback port (127.0.0.1 only): once with
+micro-batching (``--max-batch B``) and once without (``--max-batch 1``), each on the same
+PRM, calibrator and requests. N concurrent clients (threads of :class:`dprm.client.Client`)
+send a fixed number of ``/v1/score`` requests (a question and its solutions, from the arith
+world's ``id`` split); every request must be answered (exit 1 otherwise). Prints per run the
+throughput, p50 / p99 latency, the batch sizes the server reached (its ``/v1/info``
+counters), the server's resident memory after warm-up and at the end, and the speed-up of
+batching (the throughput ratio, both runs measured in this one run). Writes
+``docs/results/serving.md`` (headed by the command that regenerates it) and
+``docs/results/serving/runs.csv``.
+
+The calibrator is a small ``mono`` fitted here on the PRM's own question states (seeded), so
+the script needs nothing but the package.
+
+Usage: nice -n 15 python benchmarks/perf/bench_serve.py [--clients 16] [--requests 600]
+    [--max-batch 16] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND = "nice -n 15 python benchmarks/perf/bench_serve.py"
+
+
+def fit_calibrator(prm_dir: Path, out: Path) -> Path:
+    """A small mono calibrator on the PRM's question states (labels depend on the state)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from dprm.llm.prm import load_prm
+    from dprm.llm.tasks.arith_sets import set_rows
+    from dprm.models.fit import fit
+    from fixtures.calibration import labelled_states
+
+    prm = load_prm(str(prm_dir), device="cpu", dtype="float32")
+    questions = [r["question"] for r in set_rows("train")[:48]]
+    scores, hidden = prm.question_state(questions)
+    rng = np.random.default_rng(0)
+    z = (hidden - hidden.mean(0)) / (hidden.std(0) + 1e-6) @ rng.normal(size=hidden.shape[1])
+    data = labelled_states(scores, hidden, 2.0 * z / np.sqrt(hidden.shape[1]), 6, rng)
+    overrides = {"batch_size": 64, "max_steps": 40, "eval_every": 20}
+    return fit("mono", data, overrides=overrides, seed=0, progress=False).save(out)
+
+
+def workload(count: int) -> list[tuple[str, list[list[str]]]]:
+    """``count`` score requests: an arith question, its solution and the solution's first half
+    (2 solutions, 2-8 steps each), cycling through the id split."""
+    from dprm.llm.prompts import split_steps
+    from dprm.llm.tasks.arith_sets import set_rows
+
+    rows = set_rows("id")
+    jobs = []
+    for i in range(count):
+        row = rows[i % len(rows)]
+        steps = split_steps(row["solution"])
+        jobs.append((row["question"], [steps, steps[: max(1, len(steps) // 2)]]))
+    return jobs
+
+
+class Server:
+    """``dprm serve`` in a subprocess on a free loopback port."""
+
+    def __init__(self, prm_dir: Path, calibrator: Path, max_batch: int, wait_ms: float):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")])
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dprm.cli", "serve", "--prm", str(prm_dir),
+             "--calibrator", str(calibrator), "--host", "127.0.0.1", "--port", "0",
+             "--prm-device", "cpu", "--threads", "1", "--log-level", "warning",
+             "--max-batch", str(max_batch), "--batch-wait-ms", str(wait_ms)],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+        )  # fmt: skip
+        line = ""
+        while "listening on" not in line:
+            line = self.proc.stderr.readline()
+            if not line and self.proc.poll() is not None:
+                sys.exit(f"dprm serve exited {self.proc.returncode} before listening")
+        self.url = line.split("listening on ")[1].strip()
+        # drain stderr so the server never blocks on a full pipe
+        self.log: list[str] = []
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
+
+    def rss_mib(self) -> float:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss / 2**20
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(60)
+
+
+def run_load(url: str, jobs, clients: int) -> tuple[list[float], int, float]:
+    """Send every job from ``clients`` threads: (latencies in s, failures, wall seconds)."""
+    from dprm.client import Client, ServeError
+
+    client = Client(url, timeout=120, retries=0)
+    latencies: list[float] = []
+    failures = [0]
+    lock = threading.Lock()
+
+    def one(job):
+        started = time.perf_counter()
+        try:
+            answer = client.score(*job)
+            ok = len(answer["solutions"]) == len(job[1])
+        except ServeError:
+            ok = False
+        with lock:
+            latencies.append(time.perf_counter() - started)
+            failures[0] += not ok
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, jobs))
+    return latencies, failures[0], time.perf_counter() - started
+
+
+def measure(prm_dir, calibrator, max_batch, wait_ms, warm, jobs, clients) -> dict:
+    """One server run: warm up on ``warm`` (untimed), then time ``jobs``."""
+    import numpy as np
+
+    from dprm.client import Client
+
+    server = Server(prm_dir, calibrator, max_batch, wait_ms)
+    try:
+        Client(server.url).wait_ready(120)
+        run_load(server.url, warm, clients)  # warm-up: allocator, kernels, caches
+        rss_start = server.rss_mib()
+        before = Client(server.url).info()["batching"]
+        latencies, failures, wall = run_load(server.url, jobs, clients)
+        after = Client(server.url).info()["batching"]
+        rss_end = server.rss_mib()
+    finally:
+        code = server.stop()
+    lat = np.asarray(latencies) * 1e3
+    sizes = {int(k): v - before["batch_sizes"].get(k, 0) for k, v in after["batch_sizes"].items()}
+    sizes = {k: v for k, v in sizes.items() if v > 0}
+    batches = after["batches"] - before["batches"]
+    return {
+        "max_batch": max_batch,
+        "batch_wait_ms": wait_ms,
+        "clients": clients,
+        "requests": len(jobs),
+        "answered": len(jobs) - failures,
+        "failures": failures,
+        "wall_s": round(wall, 3),
+        "throughput_rps": round(len(jobs) / wall, 2),
+        "p50_ms": round(float(np.percentile(lat, 50)), 2),
+        "p99_ms": round(float(np.percentile(lat, 99)), 2),
+        "mean_batch": round((after["batched_requests"] - before["batched_requests"]) / batches, 2),
+        "largest_batch": max(sizes) if sizes else 0,
+        "batch_sizes": " ".join(f"{k}:{v}" for k, v in sorted(sizes.items())),
+        "rss_start_mib": round(rss_start, 1),
+        "rss_end_mib": round(rss_end, 1),
+        "exit_code": code,
+    }
+
+
+def write_page(results_dir: Path, rows: list[dict], speedup: float, argv: list[str]) -> Path:
+    sys.path.insert(0, str(ROOT / "benchmarks" / "experiments"))
+    import results_page as rp
+
+    folder = results_dir / "serving"
+    folder.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    (folder / "runs.csv").write_text(buffer.getvalue())
+    command = " ".join([COMMAND, *argv])
+    header = [
+        "run", "max batch", "requests answered", "throughput (req/s)", "p50 (ms)", "p99 (ms)",
+        "mean batch", "batch sizes (size:count)", "RSS start / end (MiB)",
+    ]  # fmt: skip
+    table = rp.table(
+        header,
+        [
+            [
+                "batched" if r["max_batch"] > 1 else "one at a time",
+                r["max_batch"],
+                f"{r['answered']} / {r['requests']}",
+                f"{r['throughput_rps']:.1f}",
+                f"{r['p50_ms']:.1f}",
+                f"{r['p99_ms']:.1f}",
+                f"{r['mean_batch']:.2f}",
+                r["batch_sizes"],
+                f"{r['rss_start_mib']:.0f} / {r['rss_end_mib']:.0f}",
+            ]
+            for r in rows
+        ],
+        "lrrrrrrlr",
+    )
+    first = rows[0]
+    text = (
+        "# Serving: `dprm serve` under load\n\n"
+        "<!-- Generated by benchmarks/perf/bench_serve.py: edit the script, not this page. -->\n\n"
+        f"- Regenerate this page and `docs/results/serving/runs.csv`: `{command}`\n"
+        f"- Computed at commit `{rp.commit()}` on {time.strftime('%Y-%m-%d', time.gmtime())}, "
+        f"machine: {rp.machine()}; server and clients on this one machine, loopback only, the "
+        "server with one torch thread.\n\n"
+        f"{first['clients']} concurrent clients send {first['requests']} `/v1/score` requests "
+        "(an arith question with two solutions of 1-8 steps) to `dprm serve` on the shipped "
+        "arith PRM and a small `mono` calibrator, first with micro-batching "
+        f"(`--max-batch {first['max_batch']} --batch-wait-ms {first['batch_wait_ms']:g}`), then "
+        "one request per PRM forward (`--max-batch 1`). Latency is a request's round trip as "
+        "the client sees it; batch sizes are the server's `/v1/info` counters over the timed "
+        "requests; RSS is the server process's resident memory after the warm-up and after the "
+        "timed requests.\n\n"
+        f"{table}\n"
+        f"**Speed-up of batching: {speedup:.2f}x** the throughput of one request at a time "
+        "(both runs above, measured in this one run). Absolute numbers depend on the machine; "
+        "the ratio is the result.\n"
+    )
+    path = results_dir / "serving.md"
+    path.write_text(text)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients N")
+    parser.add_argument("--requests", type=int, default=600, help="timed requests per run")
+    parser.add_argument("--warmup", type=int, default=64, help="untimed requests first")
+    parser.add_argument("--max-batch", type=int, default=16, help="the batched run's --max-batch")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument(
+        "--results-dir", type=Path, default=ROOT / "docs" / "results",
+        help="where serving.md and serving/runs.csv go",
+    )  # fmt: skip
+    parser.add_argument("--smoke", action="store_true", help="a few requests, 4 clients")
+    args = parser.parse_args()
+    argv = sys.argv[1:]
+    if args.smoke:
+        args.clients, args.requests, args.warmup = 4, 16, 4
+
+    from importlib import resources
+
+    prm_dir = Path(str(resources.files("dprm.llm") / "worlds" / "arith" / "prm"))
+    jobs = workload(args.requests + args.warmup)
+    warm, timed = jobs[: args.warmup], jobs[args.warmup :]
+    with tempfile.TemporaryDirectory() as tmp:
+        calibrator = fit_calibrator(prm_dir, Path(tmp) / "mono")
+        rows = []
+        for max_batch in (args.max_batch, 1):
+            rows.append(
+                measure(
+                    prm_dir, calibrator, max_batch, args.batch_wait_ms, warm, timed, args.clients
+                )
+            )
+    print(f"workload: {args.clients} clients x {args.requests} /v1/score requests, arith PRM")
+    for r in rows:
+        name = "batched" if r["max_batch"] > 1 else "one at a time"
+        print(
+            f"{name:>13} (--max-batch {r['max_batch']:>2}): {r['throughput_rps']:8.1f} req/s  "
+            f"p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  mean batch "
+            f"{r['mean_batch']:5.2f}  sizes {r['batch_sizes']}  answered "
+            f"{r['answered']}/{r['requests']}  RSS {r['rss_start_mib']:.0f} -> "
+            f"{r['rss_end_mib']:.0f} MiB"
+        )
+    speedup = rows[0]["throughput_rps"] / rows[1]["throughput_rps"]
+    print(f"speed-up of batching: {speedup:.2f}x")
+    path = write_page(args.results_dir, rows, speedup, argv)
+    print(f"wrote {path}")
+    failed = sum(r["failures"] for r in rows) or any(r["exit_code"] != 0 for r in rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
