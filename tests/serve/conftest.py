@@ -4,9 +4,7 @@ hidden size is whatever the shipped PRM's is."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -66,12 +64,6 @@ def calibrator_dir(tmp_path_factory, prm, arith_rows) -> Path:
     return model.save(tmp_path_factory.mktemp("calibrator") / "mono")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class LiveServer:
     """``dprm serve``'s app run by uvicorn in a thread on a free loopback port."""
 
@@ -128,11 +120,3 @@ def live_server(build_service):
     service, info = build_service(max_batch=8, batch_wait_ms=20.0)
     with LiveServer(service, info) as server:
         yield server
-
-
-def wait_for(predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        time.sleep(0.05)
