@@ -1,9 +1,10 @@
 """Load test of ``dprm serve`` on the shipped arith PRM: batching against one request at a time.
 
-Starts ``dprm serve`` twice as a subprocess on a free loopback port (127.0.0.1 only): once with
-micro-batching (``--max-batch B``) and once without (``--max-batch 1``), each on the same
-PRM, calibrator and requests. N concurrent clients (threads of :class:`dprm.client.Client`)
-send a fixed number of ``/v1/score`` requests (a question and its solutions, from the arith
+Starts two ``dprm serve`` subprocesses on free loopback ports (127.0.0.1 only): one with
+micro-batching (``--max-batch B``) and one without (``--max-batch 1``), on the same PRM,
+calibrator and requests. N concurrent clients (threads of :class:`dprm.client.Client`) send a
+fixed number of ``/v1/score`` requests to each, in alternating blocks (so that both see the
+same machine load) (a question and its solutions, from the arith
 world's ``id`` split); every request must be answered (exit 1 otherwise). Prints per run the
 throughput, p50 / p99 latency, the batch sizes the server reached (its ``/v1/info``
 counters), the server's resident memory after warm-up and at the end, and the speed-up of
@@ -132,45 +133,70 @@ def run_load(url: str, jobs, clients: int) -> tuple[list[float], int, float]:
     return latencies, failures[0], time.perf_counter() - started
 
 
-def measure(prm_dir, calibrator, max_batch, wait_ms, warm, jobs, clients) -> dict:
-    """One server run: warm up on ``warm`` (untimed), then time ``jobs``."""
+def measure(prm_dir, calibrator, settings, wait_ms, warm, jobs, clients, blocks) -> list[dict]:
+    """Both servers at once (``settings``: their ``--max-batch``), warmed up on ``warm``,
+    then ``jobs`` in ``blocks`` blocks sent to each server in turn (order alternating), so
+    that both runs see the same machine load; one row per server."""
     import numpy as np
 
     from dprm.client import Client
 
-    server = Server(prm_dir, calibrator, max_batch, wait_ms)
+    servers = [Server(prm_dir, calibrator, max_batch, wait_ms) for max_batch in settings]
     try:
-        Client(server.url).wait_ready(120)
-        run_load(server.url, warm, clients)  # warm-up: allocator, kernels, caches
-        rss_start = server.rss_mib()
-        before = Client(server.url).info()["batching"]
-        latencies, failures, wall = run_load(server.url, jobs, clients)
-        after = Client(server.url).info()["batching"]
-        rss_end = server.rss_mib()
+        state = []
+        for server in servers:
+            Client(server.url).wait_ready(120)
+            run_load(server.url, warm, clients)  # warm-up: allocator, kernels, caches
+            state.append(
+                {"rss": server.rss_mib(), "before": Client(server.url).info()["batching"],
+                 "latencies": [], "failures": 0, "wall": 0.0}
+            )  # fmt: skip
+        size = -(-len(jobs) // blocks)
+        for b in range(blocks):
+            chunk = jobs[b * size : (b + 1) * size]
+            order = range(len(servers)) if b % 2 == 0 else reversed(range(len(servers)))
+            for k in order:
+                latencies, failures, wall = run_load(servers[k].url, chunk, clients)
+                state[k]["latencies"] += latencies
+                state[k]["failures"] += failures
+                state[k]["wall"] += wall
+        for server, st in zip(servers, state, strict=True):
+            st["after"] = Client(server.url).info()["batching"]
+            st["rss_end"] = server.rss_mib()
     finally:
-        code = server.stop()
-    lat = np.asarray(latencies) * 1e3
-    sizes = {int(k): v - before["batch_sizes"].get(k, 0) for k, v in after["batch_sizes"].items()}
-    sizes = {k: v for k, v in sizes.items() if v > 0}
-    batches = after["batches"] - before["batches"]
-    return {
-        "max_batch": max_batch,
-        "batch_wait_ms": wait_ms,
-        "clients": clients,
-        "requests": len(jobs),
-        "answered": len(jobs) - failures,
-        "failures": failures,
-        "wall_s": round(wall, 3),
-        "throughput_rps": round(len(jobs) / wall, 2),
-        "p50_ms": round(float(np.percentile(lat, 50)), 2),
-        "p99_ms": round(float(np.percentile(lat, 99)), 2),
-        "mean_batch": round((after["batched_requests"] - before["batched_requests"]) / batches, 2),
-        "largest_batch": max(sizes) if sizes else 0,
-        "batch_sizes": " ".join(f"{k}:{v}" for k, v in sorted(sizes.items())),
-        "rss_start_mib": round(rss_start, 1),
-        "rss_end_mib": round(rss_end, 1),
-        "exit_code": code,
-    }
+        codes = [server.stop() for server in servers]
+    rows = []
+    for max_batch, st, code in zip(settings, state, codes, strict=True):
+        before, after = st["before"], st["after"]
+        lat = np.asarray(st["latencies"]) * 1e3
+        sizes = {
+            int(k): v - before["batch_sizes"].get(k, 0) for k, v in after["batch_sizes"].items()
+        }
+        sizes = {k: v for k, v in sizes.items() if v > 0}
+        batches = after["batches"] - before["batches"]
+        rows.append(
+            {
+                "max_batch": max_batch,
+                "batch_wait_ms": wait_ms,
+                "clients": clients,
+                "requests": len(jobs),
+                "answered": len(jobs) - st["failures"],
+                "failures": st["failures"],
+                "wall_s": round(st["wall"], 3),
+                "throughput_rps": round(len(jobs) / st["wall"], 2),
+                "p50_ms": round(float(np.percentile(lat, 50)), 2),
+                "p99_ms": round(float(np.percentile(lat, 99)), 2),
+                "mean_batch": round(
+                    (after["batched_requests"] - before["batched_requests"]) / batches, 2
+                ),
+                "largest_batch": max(sizes) if sizes else 0,
+                "batch_sizes": " ".join(f"{k}:{v}" for k, v in sorted(sizes.items())),
+                "rss_start_mib": round(st["rss"], 1),
+                "rss_end_mib": round(st["rss_end"], 1),
+                "exit_code": code,
+            }
+        )
+    return rows
 
 
 def write_page(results_dir: Path, rows: list[dict], speedup: float, argv: list[str]) -> Path:
@@ -217,9 +243,11 @@ def write_page(results_dir: Path, rows: list[dict], speedup: float, argv: list[s
         "server with one torch thread.\n\n"
         f"{first['clients']} concurrent clients send {first['requests']} `/v1/score` requests "
         "(an arith question with two solutions of 1-8 steps) to `dprm serve` on the shipped "
-        "arith PRM and a small `mono` calibrator, first with micro-batching "
-        f"(`--max-batch {first['max_batch']} --batch-wait-ms {first['batch_wait_ms']:g}`), then "
-        "one request per PRM forward (`--max-batch 1`). Latency is a request's round trip as "
+        "arith PRM and a small `mono` calibrator: one server with micro-batching "
+        f"(`--max-batch {first['max_batch']} --batch-wait-ms {first['batch_wait_ms']:g}`), one "
+        "scoring one request per PRM forward (`--max-batch 1`), both running at once and sent "
+        "the requests in alternating blocks so that both see the same machine load; "
+        "throughput is requests over the time spent on that server's blocks. Latency is a request's round trip as "
         "the client sees it; batch sizes are the server's `/v1/info` counters over the timed "
         "requests; RSS is the server process's resident memory after the warm-up and after the "
         "timed requests.\n\n"
@@ -243,6 +271,10 @@ def main() -> int:
     parser.add_argument("--max-batch", type=int, default=16, help="the batched run's --max-batch")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument(
+        "--blocks", type=int, default=4,
+        help="the timed requests go to the two servers in this many alternating blocks",
+    )  # fmt: skip
+    parser.add_argument(
         "--results-dir", type=Path, default=ROOT / "docs" / "results",
         help="where serving.md and serving/runs.csv go",
     )  # fmt: skip
@@ -250,7 +282,7 @@ def main() -> int:
     args = parser.parse_args()
     argv = sys.argv[1:]
     if args.smoke:
-        args.clients, args.requests, args.warmup = 4, 16, 4
+        args.clients, args.requests, args.warmup, args.blocks = 4, 16, 4, 2
 
     from importlib import resources
 
@@ -259,13 +291,10 @@ def main() -> int:
     warm, timed = jobs[: args.warmup], jobs[args.warmup :]
     with tempfile.TemporaryDirectory() as tmp:
         calibrator = fit_calibrator(prm_dir, Path(tmp) / "mono")
-        rows = []
-        for max_batch in (args.max_batch, 1):
-            rows.append(
-                measure(
-                    prm_dir, calibrator, max_batch, args.batch_wait_ms, warm, timed, args.clients
-                )
-            )
+        rows = measure(
+            prm_dir, calibrator, (args.max_batch, 1), args.batch_wait_ms, warm, timed,
+            args.clients, args.blocks,
+        )  # fmt: skip
     print(f"workload: {args.clients} clients x {args.requests} /v1/score requests, arith PRM")
     for r in rows:
         name = "batched" if r["max_batch"] > 1 else "one at a time"
