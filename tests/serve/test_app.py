@@ -23,6 +23,7 @@ def client(build_service):
     service, info = build_service(max_solutions=4, max_steps=8, max_chars=400,
                                   max_body_bytes=20000)  # fmt: skip
     with TestClient(wrap(create_app(service, info), service.settings.max_body_bytes)) as c:
+        c.service, c.info = service, info
         yield c
     service.close()
 
@@ -155,3 +156,21 @@ def test_info_names_models_digests_and_training_data(client, arith_prm_dir, cali
 def test_openapi_schema_lists_the_endpoints(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/v1/score", "/v1/allocate", "/healthz", "/v1/info"} <= set(paths)
+
+
+def test_an_internal_failure_is_one_line_and_the_server_keeps_serving(client, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from dprm.serve.app import create_app, wrap
+
+    service = client.service
+    app = wrap(create_app(service, client.info), service.settings.max_body_bytes)
+    body = {"question": "q", "solutions": [["a"]]}
+    with TestClient(app, raise_server_exceptions=False) as raw:
+        with monkeypatch.context() as patch:
+            patch.setattr(service.cprm, "mean", lambda states: 1 / 0)
+            failed = raw.post("/v1/score", json=body)
+        assert failed.status_code == 500
+        error = failed.json()["error"]
+        assert "ZeroDivisionError" in error and "\n" not in error
+        assert raw.post("/v1/score", json=body).status_code == 200
