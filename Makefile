@@ -112,6 +112,7 @@ results: $(BIN)/dprm
 	$(BIN)/python benchmarks/experiments/adaptive_peers.py --render --out docs/results/adaptive-peers-arith.md
 	$(BIN)/python benchmarks/experiments/real_world.py --render
 	test ! -f docs/results/performance/source.json || $(BIN)/python benchmarks/experiments/performance.py --render
+	$(BIN)/python benchmarks/experiments/serving.py --render
 
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) $(LLM_VENV) $(VLLM_VENV) runs .pytest_cache

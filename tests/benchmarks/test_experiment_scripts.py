@@ -26,6 +26,7 @@ EXPERIMENTS = [
     ("warmup_selection.py", ["--smoke", "--work", "{tmp}/warmup"]),
     pytest.param("recommendation.py", ["--smoke", "--work", "{tmp}/recommend"], marks=slow),
     pytest.param("world_training.py", ["--smoke", "--work", "{tmp}/world"], marks=slow),
+    pytest.param("serving.py", ["--smoke", "--out", "{tmp}/serving"], marks=slow),
     pytest.param(
         "twin_residuals.py",
         ["--size", "tiny", "--generators", "llama-3.2-1b", "--prms", "qwen-prm"],
@@ -63,6 +64,7 @@ PAGES = {
     "adaptive-peers": "adaptive_peers.py",
     "adaptive-peers-arith": ("adaptive_peers.py", "--out", "{tmp}/results/adaptive-peers-arith.md"),
     "real-world": "real_world.py",
+    "serving": "serving.py",
 }
 
 

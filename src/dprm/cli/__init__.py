@@ -88,6 +88,10 @@ COMMANDS: dict[str, Command] = {
         "live adaptive best-of-N / beam search with a calibrated PRM (+ fixed baseline)",
         True,
     ),
+    "serve": Command(
+        "dprm.cli.serve",
+        "serve a PRM + calibrator over HTTP: step scores, quantiles, budgets (batched)",
+    ),
     "doctor": Command(
         "dprm.cli.doctor",
         "first thing on a GPU machine: the extras installed, then the real PRMs vs published "
