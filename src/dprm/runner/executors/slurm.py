@@ -38,9 +38,9 @@ import submitit
 
 from dprm.config import ConfigError
 from dprm.io import write_json
-from dprm.runner.executors import slurm_missing
 from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report
 from dprm.runner.executors.local import run_in_driver
+from dprm.runner.executors.requirements import slurm_missing
 from dprm.runner.units import Fail, Record, Unit
 
 #: clusters of submitit's AutoExecutor a recipe may name ("" = SLURM)
