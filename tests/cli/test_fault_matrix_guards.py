@@ -287,6 +287,64 @@ def test_run_out_inside_another_output_is_refused(tmp_path, monkeypatch, capsys,
     assert snapshot(out) == before and not nested.exists()
 
 
+#: every writing command, as ``argv(inputs, out)``: the output is a folder or a file in it
+WRITERS = {
+    "tune": lambda m, out: ["tune", "--data", str(m["calib"]), "--out", str(out),
+                            "--trials", "1", "--methods", "qr"],
+    "train": lambda m, out: ["train", "--method", "isotonic", "--data", str(m["calib"]),
+                             "--out", str(out)],
+    "synth": lambda m, out: ["synth", "--preset", "demo", "--size", "tiny", "--out", str(out)],
+    "predict": lambda m, out: ["predict", "--model", str(m["model"]), "--data", str(m["calib"]),
+                               "--levels", "0.5", "--out", str(out / "q.npy")],
+    "evaluate": lambda m, out: ["evaluate", "--model", str(m["model"]), "--data",
+                                str(m["calib"]), "--out", str(out / "metrics.json")],
+    "ias": lambda m, out: ["ias", "--bon", str(m["bon"]), "--out", str(out)],
+}  # fmt: skip
+
+
+@pytest.fixture
+def nests(tmp_path) -> dict[str, Path]:
+    """A `dprm run` folder (with a world inside, marked as the run's) and a `synth` world."""
+    run = tmp_path / "run"
+    write_marker(run, "run")
+    (run / "worlds").mkdir()
+    (run / "worlds" / "w1" / "id").mkdir(parents=True)
+    record = json.loads((write_marker(run / "worlds" / "w1", "run")).read_text())
+    (run / "worlds" / "w1" / ".dprm-output.json").write_text(json.dumps(record | {"root": "../.."}))
+    world = tmp_path / "world"
+    write_marker(world, "synth")
+    (world / "id").mkdir()
+    return {"run": run, "world": world}
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["plain", "overwrite"])
+@pytest.mark.parametrize("where", ["run/new", "run/worlds/w1", "run/worlds/w1/id/x", "world/id"])
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_outputs_nested_in_a_run_or_world_are_refused(
+    mine, nests, capsys, command, where, overwrite
+):
+    """`tune --overwrite --out RUN/x` was accepted (refused without --overwrite) and the run's
+    next resume deleted the search; other commands wrote into runs and worlds freely."""
+    base, _, rest = where.partition("/")
+    target = nests[base] / rest
+    before = {name: snapshot(folder) for name, folder in nests.items()}
+    argv = WRITERS[command](mine, target) + ["--quiet"] + (["--overwrite"] if overwrite else [])
+    assert main(argv) == 2
+    err = one_line_error(capsys, str(nests[base]))
+    assert "inside" in err, err
+    assert {name: snapshot(folder) for name, folder in nests.items()} == before
+
+
+@pytest.mark.parametrize("command", ["tune", "train", "synth", "ias"])
+def test_overwrite_never_replaces_a_run_folder(mine, nests, capsys, command):
+    """--overwrite replaced anything dprm wrote, a whole `dprm run` folder included."""
+    before = snapshot(nests["run"])
+    argv = WRITERS[command](mine, nests["run"]) + ["--quiet", "--overwrite"]
+    assert main(argv) == 2
+    one_line_error(capsys, str(nests["run"]), "never replaces a run")
+    assert snapshot(nests["run"]) == before
+
+
 # ----------------------------------------------------------------------------- 4. a full disk
 def test_full_disk_during_predict(mine, small_disk):
     """A full disk under predict's memory map: SIGBUS (exit 135), temporary and lock left."""
