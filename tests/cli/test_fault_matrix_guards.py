@@ -626,3 +626,96 @@ def test_reproduce_workers_end_with_the_driver(tmp_path, sig):
     code, err = signalled(argv, sig, workers=2, log=tmp_path / "stderr")
     assert code == 130, err
     assert "interrupted" in err
+
+
+#: a ``sitecustomize`` under which every calibrator training of a run never ends (in the
+#: workers too: they import it at start), as a long training would
+ENDLESS_TRAINING = """
+import os
+
+if os.environ.get("DPRM_TEST_ENDLESS_TRAINING"):
+    import dprm.orchestrate.calibrator_units as units
+
+    def endless(*args, **kwargs):
+        import time
+
+        while True:
+            time.sleep(0.2)
+
+    units.train_one = endless
+"""
+
+
+def _start(argv: list[str], log: Path, hooks: Path | None = None) -> subprocess.Popen:
+    paths = ([str(hooks)] if hooks is not None else []) + sys.path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1"}
+    if hooks is not None:
+        env["DPRM_TEST_ENDLESS_TRAINING"] = "1"
+    with log.open("w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dprm.cli", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def _workers_of(driver: subprocess.Popen, count: int, log: Path) -> list:
+    """The spawned worker processes of ``driver`` once it runs ``count`` of them."""
+    import psutil
+
+    deadline = time.monotonic() + 240
+    while True:
+        assert driver.poll() is None, f"ended first: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, "never started its workers"
+        with contextlib.suppress(psutil.NoSuchProcess):
+            children = psutil.Process(driver.pid).children(recursive=True)
+            spawned = [p for p in children if "spawn_main" in " ".join(_cmdline(p))]
+            if len(spawned) >= count:
+                return spawned
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_resume_ends_the_workers_a_killed_reproduce_left(tmp_path):
+    """SIGKILL to a `reproduce --jobs 2` driver: its workers (about 500 MB each) kept running
+    and writing into the run folder, beside the resumed run's own workers."""
+    from dprm.workers import WORKERS_FILE
+
+    out = tmp_path / "run"
+    argv = ["reproduce", "--grid", "demo", "--out", str(out), "--jobs", "2", "--quiet"]
+    argv += ["--methods", "ot,qr"]
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(ENDLESS_TRAINING)
+    first = _start(argv, tmp_path / "first.stderr", hooks)
+    second = None
+    try:
+        orphans = _workers_of(first, 2, tmp_path / "first.stderr")
+        time.sleep(1.0)  # the driver recorded them
+        recorded = {e["pid"] for e in json.loads((out / WORKERS_FILE).read_text())["workers"]}
+        assert {p.pid for p in orphans} <= recorded
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        time.sleep(2.0)
+        assert all(_alive(p) for p in orphans)  # no handler ran: they are still there
+        second = _start(argv, tmp_path / "second.stderr", hooks)
+        end = time.monotonic() + 240  # the second driver's imports take a while on a busy machine
+        while time.monotonic() < end and any(_alive(p) for p in orphans):
+            time.sleep(0.2)
+        assert not [p.pid for p in orphans if _alive(p)]
+        assert second.poll() is None  # the resume goes on
+    finally:
+        for driver in (first, second):
+            if driver is not None and driver.poll() is None:
+                driver.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    driver.wait(timeout=60)
+                if driver.poll() is None:
+                    driver.kill()
+        import psutil
+
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                process.kill()

@@ -229,7 +229,23 @@ def claim_run_folder(out: str | os.PathLike, command: str, inputs: Inputs = ()) 
         write_marker(path, command)
     if _SESSION is not None:  # what the run publishes inside names it as its root
         _SESSION.stack.enter_context(output_root(path))
+        _own_workers(path, command)
     return path
+
+
+def _own_workers(path: Path, command: str) -> None:
+    """With the folder's lock held: end the live workers a killed driver left in it (they would
+    keep writing beside this run's own), and record this driver's workers for the next one."""
+    from dprm.workers import end_orphans, recorded_in
+
+    ended = end_orphans(path)
+    if ended:
+        print(
+            f"dprm {command}: ended {len(ended)} worker process(es) a killed run left writing "
+            f"into {path} (pids {', '.join(map(str, ended))})",
+            file=sys.stderr,
+        )
+    _SESSION.stack.enter_context(recorded_in(path))
 
 
 #: the commands whose folders are runs: everything inside belongs to their next resume
