@@ -235,3 +235,56 @@ def test_a_training_pool_the_recipe_does_not_ask_for_is_never_read(local_run, tm
     assert "auto" not in {row.get("allocation") for row in results["pays"]}
     assert results["pays"] == read_json(original / "results.json")["pays"]
     assert not [k for k in _rerun_units(out) if k.startswith("ias/")]
+
+
+#: a ``sitecustomize``: SIGKILL this process as the set whose path ends with
+#: ``$DPRM_TEST_KILL_AT`` is about to be published (its temporary written, not yet renamed)
+KILL_MID_WRITE = """
+import os
+
+if os.environ.get("DPRM_TEST_KILL_AT"):
+    import signal
+
+    from dprm.data import set_writer
+
+    real = set_writer.SetWriter.__exit__
+
+    def exit_(self, *args):
+        if str(self.path).endswith(os.environ["DPRM_TEST_KILL_AT"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, *args)
+
+    set_writer.SetWriter.__exit__ = exit_
+"""
+
+
+@pytest.mark.slow  # a killed and a resumed run of the tiny recipe: minutes
+@pytest.mark.parametrize("kill_at", ["train/calib", "ood/bon"])
+def test_run_killed_while_writing_a_world_resumes_to_a_fresh_run(local_run, tmp_path, kill_at):
+    """SIGKILL to `dprm run` (the local executor: the driver writes the world) while a world's
+    set is written; the resumed run equals a fresh run of the same recipe."""
+    import subprocess
+    import sys
+
+    from .compare import assert_same_outputs
+
+    _, recipe, fresh = local_run
+    out = tmp_path / "out"
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(KILL_MID_WRITE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPRM_TEST_KILL_AT": kill_at}
+    env["PYTHONPATH"] = os.pathsep.join([str(hooks), *sys.path])
+    argv = [sys.executable, "-m", "dprm.cli", "run", str(recipe), "--executor", "local"]
+    argv += ["--out", str(out), "--quiet"]
+    killed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (out / "worlds" / WORLD / kill_at / "meta.json").exists()
+    env.pop("DPRM_TEST_KILL_AT")
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_outputs(fresh, out)
+    left = read_json(out / "results.json")
+    right = read_json(fresh / "results.json")
+    for key in ("ias", "pays", "uniform"):
+        assert pd.DataFrame(left[key]).round(9).equals(pd.DataFrame(right[key]).round(9)), key
