@@ -88,3 +88,19 @@ def test_generate_full_disk_on_a_rerun_never_keeps_the_old_trajectories(lm, tmp_
     resumed, fresh = pd.read_parquet(out), pd.read_parquet(tmp_path / "fresh.parquet")
     assert "What is 0 + two?" in set(resumed["question"])
     pd.testing.assert_frame_equal(resumed, fresh)
+
+
+def test_generate_with_a_longer_grader_timeout_is_not_finished(lm, tmp_path):
+    """A rerun with a larger --grader-timeout was skipped as finished: answers that had timed
+    out (graded wrong) stayed wrong. It is a setting of the output now (--overwrite redoes it)."""
+    out = tmp_path / "traj.parquet"
+    questions = questions_file(tmp_path / "questions.jsonl", "one")
+    assert dprm(*generate(questions, lm, out)).returncode == 0
+    longer = dprm(*generate(questions, lm, out), "--grader-timeout", "30")
+    assert "already finished" not in longer.stdout
+    assert longer.returncode == 2 and "different settings" in longer.stderr, longer.stderr
+    again = dprm(*generate(questions, lm, out), "--grader-timeout", "30", "--overwrite")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (
+        "already finished" in dprm(*generate(questions, lm, out), "--grader-timeout", "30").stdout
+    )
