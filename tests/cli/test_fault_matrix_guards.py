@@ -287,6 +287,64 @@ def test_run_out_inside_another_output_is_refused(tmp_path, monkeypatch, capsys,
     assert snapshot(out) == before and not nested.exists()
 
 
+#: every writing command, as ``argv(inputs, out)``: the output is a folder or a file in it
+WRITERS = {
+    "tune": lambda m, out: ["tune", "--data", str(m["calib"]), "--out", str(out),
+                            "--trials", "1", "--methods", "qr"],
+    "train": lambda m, out: ["train", "--method", "isotonic", "--data", str(m["calib"]),
+                             "--out", str(out)],
+    "synth": lambda m, out: ["synth", "--preset", "demo", "--size", "tiny", "--out", str(out)],
+    "predict": lambda m, out: ["predict", "--model", str(m["model"]), "--data", str(m["calib"]),
+                               "--levels", "0.5", "--out", str(out / "q.npy")],
+    "evaluate": lambda m, out: ["evaluate", "--model", str(m["model"]), "--data",
+                                str(m["calib"]), "--out", str(out / "metrics.json")],
+    "ias": lambda m, out: ["ias", "--bon", str(m["bon"]), "--out", str(out)],
+}  # fmt: skip
+
+
+@pytest.fixture
+def nests(tmp_path) -> dict[str, Path]:
+    """A `dprm run` folder (with a world inside, marked as the run's) and a `synth` world."""
+    run = tmp_path / "run"
+    write_marker(run, "run")
+    (run / "worlds").mkdir()
+    (run / "worlds" / "w1" / "id").mkdir(parents=True)
+    record = json.loads((write_marker(run / "worlds" / "w1", "run")).read_text())
+    (run / "worlds" / "w1" / ".dprm-output.json").write_text(json.dumps(record | {"root": "../.."}))
+    world = tmp_path / "world"
+    write_marker(world, "synth")
+    (world / "id").mkdir()
+    return {"run": run, "world": world}
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["plain", "overwrite"])
+@pytest.mark.parametrize("where", ["run/new", "run/worlds/w1", "run/worlds/w1/id/x", "world/id"])
+@pytest.mark.parametrize("command", sorted(WRITERS))
+def test_outputs_nested_in_a_run_or_world_are_refused(
+    mine, nests, capsys, command, where, overwrite
+):
+    """`tune --overwrite --out RUN/x` was accepted (refused without --overwrite) and the run's
+    next resume deleted the search; other commands wrote into runs and worlds freely."""
+    base, _, rest = where.partition("/")
+    target = nests[base] / rest
+    before = {name: snapshot(folder) for name, folder in nests.items()}
+    argv = WRITERS[command](mine, target) + ["--quiet"] + (["--overwrite"] if overwrite else [])
+    assert main(argv) == 2
+    err = one_line_error(capsys, str(nests[base]))
+    assert "inside" in err, err
+    assert {name: snapshot(folder) for name, folder in nests.items()} == before
+
+
+@pytest.mark.parametrize("command", ["tune", "train", "synth", "ias"])
+def test_overwrite_never_replaces_a_run_folder(mine, nests, capsys, command):
+    """--overwrite replaced anything dprm wrote, a whole `dprm run` folder included."""
+    before = snapshot(nests["run"])
+    argv = WRITERS[command](mine, nests["run"]) + ["--quiet", "--overwrite"]
+    assert main(argv) == 2
+    one_line_error(capsys, str(nests["run"]), "never replaces a run")
+    assert snapshot(nests["run"]) == before
+
+
 # ----------------------------------------------------------------------------- 4. a full disk
 def test_full_disk_during_predict(mine, small_disk):
     """A full disk under predict's memory map: SIGBUS (exit 135), temporary and lock left."""
@@ -568,3 +626,96 @@ def test_reproduce_workers_end_with_the_driver(tmp_path, sig):
     code, err = signalled(argv, sig, workers=2, log=tmp_path / "stderr")
     assert code == 130, err
     assert "interrupted" in err
+
+
+#: a ``sitecustomize`` under which every calibrator training of a run never ends (in the
+#: workers too: they import it at start), as a long training would
+ENDLESS_TRAINING = """
+import os
+
+if os.environ.get("DPRM_TEST_ENDLESS_TRAINING"):
+    import dprm.orchestrate.calibrator_units as units
+
+    def endless(*args, **kwargs):
+        import time
+
+        while True:
+            time.sleep(0.2)
+
+    units.train_one = endless
+"""
+
+
+def _start(argv: list[str], log: Path, hooks: Path | None = None) -> subprocess.Popen:
+    paths = ([str(hooks)] if hooks is not None else []) + sys.path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": "1"}
+    if hooks is not None:
+        env["DPRM_TEST_ENDLESS_TRAINING"] = "1"
+    with log.open("w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dprm.cli", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def _workers_of(driver: subprocess.Popen, count: int, log: Path) -> list:
+    """The spawned worker processes of ``driver`` once it runs ``count`` of them."""
+    import psutil
+
+    deadline = time.monotonic() + 240
+    while True:
+        assert driver.poll() is None, f"ended first: {log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, "never started its workers"
+        with contextlib.suppress(psutil.NoSuchProcess):
+            children = psutil.Process(driver.pid).children(recursive=True)
+            spawned = [p for p in children if "spawn_main" in " ".join(_cmdline(p))]
+            if len(spawned) >= count:
+                return spawned
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_resume_ends_the_workers_a_killed_reproduce_left(tmp_path):
+    """SIGKILL to a `reproduce --jobs 2` driver: its workers (about 500 MB each) kept running
+    and writing into the run folder, beside the resumed run's own workers."""
+    from dprm.workers import WORKERS_FILE
+
+    out = tmp_path / "run"
+    argv = ["reproduce", "--grid", "demo", "--out", str(out), "--jobs", "2", "--quiet"]
+    argv += ["--methods", "ot,qr"]
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(ENDLESS_TRAINING)
+    first = _start(argv, tmp_path / "first.stderr", hooks)
+    second = None
+    try:
+        orphans = _workers_of(first, 2, tmp_path / "first.stderr")
+        time.sleep(1.0)  # the driver recorded them
+        recorded = {e["pid"] for e in json.loads((out / WORKERS_FILE).read_text())["workers"]}
+        assert {p.pid for p in orphans} <= recorded
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        time.sleep(2.0)
+        assert all(_alive(p) for p in orphans)  # no handler ran: they are still there
+        second = _start(argv, tmp_path / "second.stderr", hooks)
+        end = time.monotonic() + 240  # the second driver's imports take a while on a busy machine
+        while time.monotonic() < end and any(_alive(p) for p in orphans):
+            time.sleep(0.2)
+        assert not [p.pid for p in orphans if _alive(p)]
+        assert second.poll() is None  # the resume goes on
+    finally:
+        for driver in (first, second):
+            if driver is not None and driver.poll() is None:
+                driver.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    driver.wait(timeout=60)
+                if driver.poll() is None:
+                    driver.kill()
+        import psutil
+
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                process.kill()

@@ -171,3 +171,119 @@ def test_resume_removes_stale_temporaries(local_run, tmp_path):
     assert not stale_file.exists() and not stale_dir.exists()
     assert any("temporary file" in line for line in logs), logs
     assert not list(out.rglob(".*.tmp"))
+
+
+def _recipe_dict(out: Path) -> dict:
+    """The resolved recipe a run recorded (tables as dicts)."""
+    return read_json(out / "recipe.json")["recipe"]
+
+
+def _run_resolved(recipe_dict: dict, out: Path, logs: list[str] | None = None) -> dict:
+    """:func:`_run` of a resolved recipe (as recorded in recipe.json)."""
+    from dprm.recipe import run_recipe
+    from dprm.recipe.spec import recipe_from_dict
+
+    recipe = recipe_from_dict(recipe_dict, str(out / "recipe.json"))
+    log = logs.append if logs is not None else (lambda s: None)
+    outcome = run_recipe(recipe, out, progress=False, log=log)
+    assert outcome.ok, outcome.failures
+    return read_json(out / "results.json")
+
+
+def _at(out: Path) -> dict[str, str]:
+    """unit -> when it finished, for every unit but the report."""
+    done = read_json(out / "state.json")["done"]
+    return {k: v["at"] for k, v in done.items() if not k.startswith("report/")}
+
+
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
+def test_pools_dropped_from_the_recipe_leave_the_run_and_its_report(local_run, tmp_path):
+    """`[bon] n = 0` after a run with pools: the resumed report still held every IAS and "does
+    it pay?" row (a fresh run has none), and every calibrator was trained again (the pools'
+    settings were part of the calibrators' fingerprints)."""
+    _, _, original = local_run
+    out = tmp_path / "copy"
+    shutil.copytree(original, out)
+    before = _at(out)
+    assert read_json(out / "results.json")["ias"]  # the run had IAS rows
+    recipe = _recipe_dict(original)
+    recipe["bon"] = recipe["bon"] | {"n": 0}
+    logs: list[str] = []
+    results = _run_resolved(recipe, out, logs)
+    assert results["ias"] == [] and results["pays"] == [] and results["uniform"] == []
+    assert not (out / "ias").exists()
+    assert not list((out / "worlds" / WORLD).glob("*/bon"))
+    assert not list((out / "data").rglob("pool.parquet"))
+    assert any("no longer asks for" in line for line in logs), logs
+    after = _at(out)
+    assert not [k for k in after if k.startswith("ias/") or "/pool" in k or k.endswith("/bon")]
+    assert not [k for k in after if "/bon/" in k]
+    kept = {k: v for k, v in before.items() if k.startswith(("train/", "evaluate/"))}
+    assert kept and {k: after[k] for k in kept} == kept  # the calibrators were reused
+
+
+@pytest.mark.slow  # the shared local run of the tiny recipe: about a minute
+def test_a_training_pool_the_recipe_does_not_ask_for_is_never_read(local_run, tmp_path):
+    """A train/bon left in the world (by an earlier recipe with `[bon] train = true`) while the
+    recipe has no `[bon] train`: `auto` rows were learnt on it."""
+    _, _, original = local_run
+    out = tmp_path / "copy"
+    shutil.copytree(original, out)
+    shutil.copytree(out / "worlds" / WORLD / "id" / "bon", out / "worlds" / WORLD / "train" / "bon")
+    results = _run_resolved(_recipe_dict(original), out)
+    assert "auto" not in {row.get("allocation") for row in results["pays"]}
+    assert results["pays"] == read_json(original / "results.json")["pays"]
+    assert not [k for k in _rerun_units(out) if k.startswith("ias/")]
+
+
+#: a ``sitecustomize``: SIGKILL this process as the set whose path ends with
+#: ``$DPRM_TEST_KILL_AT`` is about to be published (its temporary written, not yet renamed)
+KILL_MID_WRITE = """
+import os
+
+if os.environ.get("DPRM_TEST_KILL_AT"):
+    import signal
+
+    from dprm.data import set_writer
+
+    real = set_writer.SetWriter.__exit__
+
+    def exit_(self, *args):
+        if str(self.path).endswith(os.environ["DPRM_TEST_KILL_AT"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, *args)
+
+    set_writer.SetWriter.__exit__ = exit_
+"""
+
+
+@pytest.mark.slow  # a killed and a resumed run of the tiny recipe: minutes
+@pytest.mark.parametrize("kill_at", ["train/calib", "ood/bon"])
+def test_run_killed_while_writing_a_world_resumes_to_a_fresh_run(local_run, tmp_path, kill_at):
+    """SIGKILL to `dprm run` (the local executor: the driver writes the world) while a world's
+    set is written; the resumed run equals a fresh run of the same recipe."""
+    import subprocess
+    import sys
+
+    from .compare import assert_same_outputs
+
+    _, recipe, fresh = local_run
+    out = tmp_path / "out"
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(KILL_MID_WRITE)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DPRM_TEST_KILL_AT": kill_at}
+    env["PYTHONPATH"] = os.pathsep.join([str(hooks), *sys.path])
+    argv = [sys.executable, "-m", "dprm.cli", "run", str(recipe), "--executor", "local"]
+    argv += ["--out", str(out), "--quiet"]
+    killed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (out / "worlds" / WORLD / kill_at / "meta.json").exists()
+    env.pop("DPRM_TEST_KILL_AT")
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_outputs(fresh, out)
+    left = read_json(out / "results.json")
+    right = read_json(fresh / "results.json")
+    for key in ("ias", "pays", "uniform"):
+        assert pd.DataFrame(left[key]).round(9).equals(pd.DataFrame(right[key]).round(9)), key

@@ -206,9 +206,11 @@ def claim_output(
     for one new ``--out`` cannot both pass them.
     ``command`` (with ``resumable``) resumes only a folder that command created.
     """
-    from dprm.io import check_output
+    from dprm.io import check_output, guard_output
 
-    path = Path(path)
+    path, inputs = Path(path), list(inputs)
+    guard_output(path, inputs)  # an input, the working directory, home: said first
+    refuse_inside_an_output(path, overwrite=overwrite)
     options = {
         "overwrite": overwrite,
         "directory": directory,
@@ -232,7 +234,6 @@ def claim_run_folder(out: str | os.PathLike, command: str, inputs: Inputs = ()) 
     """
     from dprm.io import output_root, read_marker, write_marker
 
-    _refuse_inside_an_output(Path(out))
     path = claim_output(
         out, overwrite=False, directory=True, resumable=True, inputs=inputs, command=command
     )
@@ -240,13 +241,35 @@ def claim_run_folder(out: str | os.PathLike, command: str, inputs: Inputs = ()) 
         write_marker(path, command)
     if _SESSION is not None:  # what the run publishes inside names it as its root
         _SESSION.stack.enter_context(output_root(path))
+        _own_workers(path, command)
     return path
 
 
-def _refuse_inside_an_output(out: Path) -> None:
-    """A run folder is never a folder inside another dprm output (resuming that one would
-    delete or rewrite it): neither below a folder with dprm's marker nor a folder whose own
-    marker names another root."""
+def _own_workers(path: Path, command: str) -> None:
+    """With the folder's lock held: end the live workers a killed driver left in it (they would
+    keep writing beside this run's own), and record this driver's workers for the next one."""
+    from dprm.workers import end_orphans, recorded_in
+
+    ended = end_orphans(path)
+    if ended:
+        print(
+            f"dprm {command}: ended {len(ended)} worker process(es) a killed run left writing "
+            f"into {path} (pids {', '.join(map(str, ended))})",
+            file=sys.stderr,
+        )
+    _SESSION.stack.enter_context(recorded_in(path))
+
+
+#: the commands whose folders are runs: everything inside belongs to their next resume
+RUN_COMMANDS = ("reproduce", "run")
+
+
+def refuse_inside_an_output(out: Path, overwrite: bool = False) -> None:
+    """One rule for every writing command, with or without ``--overwrite``: an output never lies
+    inside another dprm output folder (a run, a world, a search, a calibrator: resuming or
+    replacing that one would delete or rewrite it), is never a folder inside one (its marker
+    names another root), and ``--overwrite`` never replaces a run folder.
+    """
     from dprm.filesystem import shown
     from dprm.io import MARKER_FILE, OutputError, read_marker
 
@@ -266,6 +289,12 @@ def _refuse_inside_an_output(out: Path) -> None:
             f"is a folder inside the output of dprm {marker.get('command')} at "
             f"{shown(os.path.normpath(resolved / marker['root']))} (its {MARKER_FILE} names that "
             "root); choose another --out",
+        )
+    if overwrite and marker.get("command") in RUN_COMMANDS:
+        raise OutputError(
+            out,
+            f"is the run folder of dprm {marker['command']}; --overwrite never replaces a run: "
+            "move it away yourself or choose another --out",
         )
 
 

@@ -270,7 +270,7 @@ def run_stage(
     Returns:
         The exit code: 0 (a shard already finished is skipped before loading the generator).
     """
-    from dprm.llm.grading import GradingPool, require_grader
+    from dprm.llm.grading import GradingPool, require_grader, timeout_fingerprint
     from dprm.llm.shard import Shard, check_finished, output_path
 
     shard = args.shard or Shard()
@@ -278,6 +278,7 @@ def run_stage(
         **input_id(source, args.model),
         **inputs,
         **{k: meta[k] for k in ("generator", "backend", "template")},
+        **timeout_fingerprint(args.grader_timeout),  # a longer one can grade answers right
     }
     final = output_path(args.out, shard)
     if check_finished(

@@ -34,6 +34,18 @@ import numpy as np
 
 GRADER_NAME = "math-verify"
 DEFAULT_GRADER = "dprm.llm.grading:verify_answer"
+#: seconds one graded item may take when no timeout is given (``--grader-timeout``, ``[grading]``)
+DEFAULT_TIMEOUT_S = 5.0
+
+
+def timeout_fingerprint(timeout: float) -> dict:
+    """The grader timeout's part of a grading stage's fingerprint.
+
+    An item that times out is graded wrong, so a longer timeout can turn answers right: the
+    timeout changes the output and a rerun with another one is not finished. The default is
+    left out, so outputs made before the timeout was recorded keep their fingerprints.
+    """
+    return {} if float(timeout) == DEFAULT_TIMEOUT_S else {"grader_timeout_s": float(timeout)}
 
 
 def require_grader(grader: str = DEFAULT_GRADER) -> None:
@@ -175,7 +187,7 @@ class GradingPool:
     def __init__(
         self,
         workers: int = 2,
-        timeout: float = 5.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         grader: str = DEFAULT_GRADER,
         start_timeout: float = 120.0,
     ):

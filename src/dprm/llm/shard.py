@@ -180,6 +180,8 @@ def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool
     found = read_output_meta(path).get("fingerprint")
     if found == _jsonable(fingerprint) or _older_and_same(found, fingerprint):
         return True
+    if _unfinished_here(path, fingerprint):
+        return False  # killed between publishing the data and its sidecar: finish it
     changed = changed_reads(found, fingerprint)
     if changed is not None:
         _say_changed(path, changed, fingerprint)
@@ -189,6 +191,16 @@ def check_finished(path: str | Path, fingerprint: dict, overwrite: bool) -> bool
         "exists but was made with different settings "
         f"(found {found}, expected {_jsonable(fingerprint)}); pass --overwrite to replace it",
     )
+
+
+def _unfinished_here(path: Path, fingerprint: dict) -> bool:
+    """Whether the parts of ``path`` made with this fingerprint are still there: its data was
+    published but not its sidecar (a kill or a full disk in between), so it is not finished."""
+    parts = path.parent / f".{path.name}.parts" / FINGERPRINT_FILE
+    try:
+        return read_json(parts) == _jsonable(fingerprint)
+    except (DataError, OSError):
+        return False
 
 
 def _jsonable(obj: Any) -> Any:
@@ -261,11 +273,16 @@ class PartStore:
 
 
 def write_frame_output(path: str | Path, frame: pd.DataFrame, meta: dict) -> Path:
-    """Write a finished parquet output and its provenance sidecar (sidecar first, both atomic)."""
+    """Write a finished parquet output, then its provenance sidecar (both atomic).
+
+    The data first: a sidecar is only ever published for the table it describes, so a job killed
+    (or a disk filled) between the two leaves the old sidecar, whose fingerprint then no longer
+    vouches for the new table, or none (see :func:`check_finished`).
+    """
     path = Path(path)
-    write_json(sidecar_path(path), meta)
     with atomic_path(path) as tmp:
         pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp)
+    write_json(sidecar_path(path), meta)
     return path
 
 
@@ -473,10 +490,12 @@ def run_frame_stage(
             on_part_done(index)
     frame = store.read_frames(len(parts))
     meta = {**finish(frame), "fingerprint": _jsonable(fingerprint), "shard": str(shard)}
-    write_json(sidecar_path(final), meta)
+    # the table first, then the sidecar that vouches for it; the parts stay until both are
+    # published, so a crash in between is finished from them (see check_finished)
     if writer is None:
         write_frame_output(final, frame, meta)
     else:
         writer(final, frame)
+        write_json(sidecar_path(final), meta)
     store.cleanup()
     return final, False

@@ -40,12 +40,15 @@ def is_trained(pipe: Pipeline, world: str, method: str, seed: int) -> bool:
     return (pipe.layout.model_dir(world, method, seed) / "config.json").exists()
 
 
-def model_inputs(pipe: Pipeline, world: str, method: str, seed: int) -> dict[str, Any]:
-    """The world's recipe and the content hash of the model a unit reads (Base: no model)."""
+def model_inputs(
+    pipe: Pipeline, world: str, method: str, seed: int, kind: str | None = None
+) -> dict[str, Any]:
+    """The world's recipe (``kind``: of its ``calib`` or ``bon`` sets only, see
+    :func:`world_inputs`) and the content hash of the model a unit reads (Base: no model)."""
     model = None
     if method != "base":
         model = content_hash(pipe.layout.model_dir(world, method, seed))
-    return world_inputs(pipe, world) | {"method": method, "seed": seed, "model": model}
+    return world_inputs(pipe, world, kind) | {"method": method, "seed": seed, "model": model}
 
 
 def train_one(
@@ -115,7 +118,7 @@ def train_units(pipe: Pipeline, world: str) -> list[Unit]:
             out = pipe.layout.model_dir(world, method, seed)
             calib = str(pipe.world_dir(world) / TRAIN_SPLIT / "calib")
             run = functools.partial(train_one, calib, method, seed, overrides, str(out), threads)
-            inputs = world_inputs(pipe, world) | {
+            inputs = world_inputs(pipe, world, "calib") | {
                 "split": TRAIN_SPLIT,  # not "data": that is the world's data fingerprint
                 "method": method,
                 "seed": seed,
@@ -258,7 +261,7 @@ def evaluate_units(pipe: Pipeline, world: str) -> list[Unit]:
                 key=f"evaluate/{world}/{method}/seed{seed}",
                 outputs=[out],
                 run=run,
-                inputs=model_inputs(pipe, world, method, seed)
+                inputs=model_inputs(pipe, world, method, seed, "calib")
                 | {"splits": list(EVAL_SPLITS), "flex": flex},
                 reads=pipe.reads(*(pipe.world_dir(world) / s / "calib" for s in EVAL_SPLITS)),
                 world=world,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dprm.orchestrate.calibrator_units import is_trained, model_inputs
+from dprm.orchestrate.world_units import promised_sets
 from dprm.runner.layout import IAS_SPLITS, REFERENCE, TRAIN_SPLIT
 from dprm.runner.units import Unit
 
@@ -74,7 +75,9 @@ def _bon_features(bon_dir: Path) -> set[str] | None:
     return features
 
 
-def pays_plan(world_dir: str | Path, split: str, rules: Sequence[str]) -> PaysPlan:
+def pays_plan(
+    world_dir: str | Path, split: str, rules: Sequence[str], train_promised: bool = True
+) -> PaysPlan:
     """The rules and training set of the "does it pay?" rows of one (world, split).
 
     ``auto`` needs the world's ``train/bon`` (synthetic worlds write one; a recipe's real data
@@ -83,13 +86,17 @@ def pays_plan(world_dir: str | Path, split: str, rules: Sequence[str]) -> PaysPl
     ``*-min`` / ``*-product`` need per-step scores; ``*-calibrated`` needs candidate hidden
     states. A rule a set cannot serve is skipped with a note. When the world is not on disk
     (a synthetic world deleted after use, regenerated before the unit runs) every rule is kept.
+    ``train_promised`` False: the world does not promise a ``train/bon`` (a recipe without
+    ``[bon] train``), so one left on disk by an earlier recipe is never read.
     """
     from dprm.ias.selection.rules import parse_rule
 
     world_dir = Path(world_dir)
     test = _bon_features(world_dir / split / "bon")
     train_dir = world_dir / TRAIN_SPLIT / "bon"
-    train = _bon_features(train_dir)
+    train = _bon_features(train_dir) if train_promised else None
+    if test is None and not train_promised:
+        return PaysPlan(tuple(rules), None)
     if test is None:  # not on disk now: a synthetic world (v2, with train/bon)
         return PaysPlan(tuple(rules), str(train_dir))
     notes = []
@@ -259,6 +266,7 @@ def sweep_one(
     rules: Sequence[str] = (),
     vote_trials: int = 64,
     sequential: bool = False,
+    train_promised: bool = True,
 ) -> dict:
     """The IAS sweeps of one calibrator (or, for :data:`REFERENCE`, of Base and the truth),
     and its "does it pay?" rows (:func:`_pays_rows`) for each of ``rules`` (``sequential``: a
@@ -298,7 +306,7 @@ def sweep_one(
     summary, budgets = run_sweeps(pools, estimates, mc_trials=mc_trials, seed=mc_seed, greedy=True)
     notes: tuple[str, ...] = ()
     if rules:
-        plan = pays_plan(Path(bon_dir).parent.parent, split, rules)
+        plan = pays_plan(Path(bon_dir).parent.parent, split, rules, train_promised)
         notes = plan.notes
         if plan.rules:
             pays, seq_notes = _pays_rows(
@@ -326,8 +334,9 @@ def sweep_one(
 def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
     settings = {"beta": pipe.config.beta, "mc_trials": pipe.config.mc_trials}
     units = []
+    train_promised = f"{TRAIN_SPLIT}/bon" in promised_sets(pipe, world)
     for split in IAS_SPLITS:
-        plan = pays_plan(pipe.world_dir(world), split, pipe.config.ias_rules)
+        plan = pays_plan(pipe.world_dir(world), split, pipe.config.ias_rules, train_promised)
         for note in plan.notes:
             pipe.log(f"{pipe.command}: ias: {note}")
         pays = {"rules": list(plan.rules), "vote_trials": pipe.config.vote_trials}
@@ -373,6 +382,7 @@ def ias_units(pipe: Pipeline, world: str) -> list[Unit]:
                         tuple(plan.rules),
                         pipe.config.vote_trials,
                         seq,
+                        train_promised,
                     ),
                     inputs=model_inputs(pipe, world, model, seed)
                     | settings

@@ -89,6 +89,8 @@ def finish_run(pipe: Pipeline, *, started: float, resumed: bool, summary_config:
     the run's configuration as recorded; a change to it also redoes the report).
     """
     layout = pipe.layout
+    if pipe.prune:
+        pipe.prune_unplanned()
     key = "report/" + fingerprint([summary_config, sorted(pipe.unit_fingerprints().items())])
     outputs = [layout.report, layout.results, layout.run_record]
     if not pipe.failures and pipe.state.done(key, outputs):

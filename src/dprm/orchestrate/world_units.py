@@ -18,7 +18,12 @@ if TYPE_CHECKING:
 
 
 def ensure_world(pipe: Pipeline, world: str) -> Path:
-    """Write the synthetic world if it is not on disk (deterministic from the world name and size)."""
+    """Write the synthetic world unless every set it promises (:data:`WORLD_SETS`) is on disk.
+
+    Each set is published whole (atomically, ``meta.json`` inside), so a present ``meta.json``
+    is a complete set; a world killed part-way (its last set missing) is written again
+    (deterministic from the world name and size).
+    """
     from dprm.data.synth import write_world
 
     path = pipe.world_dir(world)
@@ -27,15 +32,30 @@ def ensure_world(pipe: Pipeline, world: str) -> Path:
     return path
 
 
-def world_inputs(pipe: Pipeline, world: str) -> dict[str, Any]:
-    """The fingerprint of a world's data.
+def world_inputs(pipe: Pipeline, world: str, kind: str | None = None) -> dict[str, Any]:
+    """The fingerprint of a world's data (``kind``: of its ``calib`` or ``bon`` sets only).
 
     A synthetic world is generated deterministically from its name and size; a world of real
-    data (a recipe's) is fingerprinted by the settings that produced it (``pipe.world_data``).
+    data (a recipe's) is fingerprinted by the settings that produced each of its sets
+    (``pipe.world_data``: ``"split/kind"`` -> settings). A unit that reads only the calibration
+    sets (training, evaluation) passes ``kind="calib"``: the pools' settings (``[bon]``) do not
+    change its result, so they are not part of its fingerprint.
     """
     if world in pipe.world_data:
-        return {"world": world, "data": pipe.world_data[world]}
+        data = pipe.world_data[world]
+        if kind is not None:
+            data = {k: v for k, v in data.items() if k.endswith(f"/{kind}")}
+        return {"world": world, "data": data}
     return {"world": world, "size": pipe.config.size}
+
+
+def promised_sets(pipe: Pipeline, world: str) -> set[str]:
+    """The sets (``"split/kind"``) a world holds once its data stages ran: every set of a
+    synthetic world; those a recipe asks for (``pipe.world_data``) of a real-data world. A set
+    on disk that the world does not promise (left by an earlier recipe) is never read."""
+    if world in pipe.world_data:
+        return set(pipe.world_data[world])
+    return {f"{s}/{k}" for s, k in WORLD_SETS}
 
 
 def synth_units(pipe: Pipeline, world: str) -> list[Unit]:

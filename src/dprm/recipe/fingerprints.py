@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from dprm.llm.generate import REFERENCE_CONTEXT
+from dprm.llm.grading import timeout_fingerprint
 from dprm.recipe.layout import split_world
 from dprm.recipe.sections import SPLITS
 from dprm.recipe.spec import Recipe
@@ -50,12 +51,14 @@ def sampling_settings(recipe: Recipe, n: int, max_new_tokens: int | None = None)
 
 
 def trajectories_fp(recipe: Recipe, generator: str, split: str, pool: bool) -> dict[str, Any]:
+    """Questions, generator and sampling, and the grader timeout (a longer one can grade
+    answers that timed out right; see :func:`dprm.llm.grading.timeout_fingerprint`)."""
     n = recipe.bon.n if pool else recipe.sampling.n
     return {
         "questions": questions_fp(recipe, split),
         "generator": engine_settings(recipe.generator(generator)),
         "sampling": sampling_settings(recipe, n),
-    }
+    } | timeout_fingerprint(recipe.grading.timeout)
 
 
 def labels_fp(recipe: Recipe, generator: str, split: str) -> dict[str, Any]:
@@ -70,7 +73,7 @@ def labels_fp(recipe: Recipe, generator: str, split: str) -> dict[str, Any]:
     return {
         "trajectories": trajectories_fp(recipe, generator, split, pool=False),
         "rollout": dataclasses.asdict(recipe.rollout),
-    }
+    } | timeout_fingerprint(recipe.grading.timeout)  # the rollouts are graded too
 
 
 def prm_fp(recipe: Recipe, prm: str) -> dict[str, Any]:

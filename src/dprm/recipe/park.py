@@ -54,6 +54,7 @@ def park_labels(source: str, datasets: list[str], policy: str, rollouts: int, ou
             out, f"a question appears in two of {datasets} (id {frame['question_id'][dup].iloc[0]})"
         )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_labels(out, frame)  # the data first, then the sidecar describing it
     write_json(
         sidecar_path(out),
         unit_meta()
@@ -64,5 +65,4 @@ def park_labels(source: str, datasets: list[str], policy: str, rollouts: int, ou
             "n_rollouts": rollouts,
         },
     )
-    write_labels(out, frame)
     return {"rows": len(frame), "questions": int(frame["question_id"].nunique())}

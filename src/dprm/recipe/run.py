@@ -106,6 +106,7 @@ def _run(recipe: Recipe, out: Path, runner, started: float, progress: bool, log)
         executor=runner,
         world_data={w: world_data(recipe, w) for w in worlds},
         command="dprm run",
+        prune=True,  # outputs the recipe no longer asks for leave the run and its report
     )
     resumed = pipe.layout.run_record.exists()
     shards = recipe.run.shards or runner.default_shards

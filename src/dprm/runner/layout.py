@@ -24,8 +24,8 @@ TRAIN_SPLIT = "train"
 EVAL_SPLITS = ("train", "id", "ood")
 #: BoN splits of the IAS sweeps (both held out)
 IAS_SPLITS = ("id", "ood")
-#: the files synth writes for a world: (split, kind)
-WORLD_SETS = ((TRAIN_SPLIT, "calib"),) + tuple((s, k) for s in IAS_SPLITS for k in ("calib", "bon"))
+#: the sets synth writes for a world: (split, kind); a world is present only when all are
+WORLD_SETS = tuple((s, k) for s in (TRAIN_SPLIT, *IAS_SPLITS) for k in ("calib", "bon"))
 #: the reference "method" of the IAS stage (Base and the synthetic truth, plus plain best-of-n)
 REFERENCE = "_reference"
 

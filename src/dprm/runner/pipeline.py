@@ -50,6 +50,17 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
     return stale
 
 
+def _remove_empty_parents(folder: Path, root: Path) -> None:
+    """Remove ``folder`` and its ancestors below ``root`` while they are empty."""
+    folder = folder.resolve()
+    while folder != root and folder.is_relative_to(root):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): stop
+            return
+        folder = folder.parent
+
+
 class Pipeline:
     """Runs units stage by stage with a progress bar per stage and per-stage timing.
 
@@ -62,6 +73,9 @@ class Pipeline:
         world_data: world -> fingerprint of its data, for worlds that are not synthetic (a
             recipe's real-data worlds); synthetic worlds are fingerprinted by name and size.
         command: the command named in messages.
+        prune: at the end of the run (:meth:`prune_unplanned`), remove the outputs and records
+            of units no stage of this invocation planned (a recipe that no longer asks for
+            them); off for ``reproduce``, whose ``--worlds`` runs part of a grid at a time.
     """
 
     def __init__(
@@ -73,6 +87,7 @@ class Pipeline:
         executor: Executor | None = None,
         world_data: dict[str, Any] | None = None,
         command: str = "dprm reproduce",
+        prune: bool = False,
     ):
         self.out, self.config, self.progress, self.log = out, config, progress, log
         self.executor = executor if executor is not None else LocalExecutor(config.jobs)
@@ -86,6 +101,9 @@ class Pipeline:
         self._changed: dict[str, list[Path]] = {}
         self._reported_reads: set[str] = set()
         self._written: set[str] = set()  # outputs of the units this invocation ran (by name)
+        self.prune = prune
+        self._planned: set[str] = set()  # keys of the units this invocation's stages listed
+        self._planned_outputs: set[str] = set()  # and their outputs (by name)
         self.state.digests.prune()
         if self.layout.state.exists():  # a resume: what an interrupted writer left is garbage
             stale = remove_stale_temporaries(out)
@@ -159,6 +177,8 @@ class Pipeline:
     def run_stage(self, name: str, units: list[Unit], label: str = "") -> None:
         """Run the units of one stage that are not already done; time the stage."""
         start = time.perf_counter()
+        self._planned.update(u.key for u in units)
+        self._planned_outputs.update(self.state.name_of(p) for u in units for p in u.outputs)
         todo = [u for u in units if not self.is_done(u)]
         self.reused += [u.key for u in units if u not in todo]
         stats = self.timing.setdefault(name, {"seconds": 0.0, "units": 0, "skipped": 0})
@@ -182,6 +202,45 @@ class Pipeline:
                     bar,
                 )
         stats["seconds"] += time.perf_counter() - start
+
+    def prune_unplanned(self) -> list[str]:
+        """Remove the finished units no stage of this invocation listed, and their outputs.
+
+        Called once every stage ran (so every unit the run still asks for is planned): the
+        outputs of units a changed recipe no longer has (pools after ``[bon] n = 0``, a dropped
+        generator's data) would otherwise stay in the run and in its report. Only paths inside
+        the run directory that no planned unit also writes are removed.
+
+        Returns:
+            The keys of the units removed.
+        """
+        root = self.out.resolve()
+        gone = sorted(
+            k
+            for k in self.state.data["done"]
+            if k not in self._planned and not k.startswith("report/")
+        )
+        for key in gone:
+            record = self.state.data["done"].pop(key)
+            for name in record.get("outputs") or {}:
+                if name in self._planned_outputs:
+                    continue
+                path = Path(name) if Path(name).is_absolute() else self.out / name
+                if not path.resolve().is_relative_to(root) or path.resolve() == root:
+                    continue
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+                _remove_empty_parents(path.parent, root)
+        if gone:
+            self.state.save()
+            more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+            self.log(
+                f"{self.command}: removed {len(gone)} unit(s) the run no longer asks for, with "
+                f"their outputs ({gone[0]}{more})"
+            )
+        return gone
 
     def _mark(self, unit: Unit, seconds: float, info: dict, stats: dict) -> None:
         if unit.reads:

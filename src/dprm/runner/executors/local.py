@@ -11,6 +11,7 @@ from typing import Any
 
 from dprm.runner.executors.base import call, is_driver_unit, is_gpu_unit, report, visible_gpus
 from dprm.runner.units import Fail, Record, Unit
+from dprm.workers import record_workers
 from dprm.workers import terminate_pool as terminate
 
 
@@ -54,6 +55,7 @@ class LocalExecutor:
         pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=ctx)
         try:
             started = {pool.submit(u.run): (u, time.perf_counter()) for u in units}
+            record_workers(pool)  # a resume after this driver's death ends them
             for future in as_completed(started):
                 unit, t0 = started[future]
                 try:
@@ -118,6 +120,7 @@ class LocalRecipeExecutor:
             )
         try:
             started = {self._pool.submit(call, u.run): u for u in units}
+            record_workers(self._pool)  # a resume after this driver's death ends them
             for future in as_completed(started):
                 report(started[future], future.result, record, fail, bar)
         except BaseException:  # Ctrl-C, SIGTERM: the workers end with the driver
