@@ -17,6 +17,10 @@ SCORE_NAMES = {
 }
 
 
+#: the same, short enough for an axis label
+SHORT_NAMES = {"nll": "count NLL", "calibration_area": "calibration area", "wql": "WQL"}
+
+
 def score_name(metric: str) -> str:
     """The validation score ``metric`` in words."""
     return SCORE_NAMES.get(metric, metric)
@@ -82,8 +86,9 @@ def training_figure(
             axes[0, c].set_xticks([])
             axes[0, c].set_yticks([])
         else:
-            axes[0, c].set_ylabel(f"{score_name(metric)} (lower is better)", fontsize=8)
-            axes[0, c].legend(fontsize=7, loc="best")
+            axes[0, c].set_ylabel(
+                f"{SHORT_NAMES.get(metric, metric)} (lower is better)", fontsize=8
+            )
         axes[1, c].set_title(f"{display(m)}: training {loss_name}", fontsize=9)
         axes[1, c].set_ylabel(f"training {loss_name}", fontsize=8)
         axes[1, c].set_xlabel("step")
@@ -167,7 +172,9 @@ def selection_note(history: pd.DataFrame) -> str:
         "min(warmup_steps, warmup_fraction × max_steps) steps: "
         + "; ".join(warmups)
         + "; the last step is always eligible; the warm-up keeps the calibration area from "
-        "choosing the near-marginal maps of the first steps, binomial's likelihood needs none)"
+        "choosing the near-marginal maps of the first steps; binomial's count likelihood needs "
+        "none, except with <= 50 training questions, where too few validation questions make "
+        "its minimum noise)"
     )
     if len(passed):
         note += (
