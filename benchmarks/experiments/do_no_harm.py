@@ -272,7 +272,8 @@ def render(folder: Path, command: str) -> str:
             "",
             "Before: patience off (every step to the 1,000-step cap), the warm-up min(400, "
             "cap/4) for every method, no small-data defaults. After: this release's defaults "
-            "(patience in steps, binomial without a warm-up, the small-data defaults). No "
+            "(patience in steps, binomial without a warm-up except on <= 50 training questions, the "
+            "small-data defaults). No "
             "do-no-harm fallback in either arm. Held-out Brier and steps run, mean ± s.e. over "
             "the development draws.",
             "",

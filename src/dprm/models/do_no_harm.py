@@ -41,7 +41,7 @@ SMALL_DATA_SETTINGS: dict[str, Any] = {
     "context_dim": 8,
     # the warm-up of qr / mono (min(400, cap / 4)) for binomial too: the validation split of
     # <= 12 questions is too noisy for its minimum to pick a checkpoint (development draws:
-    # held-out OOD Brier 0.270 with the warm-up, 0.316 at the validation minimum)
+    # held-out ID Brier 0.099 with the warm-up, 0.112 at the validation minimum, 3 of 3 draws)
     "warmup_steps": 400,
 }
 
