@@ -72,7 +72,8 @@ CONVERGED_QR = {
     "eval_every": 100,
     "warmup_steps": 0,
     "select_metric": "wql",
-    "patience": 10,
+    "patience": 1000,  # steps (10 evaluations), a fixed wait
+    "patience_fraction": 0.0,
 }
 #: hidden dimension of the worlds dprm's QR is trained on (any D >= EMBED_WIDTH is the same
 #: linear model class as paper size's 3584, at a fraction of the memory and time)

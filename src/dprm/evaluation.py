@@ -2,7 +2,9 @@
 
 Per method: ``brier, pos_brier, neg_brier, ece, wql, calibration_area, crossing_rate, n`` (NaN
 where undefined), ``wql_interior`` (the WQL over the levels 0.1..0.9 only, without the end levels
-tau = 0 and 1) and, on synthetic sets with truth, ``quantile_error_true`` and ``crps_true``.
+tau = 0 and 1), the comparison with the raw PRM score on the same records (``brier_vs_raw``,
+``brier_vs_raw_se``, ``worse_than_raw``: :func:`versus_raw`) and, on synthetic sets with truth,
+``quantile_error_true`` and ``crps_true``.
 
 Conventions (docs/design.md §3; the branching is :func:`dprm.models.interface.predict`): point
 estimates are the trapezoid mean over the 11 levels for
@@ -22,6 +24,7 @@ import numpy as np
 
 from dprm import metrics as M
 from dprm.data.contract import CalibrationSet
+from dprm.models.do_no_harm import clustered_difference, worse_than_raw
 from dprm.models.interface import Calibrator, predict
 from dprm.models.park_qr import score_input
 
@@ -83,6 +86,7 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
         neg_brier=M.neg_brier(p, y),
         ece=M.ece(p, y),
     )
+    out.update(versus_raw(p, records))
     if data.has_truth and q_mid is not None:
         out["quantile_error_true"] = M.quantile_error_true(
             q_mid, records["true_mu"].to_numpy(), records["true_sigma"].to_numpy()
@@ -93,6 +97,26 @@ def evaluate_calibrator(model: Calibrator, data: CalibrationSet, batch_size: int
     ordered = {k: out[k] for k in METRIC_KEYS}
     ordered.update({k: v for k, v in out.items() if k not in ordered})
     return ordered
+
+
+def versus_raw(p: np.ndarray, records) -> dict[str, float | bool]:
+    """Brier of estimates ``p`` [N] minus the raw PRM score's on the same records.
+
+    Returns ``brier_vs_raw`` (positive: worse than the raw score), ``brier_vs_raw_se`` (its
+    standard error clustered by question) and ``worse_than_raw`` (the difference is above
+    ``NOISE_SE`` standard errors, :mod:`dprm.models.do_no_harm`).
+    """
+    y = records["success_prob"].to_numpy(np.float64)
+    raw = records["prm_score"].to_numpy(np.float64).clip(0.0, 1.0)
+    p = np.asarray(p, np.float64)
+    delta, se = clustered_difference(
+        (p - y) ** 2, (raw - y) ** 2, records["question_id"].to_numpy()
+    )
+    return {
+        "brier_vs_raw": delta,
+        "brier_vs_raw_se": se,
+        "worse_than_raw": worse_than_raw(delta, se),
+    }
 
 
 def model_names(models: list[tuple[str, Calibrator]]) -> list[str]:

@@ -22,3 +22,19 @@ def model_dir(world, tmp_path_factory) -> Path:
     torch.manual_seed(0)
     dim = int(np.load(world["id/calib"] / "hidden_states.npy", mmap_mode="r").shape[1])
     return REGISTRY["ot"](dim, {}).save(tmp_path_factory.mktemp("m") / "ot")
+
+
+@pytest.fixture(scope="module")
+def exact_raw_set(world, tmp_path_factory) -> Path:
+    """A copy of the tiny world's train/calib whose PRM score is the label itself: the raw
+    score is perfect there, so any fitted calibrator is worse than it."""
+    import shutil
+
+    import pandas as pd
+
+    out = tmp_path_factory.mktemp("exact") / "calib"
+    shutil.copytree(world["train/calib"], out)
+    records = pd.read_parquet(out / "records.parquet")
+    records["prm_score"] = records["success_prob"].astype(records["prm_score"].dtype)
+    records.to_parquet(out / "records.parquet", index=False)
+    return out

@@ -154,3 +154,51 @@ def test_collapse_exits_nonzero_and_writes_nothing(world, tmp_path, monkeypatch,
     assert train(world, out, "ot", *FAST) == 3
     assert not out.exists()
     assert "collapsed" in capsys.readouterr().err
+
+
+#: a mono map that never leaves the identity T(tau) = tau: worse than the raw score
+BAD_MONO = {"max_steps": "1", "eval_every": "1", "init_marginal": "false"}
+
+
+def test_train_prints_the_comparison_with_the_raw_score(world, tmp_path, capsys):
+    out = tmp_path / "platt"
+    assert main(["train", "--method", "platt", "--data", str(world["id/calib"]),
+                 "--out", str(out), "--no-progress"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "validation Brier" in text and "raw PRM" in text and "platt" in text
+    assert "not worse beyond noise" in text
+
+
+def test_best_tuned_never_returns_a_calibrator_worse_than_the_raw_score(
+    exact_raw_set, tmp_path, capsys
+):
+    """A search whose best method is an untrained map, on data where the raw score is the
+    label itself: best-tuned saves the raw score and says so."""
+    search = tmp_path / "search"
+    search.mkdir()
+    best = {"select": "wql", "data": str(exact_raw_set),
+            "methods": {"mono": {"overrides": BAD_MONO, "validation": {"wql": 0.01}, "trial": 0}}}  # fmt: skip
+    (search / "best.json").write_text(json.dumps(best))
+    out = tmp_path / "m"
+    args = ["train", "--method", "best-tuned", "--tune", str(search), "--data",
+            str(exact_raw_set), "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "mono is worse than the raw PRM score" in text
+    assert "saved the raw-score calibrator (base) instead; use the raw score here" in text
+    config = json.loads((out / "config.json").read_text())
+    assert config["method"] == "base"
+    assert (
+        config["info"]["do_no_harm"]["fell_back"]
+        and config["info"]["best_tuned"]["chosen"] == "mono"
+    )
+    run = json.loads((out / "run.json").read_text())
+    assert run["method"] == "base" and run["fitted_method"] == "mono"
+    # --do-no-harm off keeps the fit (and still says it is worse)
+    keep = tmp_path / "keep"
+    sets = [x for k, v in BAD_MONO.items() for x in ("--set", f"{k}={v}")]
+    assert main(["train", "--method", "mono", *sets, "--data", str(exact_raw_set),
+                 "--out", str(keep), "--no-progress"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "consider the raw score" in text
+    assert json.loads((keep / "config.json").read_text())["method"] == "mono"

@@ -33,6 +33,7 @@ def test_warm_up_steps_are_not_kept_but_their_minimum_is_recorded() -> None:
         "eligible_from": 20,
         "validation_min_step": 10,
         "validation_min_score": 0.1,
+        "patience_wait": 30.0,  # min(250, max(1.0 x 30, 2 x 10))
     }
 
 
@@ -50,10 +51,62 @@ def test_a_warm_up_longer_than_the_run_leaves_the_last_step() -> None:
     assert (selection.best_step, selection.best_score) == (20, 0.3)  # nothing earlier is kept
 
 
-def test_patience_counts_eligible_evaluations_that_do_not_beat_best_by_min_delta() -> None:
-    config = TrainConfig(max_steps=100, warmup_steps=0, patience=2, min_delta=0.01)
+def test_patience_counts_steps_since_a_score_that_beat_the_best_by_min_delta() -> None:
+    config = TrainConfig(
+        max_steps=100, eval_every=10, warmup_steps=0, patience=20, patience_fraction=0.0,
+        min_delta=0.01,
+    )  # fmt: skip
     # 0.195 is lower than 0.2 but not by min_delta: it counts as stale and is not kept
     selection, seen = run(config, {0: 0.3, 10: 0.2, 20: 0.195, 30: 0.25, 40: 0.1})
     assert seen == [10, 20, 30] and selection.exhausted
     assert (selection.best_step, selection.best_score) == (10, 0.2)
     assert selection.low_step == 20  # the minimum of any evaluation, kept or not
+
+
+# A hand-made validation curve: falls to its minimum at step 175, then rises (the shape of an
+# over-fitting calibrator; evaluations every 25 steps, cap 1000).
+CURVE = {
+    step: 1.0 - 0.002 * step if step <= 175 else 0.65 + 0.004 * (step - 175)
+    for step in range(0, 1001, 25)
+}
+
+
+def test_early_stopping_fires_at_twice_the_minimum_and_keeps_it() -> None:
+    """Defaults (patience 250 steps, patience_fraction 1), no warm-up: the run stops once the
+    steps since the minimum reach min(250, 175) = 175, i.e. at step 350, and keeps step 175."""
+    config = TrainConfig(max_steps=1000, eval_every=25, warmup_steps=0)
+    selection, seen = run(config, dict(CURVE))
+    assert selection.exhausted and seen[-1] == 350
+    assert (selection.best_step, selection.best_state) == (175, {"step": 175})
+    assert selection.low_step == selection.best_step == 175
+    assert selection.summary()["patience_wait"] == 175.0
+
+
+def test_patience_caps_the_wait_after_a_late_minimum() -> None:
+    """Minimum at 600: min(patience 250, 600) = 250 steps later, at 850, the run stops."""
+    curve = {s: 1.0 - 0.001 * s if s <= 600 else 0.4 + 0.01 * (s - 600) for s in range(0, 1001, 25)}
+    selection, seen = run(TrainConfig(max_steps=1000, eval_every=25, warmup_steps=0), curve)
+    assert seen[-1] == 850 and selection.best_step == 600
+
+
+def test_an_early_minimum_waits_at_least_two_evaluations() -> None:
+    curve = {0: 0.5, 25: 0.1, **{s: 0.2 for s in range(50, 1001, 25)}}
+    selection, seen = run(TrainConfig(max_steps=1000, eval_every=25, warmup_steps=0), curve)
+    assert seen[-1] == 75 and selection.best_step == 25  # max(1 x 25, 2 x 25) = 50 steps
+
+
+def test_patience_zero_runs_every_step() -> None:
+    config = TrainConfig(max_steps=1000, eval_every=25, warmup_steps=0, patience=0)
+    selection, seen = run(config, dict(CURVE))
+    assert not selection.exhausted and seen[-1] == 1000
+    assert selection.best_step == 175  # still keeps the minimum
+    assert selection.summary()["patience_wait"] is None
+
+
+def test_warm_up_delays_stopping_and_passes_over_an_earlier_minimum() -> None:
+    """The warm-up rule (qr, mono, ot): with eligible_from 250, the minimum at 175 is passed
+    over, step 250 is kept, and the run stops 250 steps later (min(250, 250))."""
+    config = TrainConfig(max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0)
+    selection, seen = run(config, dict(CURVE))
+    assert selection.best_step == 250 and selection.low_step == 175
+    assert seen[-1] == 500

@@ -95,7 +95,14 @@ def test_input_layer_learning_rate_is_scaled(world):
 
 def test_patience_stops_early_and_best_checkpoint_is_restored(world):
     train, val = halves(world)
-    config = QRConfig(eval_every=1, patience=3, warmup_steps=0, min_delta=0.0, max_steps=50)
+    config = QRConfig(
+        eval_every=1,
+        patience=3,
+        patience_fraction=0.0,
+        warmup_steps=0,
+        min_delta=0.0,
+        max_steps=50,
+    )
     model = QRCalibrator(world.hidden_dim, vars(config))
     trainer = Trainer(model, train, val, config, seed=0, progress=False)
     model.init_marginal(trainer.target.numpy())
@@ -158,7 +165,10 @@ def test_fit_is_deterministic_and_records_info(world):
     assert any(not torch.equal(v, c.state_dict()[k]) for k, v in a.state_dict().items())
     info = a.info
     assert info["seed"] == 3 and info["method"] == "mono"
-    assert info["config"]["max_steps"] == 60 and info["config"]["context_hidden"] == [64]
+    assert info["config"]["max_steps"] == 60
+    # the fixture has <= 50 training questions: the small-data defaults apply under --set
+    assert info["n_train_questions"] <= 50 and info["config"]["context_hidden"] == [16]
+    assert info["small_data"]["defaults"]["weight_decay"] == 1e-3
     assert info["dprm_version"] == dprm.__version__
     assert info["data_path"] == str(world.path)
     assert info["n_train"] + info["n_val"] == len(world)

@@ -32,11 +32,56 @@ def _evaluate(args: argparse.Namespace) -> int:
     models = dict(zip(model_names(loaded), (m for _, m in loaded), strict=True))
     check_hidden_dim(models.values(), data.hidden_dim, args.data)
     results = evaluate(data, models)
+    shift = _shift(args, data, models)
+    if shift is not None:
+        for row in results.values():
+            row.update(shift)
     write_json(out, results)
     if not args.quiet:
         print(metrics_table(strict_jsonable(results)))
+        for line in flag_lines(results, shift):
+            print(line)
         print(f"dprm evaluate: every metric, as JSON -> {out}")
     return 0
+
+
+def _shift(args: argparse.Namespace, data, models: dict) -> dict | None:
+    """The shift score of ``--data`` against the training data (``--train-data``, else the
+    first model's recorded training set when it is readable); None when there is none."""
+    from dprm.data import read_calibration_set
+    from dprm.ias.shift import calibration_shift
+
+    path = args.train_data
+    if path is None:
+        recorded = [m.info.get("data_path") for m in models.values() if m.info.get("data_path")]
+        path = next((p for p in recorded if Path(p).is_dir()), None)
+        if path is None:
+            return None
+    train = read_calibration_set(path, check_hidden=False)
+    if train.hidden_dim != data.hidden_dim:
+        return None
+    return calibration_shift(train, data) | {"shift_reference": str(path)}
+
+
+def flag_lines(results: dict[str, dict], shift: dict | None) -> list[str]:
+    """Warnings: each calibrator worse than the raw PRM beyond noise, and a shifted split."""
+    from dprm.ias.allocation import SHIFT_AUC
+
+    lines = []
+    for method, row in results.items():
+        if method != "base" and row.get("worse_than_raw"):
+            lines.append(
+                f"dprm evaluate: WARNING: {method} is worse than the raw PRM score here (Brier "
+                f"{row['brier_vs_raw']:+.4f}, s.e. {row['brier_vs_raw_se']:.4f}): use the raw "
+                "score on this data"
+            )
+    if shift is not None and shift["shifted"]:
+        lines.append(
+            f"dprm evaluate: WARNING: these inputs look shifted from the training data "
+            f"{shift['shift_reference']} (shift AUC {shift['shift_auc']:.2f} > {SHIFT_AUC}): "
+            "validation scores from training need not hold here"
+        )
+    return lines
 
 
 #: the columns of the printed table: (JSON key, header); all lower is better
@@ -76,12 +121,21 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Evaluate Base (the raw PRM score) and each --model on a calibration set. Writes a JSON "
             "object mapping method name -> {brier, pos_brier, neg_brier, ece, wql, calibration_area, "
             "crossing_rate, n} (null where undefined: strict JSON), plus quantile_error_true and crps_true when "
-            "the set carries synthetic truth."
+            "the set carries synthetic truth; brier_vs_raw / brier_vs_raw_se / worse_than_raw "
+            "compare each with the raw PRM score on the same records (standard error clustered "
+            "by question; a calibrator worse by more than one s.e. is flagged), and shift_auc / "
+            "shifted score how unlike the training data the inputs look (flagged above 0.75)."
         ),
     )
     parser.add_argument("--data", required=True, help="calibration set directory")
     parser.add_argument(
         "--model", action="append", default=[], help="calibrator directory (repeatable)"
+    )
+    parser.add_argument(
+        "--train-data",
+        metavar="DIR",
+        help="the calibration set the models trained on, for the shift check (default: the "
+        "first model's recorded training set, when it exists)",
     )
     add_output_flags(parser, "output JSON file", metavar="FILE.json")
     add_threads_flag(parser)

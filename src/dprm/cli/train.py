@@ -35,6 +35,7 @@ def _train(args: argparse.Namespace) -> int:
     from dprm.config import parse_overrides
     from dprm.data import read_calibration_set
     from dprm.io import strict_jsonable
+    from dprm.models.do_no_harm import comparison_text
     from dprm.models.fit import CollapseError, fit
 
     data = read_calibration_set(args.data)
@@ -46,6 +47,7 @@ def _train(args: argparse.Namespace) -> int:
         from dprm.config import ConfigError
 
         raise ConfigError(f"--tune is only read with --method {BEST_TUNED}")
+    guarded = do_no_harm_applies(args.do_no_harm, args.method, method)
     try:
         model = fit(
             method,
@@ -54,14 +56,17 @@ def _train(args: argparse.Namespace) -> int:
             overrides=overrides,
             seed=args.seed,
             progress=show_progress(args),
+            do_no_harm=guarded,
         )
     except (CollapseError, FloatingPointError) as err:
         print(f"dprm train: error: {err}; nothing written to {out}", file=sys.stderr)
         return 3
     if best_tuned is not None:
         model.info["best_tuned"] = best_tuned
+    saved_method = model.method  # "base" when the do-no-harm rule replaced the fit
     run = {
-        "method": method,
+        "method": saved_method,
+        "fitted_method": method,
         "seed": args.seed,
         "data": str(args.data),
         "config_file": args.config,
@@ -83,13 +88,39 @@ def _train(args: argparse.Namespace) -> int:
             if best_tuned
             else ""
         )
-        print(f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best})")
+        stop = ""
+        if training.get("stopped_early"):
+            stop = f", stopped early at step {training['steps']}"
+        print(
+            f"dprm train: {method}{chosen} -> {out} ({model.info['fit_seconds']:.1f} s{best}{stop})"
+        )
+        if "small_data" in model.info:
+            small = model.info["small_data"]
+            settings = ", ".join(f"{k}={v}" for k, v in small["defaults"].items())
+            print(f"dprm train: {small['n_train_questions']} training questions (<= "
+                  f"{small['threshold']}): small-data defaults {settings}")  # fmt: skip
+        if "versus_raw" in model.info:
+            fell_back = saved_method != method
+            print(comparison_text(method, model.info["versus_raw"], fell_back))
         if best_tuned:
             print(best_tuned_scores_text(best_tuned))
             if method != "binomial":
                 print(f"dprm train: {BEST_TUNED} picks for calibration tables; for IAS (ias, "
                       "solve) the recommendation is binomial (docs/calibrators.md)")  # fmt: skip
     return 0
+
+
+#: ``--do-no-harm`` values; ``auto``: on for :data:`GUARDED_METHODS` and ``best-tuned``
+DO_NO_HARM = ("auto", "on", "off")
+#: the recommended calibrator (IAS), guarded under ``--do-no-harm auto``
+GUARDED_METHODS = ("binomial",)
+
+
+def do_no_harm_applies(setting: str, requested: str, method: str) -> bool:
+    """Whether the fit falls back to the raw score when worse on validation (``--do-no-harm``)."""
+    if setting == "auto":
+        return requested == BEST_TUNED or method in GUARDED_METHODS
+    return setting == "on"
 
 
 def best_tuned_scores_text(best_tuned: dict) -> str:
@@ -159,7 +190,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Fit a calibrator on a calibration set: 80/20 split by question (seed 42), hidden "
             "states standardised with training statistics, early stopping on the validation "
-            "calibration area. Writes a calibrator directory: config.json + model.safetensors, "
+            "score (patience in steps: a run stops once the steps since its best checkpoint "
+            "reach min(patience, patience_fraction x best step), defaults 250 and 1, i.e. by "
+            "twice the kept step; ot: 400 steps; --set patience=0 turns it off) and keeps the checkpoint with "
+            "the lowest validation score (binomial from step 0; qr, mono and ot after a "
+            "warm-up, docs/calibrators.md). With <= 50 training questions the defaults "
+            "regularise (weight decay 1e-3, a smaller context network, binomial's warm-up). After fitting, the "
+            "validation Brier of the calibrator, the raw PRM score and Platt is printed; under "
+            "--do-no-harm a calibrator worse than the raw score beyond noise (more than one "
+            "question-clustered standard error) is replaced by the raw-score calibrator "
+            "(base), said so and recorded in config.json's info.do_no_harm. Writes a calibrator directory: config.json + model.safetensors, "
             "history.json (per evaluation) and run.json (resolved config, version, seed, data, "
             "timing). A distribution calibrator that collapses to a constant map, or a loss "
             "that turns NaN, is an error (exit 3) and nothing is written. An existing --out is "
@@ -190,6 +230,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=integer_at_least(1),
         default=20,
         help=f"with --method {BEST_TUNED} and no --tune: trials per method of the search",
+    )
+    parser.add_argument(
+        "--do-no-harm",
+        choices=DO_NO_HARM,
+        default="auto",
+        help="replace a calibrator that is worse than the raw PRM score on validation (beyond "
+        f"one standard error) by the raw-score calibrator; auto (default): for {BEST_TUNED} and "
+        f"{', '.join(GUARDED_METHODS)}, the recommended methods; off: always keep the fit "
+        "(e.g. to reproduce a paper's table)",
     )
     add_config_flags(parser)
     add_threads_flag(parser)

@@ -68,6 +68,10 @@ class BinomialConfig(MapNetConfig):
     link: str = "logit"  # "logit": Q = sigmoid(T); "clamp": Q = clamp(T, eps, 1 - eps)
     eps: float = in_range(1e-4, gt=0, lt=0.5)  # clamp of Q inside the likelihood for link="clamp"
     select_metric: str = "nll"  # validation count NLL; "calibration_area" is against noisy y
+    # No warm-up: the count NLL is a proper score, so a low early score is a good model, not
+    # the calibration area's preference for near-marginal maps that the warm-up guards against
+    # (docs/calibrators.md, "Early stopping and the kept checkpoint").
+    warmup_steps: int = 0
 
 
 def log_binomial_coefficient(k: Tensor, n: Tensor) -> Tensor:

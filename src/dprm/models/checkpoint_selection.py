@@ -1,8 +1,10 @@
 """Which validation checkpoint a training run keeps, and when patience stops it.
 
 After a warm-up (:func:`eligible_from`) every evaluation is a candidate: a score lower than the
-best by more than ``min_delta`` becomes the kept checkpoint, any other counts towards
-``patience``. The lowest score of any evaluation, eligible or not, is recorded beside it so a
+best by more than ``min_delta`` becomes the kept checkpoint. The run stops once the steps since
+that checkpoint reach :func:`patience_wait` (in steps: at most ``patience``, and at most
+``patience_fraction`` x the kept step, never under two evaluations), so a default run spends at
+most as many steps after its last improvement as before it. The lowest score of any evaluation, eligible or not, is recorded beside it so a
 report can say which minimum the warm-up passed over (docs/calibrators.md, "Checkpoint
 selection that fits the run").
 """
@@ -24,6 +26,20 @@ def eligible_from(config: TrainConfig) -> int:
     return min(config.warmup_steps, math.ceil(config.warmup_fraction * config.max_steps))
 
 
+def patience_wait(config: TrainConfig, best_step: int) -> float:
+    """Steps without improvement after ``best_step`` that end a run (inf: early stopping off).
+
+    ``min(patience, max(patience_fraction x best_step, 2 x eval_every))``; with
+    ``patience_fraction = 0`` just ``patience``; ``patience = 0`` never stops.
+    """
+    if config.patience <= 0:
+        return math.inf
+    if config.patience_fraction <= 0:
+        return float(config.patience)
+    relative = max(config.patience_fraction * best_step, 2.0 * config.eval_every)
+    return float(min(config.patience, relative))
+
+
 class CheckpointSelection:
     """The best eligible checkpoint of one run and its patience count.
 
@@ -41,7 +57,8 @@ class CheckpointSelection:
         self.best_step = 0
         self.best_state = initial_state
         self.low_score, self.low_step = initial_score, 0  # the minimum, eligible or not
-        self.stale = 0
+        self.last_step = 0
+        self.eligible_seen = self.eligible_from <= 0
 
     def observe(self, step: int, score: float, snapshot: Callable[[], dict]) -> bool:
         """Record the evaluation of ``step``; ``snapshot()`` copies the weights if they are kept.
@@ -51,19 +68,24 @@ class CheckpointSelection:
         """
         if score < self.low_score:
             self.low_score, self.low_step = score, step
+        self.last_step = step
         if step < self.eligible_from and step != self.config.max_steps:
             return False
+        self.eligible_seen = True
         if score < self.best_score - self.config.min_delta:
-            self.best_score, self.best_step, self.stale = score, step, 0
+            self.best_score, self.best_step = score, step
             self.best_state = snapshot()
-        else:
-            self.stale += 1
         return True
 
     @property
+    def wait(self) -> float:
+        """Steps without improvement after the kept checkpoint that end the run."""
+        return patience_wait(self.config, self.best_step)
+
+    @property
     def exhausted(self) -> bool:
-        """Whether ``patience`` eligible evaluations in a row have not improved on the best."""
-        return self.stale >= self.config.patience
+        """Whether the steps since the kept checkpoint reached :attr:`wait` (from the warm-up on)."""
+        return self.eligible_seen and self.last_step - self.best_step >= self.wait
 
     def summary(self) -> dict[str, Any]:
         """best_step, best_score, select_metric, eligible_from and the validation minimum."""
@@ -75,4 +97,5 @@ class CheckpointSelection:
             "eligible_from": self.eligible_from,
             "validation_min_step": self.low_step,
             "validation_min_score": self.low_score,
+            "patience_wait": None if math.isinf(self.wait) else self.wait,
         }

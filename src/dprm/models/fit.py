@@ -25,6 +25,7 @@ from dprm.config import ConfigError, load_config, to_dict
 from dprm.data.contract import CalibrationSet
 from dprm.data.splits import split_by_question
 from dprm.io import DataError
+from dprm.models.do_no_harm import SMALL_DATA_QUESTIONS, compare_with_raw, small_data_defaults
 from dprm.models.interface import Calibrator
 from dprm.models.provenance import data_provenance
 from dprm.models.registry import REGISTRY
@@ -107,8 +108,11 @@ def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000
     }
 
 
-def resolve_config(method: str, config_path=None, overrides: dict | None = None):
-    """The method's config dataclass from defaults < TOML (table ``[method]``) < overrides."""
+def resolve_config(
+    method: str, config_path=None, overrides: dict | None = None, base: dict | None = None
+):
+    """The method's config dataclass from defaults < ``base`` < TOML (table ``[method]``) <
+    overrides (``base``: e.g. the small-data defaults)."""
     if method not in REGISTRY:
         raise ConfigError(f"unknown method {method!r}; known: {sorted(REGISTRY)}")
     config_class = REGISTRY[method].config_class
@@ -116,7 +120,7 @@ def resolve_config(method: str, config_path=None, overrides: dict | None = None)
         if overrides:
             raise ConfigError(f"method {method!r} has no hyper-parameters; got {sorted(overrides)}")
         return None
-    return load_config(config_class, config_path, overrides, table=method)
+    return load_config(config_class, config_path, overrides, table=method, base=base)
 
 
 def fit_split(
@@ -128,13 +132,16 @@ def fit_split(
     overrides: dict[str, Any] | None = None,
     seed: int = 0,
     progress: bool = True,
+    base: dict[str, Any] | None = None,
 ) -> tuple[Calibrator, list[dict], Any]:
     """The fit dispatch: resolve config -> seed torch once -> ``fit_model`` on a given split.
+
+    ``base``: defaults under the TOML file and ``overrides`` (the small-data rule).
 
     Returns:
         (fitted calibrator, history, resolved config dataclass or None).
     """
-    config = resolve_config(method, config_path, overrides)
+    config = resolve_config(method, config_path, overrides, base)
     torch.manual_seed(seed)
     model, history = REGISTRY[method].fit_model(train, val, config, seed, progress)
     return model, history, config
@@ -149,11 +156,19 @@ def fit(
     seed: int = 0,
     progress: bool = True,
     threads: int | None = None,
+    do_no_harm: bool = False,
 ) -> Calibrator:
     """Train calibrator ``method`` on ``data``; deterministic given ``seed``.
 
     Returns the fitted calibrator (best checkpoint) with ``info`` (seed, resolved config,
-    version, data path, sizes, timing, best step, collapse check) and ``history`` set.
+    version, data path, sizes, timing, best step, collapse check, ``versus_raw``: the
+    validation comparison with the raw PRM and Platt, :func:`dprm.models.do_no_harm.compare_with_raw`)
+    and ``history`` set. With at most ``SMALL_DATA_QUESTIONS`` training questions the
+    small-data defaults apply (``info["small_data"]``).
+
+    ``do_no_harm``: when the fitted calibrator is worse than the raw PRM on validation beyond
+    noise, return the raw-score calibrator (``base``) instead; its ``info["do_no_harm"]``
+    records the comparison and the method it replaced.
 
     ``threads``: torch threads for this call only (default: the CLI's ``--threads`` policy,
     :func:`dprm.threads.default_threads`; restored on return). ``progress`` shows a bar.
@@ -164,7 +179,36 @@ def fit(
     """
     resolve_config(method, config_path, overrides)  # fail fast, before the split
     with torch_threads(threads):
-        return _fit(method, data, config_path, overrides, seed, progress)
+        model = _fit(method, data, config_path, overrides, seed, progress)
+    if do_no_harm:
+        model = _fall_back_to_raw(model, data)
+    return model
+
+
+def _fall_back_to_raw(model: Calibrator, data: CalibrationSet) -> Calibrator:
+    """``model``, or the raw-score calibrator when ``model`` is worse on validation."""
+    from dprm.models.raw_score import RawScoreCalibrator
+
+    comparison = model.info.get("versus_raw")
+    worse = bool(comparison and comparison.get("worse_than_raw"))
+    record = {"applied": True, "fell_back": worse, "fitted_method": model.method}
+    if not worse:
+        model.info["do_no_harm"] = record
+        return model
+    raw = RawScoreCalibrator(data.hidden_dim)
+    keep = ("seed", "dprm_version", "data_path", "trained_on", "n_train", "n_val")
+    raw.info.update({k: model.info[k] for k in keep if k in model.info})
+    raw.info.update(
+        method="base",
+        n_train_questions=model.info.get("n_train_questions"),
+        n_val_questions=model.info.get("n_val_questions"),
+        fit_seconds=model.info.get("fit_seconds"),
+        versus_raw=comparison,
+        do_no_harm=record | {"fitted_config": model.info.get("config", {}),
+                             "fitted_training": model.info.get("training", {})},
+    )  # fmt: skip
+    raw.history = getattr(model, "history", [])
+    return raw
 
 
 def _fit(
@@ -180,6 +224,8 @@ def _fit(
         data.records["question_id"].to_numpy(), VAL_FRACTION, SPLIT_SEED
     )
     train, val = data.subset(train_rows), data.subset(val_rows)
+    n_train_questions = int(train.records["question_id"].nunique())
+    small = small_data_defaults(REGISTRY[method].config_class, n_train_questions)
     started = time.perf_counter()
     model, history, config = fit_split(
         method,
@@ -189,6 +235,7 @@ def _fit(
         overrides=overrides,
         seed=seed,
         progress=progress,
+        base=small or None,
     )
     model.info.update(
         method=method,
@@ -199,7 +246,7 @@ def _fit(
         trained_on=data_provenance(data.meta),
         n_train=len(train),
         n_val=len(val),
-        n_train_questions=int(train.records["question_id"].nunique()),
+        n_train_questions=n_train_questions,
         n_val_questions=int(val.records["question_id"].nunique()),
         fit_seconds=round(time.perf_counter() - started, 3),
     )
@@ -215,4 +262,12 @@ def _fit(
                 f"{report['point_mass_share']:.0%} of rows (limit {POINT_MASS_SHARE:.0%}); "
                 "refusing to return or save it"
             )
+    if small:
+        model.info["small_data"] = {
+            "n_train_questions": n_train_questions,
+            "threshold": SMALL_DATA_QUESTIONS,
+            "defaults": small,
+        }
+    if method != "base" and len(val):
+        model.info["versus_raw"] = compare_with_raw(model, train, val)
     return model

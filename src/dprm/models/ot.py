@@ -100,11 +100,12 @@ class OTConfig(MapNetConfig):
     # the raw iterates of the alternating game jitter from checkpoint to checkpoint (validation
     # WQL up to 0.013 apart in the second half of training), their average does not (0.0013).
     ema_decay: float = in_range(0.99, ge=0, lt=1)
-    # Patience in evaluations that fits the cap: warm-up 400 + 16 x 25 steps without a better
+    # Patience that fits the cap: warm-up 400 + 400 steps (16 evaluations) without a better
     # calibration area stops the run well before max_steps (the paper's 175 evaluations at
-    # 25 steps each, 4375 steps, could never act under a 1000-step cap).
+    # 25 steps each, 4375 steps, could never act under a 1000-step cap). Its kept step is past
+    # the 400-step warm-up, so the relative wait (patience_fraction x best step) never binds.
     max_steps: int = in_range(2000, ge=1)
-    patience: int = in_range(16, ge=1)
+    patience: int = in_range(400, ge=0)
     # ot keeps the fixed warm-up (not scaled to the cap): its min-max game passes through
     # near-marginal maps with a low calibration area early on, which a short warm-up would keep
     # (docs/calibrators.md, "Checkpoint selection that fits the run")

@@ -18,11 +18,14 @@ LR_SCHEDULES = ("step", "cosine")
 class TrainConfig:
     """Optimisation settings shared by the gradient-trained calibrators.
 
-    Early stopping follows the paper (patience 175 evaluations, min-delta 1e-4). One evaluation
-    embeds every validation row, so it runs every ``eval_every`` = 25 steps; patience then spans
-    4375 steps and the default ``max_steps`` = 1000 is the usual stop, with the best checkpoint
-    (lowest validation calibration area after ``warmup_steps``) kept. ``ot`` overrides this
-    (``OTConfig``: patience 16 evaluations under a 2000-step cap, so that patience acts).
+    Early stopping on the validation score, counted in steps: a run stops once
+    ``step - best_step`` reaches its wait, ``min(patience, max(patience_fraction x best_step,
+    2 x eval_every))`` (``patience_fraction = 0``: the wait is ``patience``), and the best
+    checkpoint (lowest validation score from the warm-up on) is kept. With the defaults a run
+    stops by ``2 x best_step`` (at least two evaluations after it), at most ``patience`` = 250
+    steps after its last improvement. ``patience = 0`` turns early stopping off (every step up
+    to ``max_steps`` runs). One evaluation embeds every validation row, so it runs every
+    ``eval_every`` = 25 steps (:mod:`dprm.models.checkpoint_selection`).
     """
 
     batch_size: int = in_range(256, ge=1)
@@ -35,7 +38,10 @@ class TrainConfig:
     clip_norm: float = in_range(1.0, gt=0)
     max_steps: int = in_range(1000, ge=1)
     eval_every: int = in_range(25, ge=1)
-    patience: int = in_range(175, ge=1)
+    # early stopping: the longest wait, in steps, after the last improvement (0: off)
+    patience: int = in_range(250, ge=0)
+    # the wait is also at most this multiple of the best step (0: a fixed wait of `patience`)
+    patience_fraction: float = in_range(1.0, ge=0)
     min_delta: float = in_range(1e-4, ge=0)
     select_metric: str = "calibration_area"  # validation score for early stopping / checkpoint
     # Checkpoints before the warm-up are not eligible and do not count towards patience: the

@@ -221,9 +221,17 @@ def evaluate_one(
                     "levels": LEVELS_101.tolist(),
                     "values": np.round(q, 6).tolist(),
                 }
+        metrics = evaluate_calibrator(calibrator, data)
+        if model is None:  # once per split: how unlike the training questions its inputs look
+            from dprm.ias.shift import calibration_shift
+
+            train = read_calibration_set(
+                Path(world_dir) / TRAIN_SPLIT / "calib", check_hidden=False
+            )
+            metrics.update(calibration_shift(train, data))
         result["splits"][split] = {
             "questions": sorted(set(data.records["question_id"].astype(str))),
-            "metrics": evaluate_calibrator(calibrator, data),
+            "metrics": metrics,
             **_figure_data(calibrator, data, method, sample),
         }
     write_json(out, result)

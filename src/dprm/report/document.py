@@ -363,6 +363,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
     """(report.md's text, results.json's content); writes tables and figures on the way."""
     from dprm.report.document_md import render_report
     from dprm.report.paper import write_comparison
+    from dprm.report.recommendation import recommendation_lines
     from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
 
     cfg, layout = pipe.config, pipe.layout
@@ -419,6 +420,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         for prm in tables
         if (text := truth_markdown(held_out, prm if "prm" in held_out else None))
     }
+    recommendation = recommendation_lines(metrics, pays) if not metrics.empty else []
     pipe.timing["report"]["seconds"] = time.perf_counter() - t0
     run["wall_time_s"] = round(time.perf_counter() - started, 2)
     results = {
@@ -463,6 +465,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         ran=ran,
         ias_ran=not ias.empty,
         pays=pays,
+        recommendation=recommendation,
     )
     return text, results
 

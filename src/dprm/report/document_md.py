@@ -35,6 +35,7 @@ def render_report(
     ran: dict[str, list[int]] | None = None,
     ias_ran: bool = True,
     pays=None,
+    recommendation: list[str] | None = None,
 ) -> str:
     """The report: data, calibrators, versions and timing; checks; Table 1 per PRM and protocol;
     paper vs dprm; figures; appendix. No heading is left without content.
@@ -48,6 +49,8 @@ def render_report(
         ias_ran: whether any IAS result exists.
         pays: the "does it pay?" rows (:func:`dprm.report.pays.pays_rows` of every world and
             split), if any.
+        recommendation: the "Which calibrator?" lines computed from the held-out tables
+            (:func:`dprm.report.recommendation.recommendation_lines`), if any.
     """
     names = names or RunNames()
     ran = {m: list(cfg.seeds) for m in cfg.methods} if ran is None else ran
@@ -57,6 +60,7 @@ def render_report(
     lines += data_lines(cfg, names, ran, ias_ran)
     lines += run_lines(cfg, run, failures)
     lines += checks_section(checks)
+    lines += recommendation or []
     if pays is not None and not pays.empty:
         lines += pays_lines(pays, cfg)
     for protocol, by_prm in tables.items():

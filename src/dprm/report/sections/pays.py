@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 RECOMMENDATION = (
-    'Which calibrator for what (docs/calibrators.md, "One recommendation"): for calibration '
-    "tables, the lowest validation WQL among the tuned methods (`dprm train --method best-tuned`); "
-    "for IAS (`dprm ias`, `dprm solve`), `binomial`. `conformal` is a lower bound by design "
-    "(marked ‡ in the tables), never a winner."
+    'Which calibrator for what: the section "Which calibrator?" above, computed from this '
+    'report\'s held-out tables by the rule of docs/calibrators.md ("One recommendation"). '
+    "`conformal` is a lower bound by design (marked ‡ in the tables), never a winner."
 )
 
 
