@@ -291,7 +291,7 @@ def write_provenance(out: Path, what: str, args: argparse.Namespace, stats: dict
     record = {
         "model": what,
         "script": "tools/train_world.py",
-        "command": " ".join(["python", "tools/train_world.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "tools/train_world.py", *args.argv]),
         "commit": git_commit(),
         "threads": args.threads,
         "torch": torch.__version__,
@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     add_prm_arguments(parser)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
 
     import torch
 

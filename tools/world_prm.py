@@ -208,14 +208,16 @@ def _sample_job(job: tuple[str, list[str], int, int]) -> list[list[str]]:
     return sample_texts(model, tok, prompts, n, 1.0, 160, seed)
 
 
-def parallel_sample(policy: Path, prompts: list[str], n: int, seed: int, workers: int):
-    """``n`` draws per prompt at temperature 1, in jobs of :data:`JOB_PROMPTS` prompts spread
-    over ``workers`` processes (one thread each)."""
+def parallel_sample(
+    policy: Path, prompts: list[str], n: int, seed: int, workers: int, job: int = JOB_PROMPTS
+):
+    """``n`` draws per prompt at temperature 1, in jobs of ``job`` prompts spread over
+    ``workers`` processes (one thread each)."""
     import multiprocessing
 
     jobs = [
-        (str(policy), prompts[i : i + JOB_PROMPTS], n, seed * 100_003 + i // JOB_PROMPTS)
-        for i in range(0, len(prompts), JOB_PROMPTS)
+        (str(policy), prompts[i : i + job], n, seed * 100_003 + i // job)
+        for i in range(0, len(prompts), job)
     ]
     if workers <= 1:
         results = [_sample_job(job) for job in jobs]
@@ -225,13 +227,20 @@ def parallel_sample(policy: Path, prompts: list[str], n: int, seed: int, workers
     return [texts for chunk in results for texts in chunk]
 
 
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> dict:
     """Sample the policy's solutions, label their steps by MC rollouts, add damaged copies;
     write ``prm-data.jsonl.gz`` (one solution a line: question, steps, labels, kind)."""
     from dprm.llm.prompts import build_prompt
     from train_world import training_problems
 
-    t0, c0 = time.time(), time.process_time()
+    t0, c0, children0 = time.time(), time.process_time(), _children_cpu()
     problems, _ = training_problems(PRM_DATA_START, args.prm_questions, seed)
     prompts = [build_prompt(p.question, "qwen", template="qwen") for p in problems]
     solutions = parallel_sample(policy, prompts, args.prm_samples, seed, args.prm_workers)
@@ -285,7 +294,9 @@ def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> d
         "solutions": len(sampled), "damaged_copies": len(rows) - len(sampled),
         "distinct_prefixes": len(keys), "rollouts": len(keys) * args.prm_rollouts,
         "policy_solved": sum(r["labels"][-1] for r in sampled) / len(sampled),
-        "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
+        "wall_s": round(time.time() - t0, 1),
+        # this process and its sampling workers
+        "cpu_s": round(time.process_time() - c0 + _children_cpu() - children0, 1),
     }  # fmt: skip
 
 
