@@ -1,25 +1,33 @@
 """Train the arithmetic world's generator and PRM from scratch (CPU, fixed seeds).
 
-    python tools/train_world.py generator            # ~10 min on 2 cores
-    python tools/train_world.py prm                  # samples from the generator, then trains
-    python tools/train_world.py all --out DIR        # both, into DIR/{generator,prm}
+    python tools/train_world.py all --prm-policy generator --prm-temperature 1.3
+    python tools/train_world.py generator            # one stage at a time: generator,
+    python tools/train_world.py prm-body             #   prm-body, prm-data, prm
+    python tools/train_world.py all --out DIR --work WORK
 
-The generator is a ``Qwen2ForCausalLM`` (2 layers, hidden 64, 2 heads of 32) trained by
-next-token loss on the reference solutions of freshly drawn problems (a seed stream disjoint
-from the packaged question sets), the loss on the solution tokens only. Its tokenizer is
-byte-level with no merges (one token per character) plus a few added tokens: the chat markers,
-the PRM's step tag ``<extra_0>``, the two system prompts and the fixed phrases of a solution
-(``## Step ``, the final-answer sentence), so prompts stay short and ``"\\n\\n"`` is two
-``"\\n"`` tokens wherever it appears.
+The generator is a ``Qwen2ForCausalLM`` (2 layers, hidden 128, 4 heads of 32) trained by
+next-token loss on the reference solutions of freshly drawn problems (a seed stream that skips
+every packaged question), the loss on the solution tokens only; the checkpoint after
+``--policy-step`` steps is kept under ``--work`` (an earlier, weaker policy). Its tokenizer is
+byte-level with no merges (one token per character) plus added tokens: the chat markers, the
+PRM's step tag ``<extra_0>``, the two system prompts, the fixed phrases of a solution
+(``## Step ``, the final-answer sentence) and the fixed words of a question (names, items,
+the sentences around their numbers), so prompts stay short, numbers are one token per digit
+and ``"\\n\\n"`` is two ``"\\n"`` tokens wherever it appears.
 
-The PRM is a ``Qwen2ForProcessRewardModel`` (Qwen2.5-Math-PRM's layout, read by
-``dprm.llm.prm.QwenPRM``), its body initialised from the generator, trained with binary
-cross-entropy at every ``<extra_0>`` on the generator's own sampled solutions, each step
-labelled exactly by :func:`dprm.llm.tasks.arith.check_steps` (1 while the prefix is still on
-the true solution path, 0 from the first wrong step on).
+The PRM (``tools/world_prm.py``): a larger body pretrained on reference solutions in the PRM's
+input format, then Qwen2.5-Math-PRM's head trained on Monte Carlo step labels of another
+policy's solutions (the earlier checkpoint, or the shipped generator at another temperature),
+with damaged copies among the negatives.
 
-Writes ``provenance.json`` beside each model (script, arguments, seed, commit, CPU-seconds,
-wall time, final loss).
+Matrix products run in bfloat16 under autocast (float32 weights and optimiser state).
+Training is deterministic for a given seed, arguments, thread count and machine; on another
+CPU or torch build the bytes differ and the behaviour agrees within sampling noise (a test
+retrains a short version and checks its loss within a tolerance).
+
+Writes ``provenance.json`` beside each model and intermediate: command, commit, seed, threads,
+torch / transformers / Python versions, CPU model, CPU-seconds, wall time, final loss and the
+sha256 of every file in the folder.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ TRAIN_SPECS = (
 )
 TRAIN_STREAM = 9_000_000  # seed offset of the training problems (packaged sets use < 3e6)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
+
 
 def _question_words() -> list[str]:
     """The fixed words of the questions (names, items, the sentences' text around their
@@ -258,6 +267,17 @@ def save_model(model, tok, out: Path) -> None:
     save_tokenizer(tok, out)
 
 
+def git_dirty() -> bool | None:
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return bool(out.stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def sha256_files(folder: Path) -> dict[str, str]:
     """sha256 of every file in ``folder`` but the provenance record itself."""
     import hashlib
@@ -293,6 +313,8 @@ def write_provenance(out: Path, what: str, args: argparse.Namespace, stats: dict
         "script": "tools/train_world.py",
         "command": " ".join(["python", "tools/train_world.py", *args.argv]),
         "commit": git_commit(),
+        # tracked files changed since that commit (the script itself may differ from it)
+        "uncommitted_changes": git_dirty(),
         "threads": args.threads,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -162,7 +162,8 @@ def summarise_split(records: list[dict], n_draws: int, seed: int) -> dict:
         "share_rate_below_0.1_ci": _interval(low_share, index),
         "share_rate_above_0.9_ci": _interval(high_share, index),
         "genuine_share_of_correct_ci": (
-            float(np.quantile(ratio, 0.025)), float(np.quantile(ratio, 0.975))
+            float(np.quantile(ratio, 0.025)),
+            float(np.quantile(ratio, 0.975)),
         ),
         "questions": q,
         "draws": int(correct_all.size),
@@ -204,9 +205,7 @@ def summarise_split(records: list[dict], n_draws: int, seed: int) -> dict:
             out["within_question_auroc_ci"] = _interval(per_q_arr, idx)
         out["questions_with_both_classes"] = len(per_q)
         all_scores = np.concatenate(last)
-        out["pooled_auroc"] = auroc(
-            list(all_scores[correct_all]), list(all_scores[~correct_all])
-        )
+        out["pooled_auroc"] = auroc(list(all_scores[correct_all]), list(all_scores[~correct_all]))
         out["last_step_calibration"] = _calibration(all_scores, correct_all.astype(float))
         # every step against the exact step check (1 while on the true path)
         step_scores = np.concatenate([np.asarray(s) for r in records for s in r["scores"]])

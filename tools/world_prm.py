@@ -52,6 +52,14 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add("--prm-rollouts", type=int, default=4, help="MC continuations per step prefix")
     add("--prm-corrupt", type=float, default=0.2, help="share of solutions given a damaged copy")
     add("--prm-workers", type=int, default=2, help="sampling processes of prm-data")
+    add(
+        "--prm-policy",
+        choices=["checkpoint", "generator"],
+        default="checkpoint",
+        help="whose solutions prm-data labels: the earlier checkpoint (--policy-step) or the "
+        "shipped generator (then at --prm-temperature, which must differ from 1)",
+    )
+    add("--prm-temperature", type=float, default=1.0, help="prm-data's sampling temperature")
     add("--prm-epochs", type=int, default=1)
     add("--prm-lr", type=float, default=1e-3)
     add("--prm-batch", type=int, default=32)
@@ -195,28 +203,34 @@ def _corrupt(rng: random.Random, steps: list[str], op_steps: int):
 JOB_PROMPTS = 512
 
 
-def _sample_job(job: tuple[str, list[str], int, int]) -> list[list[str]]:
+def _sample_job(job: tuple[str, list[str], int, int, float]) -> list[list[str]]:
     import torch
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
     from world_sampler import sample_texts
 
-    policy, prompts, n, seed = job
+    policy, prompts, n, seed, temperature = job
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(policy)
     model = Qwen2ForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
-    return sample_texts(model, tok, prompts, n, 1.0, 160, seed)
+    return sample_texts(model, tok, prompts, n, temperature, 160, seed)
 
 
 def parallel_sample(
-    policy: Path, prompts: list[str], n: int, seed: int, workers: int, job: int = JOB_PROMPTS
+    policy: Path,
+    prompts: list[str],
+    n: int,
+    seed: int,
+    workers: int,
+    job: int = JOB_PROMPTS,
+    temperature: float = 1.0,
 ):
-    """``n`` draws per prompt at temperature 1, in jobs of ``job`` prompts spread over
+    """``n`` draws per prompt at ``temperature``, in jobs of ``job`` prompts spread over
     ``workers`` processes (one thread each)."""
     import multiprocessing
 
     jobs = [
-        (str(policy), prompts[i : i + job], n, seed * 100_003 + i // job)
+        (str(policy), prompts[i : i + job], n, seed * 100_003 + i // job, temperature)
         for i in range(0, len(prompts), job)
     ]
     if workers <= 1:
@@ -243,7 +257,10 @@ def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> d
     t0, c0, children0 = time.time(), time.process_time(), _children_cpu()
     problems, _ = training_problems(PRM_DATA_START, args.prm_questions, seed)
     prompts = [build_prompt(p.question, "qwen", template="qwen") for p in problems]
-    solutions = parallel_sample(policy, prompts, args.prm_samples, seed, args.prm_workers)
+    temperature = args.prm_temperature
+    solutions = parallel_sample(
+        policy, prompts, args.prm_samples, seed, args.prm_workers, temperature=temperature
+    )
     sample_s = time.time() - t0
     # the distinct step prefixes (all steps but the last) of each question's solutions
     prefixes: dict[tuple[int, tuple[str, ...]], float] = {}
@@ -263,8 +280,9 @@ def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> d
         flush=True,
     )
     rollouts = parallel_sample(
-        policy, rollout_prompts, args.prm_rollouts, seed + 1, args.prm_workers
-    )
+        policy, rollout_prompts, args.prm_rollouts, seed + 1, args.prm_workers,
+        temperature=temperature,
+    )  # fmt: skip
     for key, outs in zip(keys, rollouts, strict=True):
         answer = str(problems[key[0]].answer)
         prefixes[key] = sum(_correct(o, answer) for o in outs) / len(outs)
@@ -289,7 +307,8 @@ def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> d
     out.write_bytes(gzip.compress(json.dumps(record).encode(), compresslevel=6, mtime=0))
     sampled = [r for r in rows if r["kind"] == "sampled"]
     return {
-        "seed": seed, "policy": str(policy), "questions": len(problems),
+        "seed": seed, "policy": str(policy), "temperature": temperature,
+        "questions": len(problems),
         "samples_per_question": args.prm_samples, "rollouts_per_prefix": args.prm_rollouts,
         "solutions": len(sampled), "damaged_copies": len(rows) - len(sampled),
         "distinct_prefixes": len(keys), "rollouts": len(keys) * args.prm_rollouts,
@@ -376,7 +395,9 @@ def run_prm_stage(stage: str, args: argparse.Namespace) -> None:
         stats = train_body(work / "prm-body", args.seed, args)
         write_provenance(work / "prm-body", "prm-body", args, stats)
     elif stage == "prm-data":
-        policy = work / "policy"
+        policy = work / "policy" if args.prm_policy == "checkpoint" else args.out / "generator"
+        if args.prm_policy == "generator" and args.prm_temperature == 1.0:
+            raise SystemExit("--prm-policy generator needs --prm-temperature != 1 (another policy)")
         stats = make_data(work / "prm-data" / "prm-data.jsonl.gz", policy, args.seed, args)
         stats["policy_sha256"] = sha256_files(policy)
         write_provenance(work / "prm-data", "prm-data", args, stats)
@@ -385,7 +406,9 @@ def run_prm_stage(stage: str, args: argparse.Namespace) -> None:
         stats = train_prm(args.out / "prm", body, data / "prm-data.jsonl.gz", args.seed, args)
         stats["body_sha256"] = sha256_files(body)
         stats["data_sha256"] = sha256_files(data)
-        stats["policy_sha256"] = sha256_files(work / "policy")
+        data_record = json.loads((data / "provenance.json").read_text())
+        stats["policy_sha256"] = data_record["policy_sha256"]
+        stats["policy_temperature"] = data_record.get("temperature", 1.0)
         stats["stages"] = {
             name: json.loads((work / name / "provenance.json").read_text())
             for name in ("policy", "prm-body", "prm-data")

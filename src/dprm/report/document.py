@@ -362,8 +362,8 @@ def write_outputs(pipe: Pipeline, run: dict[str, Any]) -> Path:
 def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple[str, dict]:
     """(report.md's text, results.json's content); writes tables and figures on the way."""
     from dprm.report.document_md import render_report
-    from dprm.report.sections.scope import read_pools
     from dprm.report.paper import write_comparison
+    from dprm.report.sections.scope import read_pools
     from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
 
     cfg, layout = pipe.config, pipe.layout

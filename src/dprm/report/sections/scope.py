@@ -81,7 +81,9 @@ def scope_lines(pools: dict[str, dict[str, pd.DataFrame]]) -> list[str]:
             # two accuracies on the same questions: a gap under ~2 standard errors is noise
             resolvable = 2 * math.sqrt(2 * p * (1 - p) / max(1, s["questions"]))
             if math.isnan(s["auroc"]):
-                rank = "no question has both right and wrong candidates, so ranking cannot be judged"
+                rank = (
+                    "no question has both right and wrong candidates, so ranking cannot be judged"
+                )
             elif s["auroc"] < 0.6:
                 rank = (
                     f"the PRM barely ranks a question's candidates (AUROC {s['auroc']:.2f} on "
