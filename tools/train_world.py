@@ -1,6 +1,6 @@
 """Train the arithmetic world's generator and PRM from scratch (CPU, fixed seeds).
 
-    python tools/train_world.py all --prm-policy generator --prm-temperature 1.3
+    python tools/train_world.py all                  # the shipped models' arguments
     python tools/train_world.py generator            # one stage at a time: generator,
     python tools/train_world.py prm-body             #   prm-body, prm-data, prm
     python tools/train_world.py all --out DIR --work WORK

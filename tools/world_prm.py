@@ -5,9 +5,10 @@
 PRM's own input format (the PRM system prompt, the question, the steps joined and ended by
 ``<extra_0>``), the loss on the solution tokens only.
 
-``prm-data``: Monte Carlo step labels (Math-Shepherd style) on solutions of the *earlier
-policy* (the generator after ``--policy-step`` steps, not the shipped generator the PRM
-scores): ``--prm-samples`` solutions per training question at temperature 1; from each distinct
+``prm-data``: Monte Carlo step labels (Math-Shepherd style) on solutions of *another policy*
+than the one the PRM scores (the generator at temperature 1): by default the shipped generator
+at ``--prm-temperature`` 1.3, or (``--prm-policy checkpoint``) the generator after
+``--policy-step`` steps: ``--prm-samples`` solutions per training question; from each distinct
 step prefix (all steps but the last), ``--prm-rollouts`` continuations by the same policy; a
 step's soft label is the fraction of its continuations whose boxed answer is right. The last
 step's label is whether the solution's own answer is right (0 when it has none). Among the
@@ -47,9 +48,9 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add("--prm-layers", type=int, default=4)
     add("--body-steps", type=int, default=500, help="PRM body pretraining steps")
     add("--body-lr", type=float, default=2e-3)
-    add("--prm-questions", type=int, default=3000, help="training questions of the MC data")
+    add("--prm-questions", type=int, default=1500, help="training questions of the MC data")
     add("--prm-samples", type=int, default=8, help="policy solutions per question")
-    add("--prm-rollouts", type=int, default=4, help="MC continuations per step prefix")
+    add("--prm-rollouts", type=int, default=2, help="MC continuations per step prefix")
     add("--prm-corrupt", type=float, default=0.2, help="share of solutions given a damaged copy")
     add("--prm-workers", type=int, default=2, help="sampling processes of prm-data")
     add(
@@ -59,8 +60,8 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
         help="whose solutions prm-data labels: the earlier checkpoint (--policy-step) or the "
         "shipped generator (then at --prm-temperature, which must differ from 1)",
     )
-    add("--prm-temperature", type=float, default=1.0, help="prm-data's sampling temperature")
-    add("--prm-epochs", type=int, default=1)
+    add("--prm-temperature", type=float, default=1.3, help="prm-data's sampling temperature")
+    add("--prm-epochs", type=int, default=2)
     add("--prm-lr", type=float, default=1e-3)
     add("--prm-batch", type=int, default=32)
 

@@ -127,7 +127,8 @@ def test_prm_reads_as_qwen_prm_and_scores_every_step():
 SHORT_TRAINING = ["--seed", "0", "--steps", "80", "--batch", "16", "--hidden", "64",
                   "--policy-step", "40", "--prm-hidden", "64", "--prm-layers", "2",
                   "--body-steps", "10", "--prm-questions", "6", "--prm-samples", "2",
-                  "--prm-rollouts", "2", "--prm-workers", "1", "--prm-batch", "8"]  # fmt: skip
+                  "--prm-rollouts", "2", "--prm-workers", "1", "--prm-batch", "8",
+                  "--prm-epochs", "1"]  # fmt: skip
 #: the generator's mean loss over its last 50 of 80 steps (1.33 measured; it starts at ln(vocab)
 #: ~ 5.7, and 80 steps of a 64-wide model do not get below ~1) must land here
 SHORT_LOSS = (0.9, 1.8)
