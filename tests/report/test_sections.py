@@ -78,10 +78,18 @@ def test_scope_section_reports_sizes_and_ranking_power_from_the_pools():
     text = "\n".join(scope_lines({"gen__prm": {"id": responses}}))
     assert "## What this run can show" in text
     assert "| gen__prm | id | 3 | 4 |" in text
-    assert "barely ranks" in text and "with 3 questions" in text
-    # a PRM that ranks: the sentence says so, from the numbers
-    good = responses.assign(prm_score=[0.9, 0.2, 0.1, 0.3, 0.9, 0.1, 0.2, 0.3, 0.5, 0.4, 0.3, 0.2])
-    assert "ranks a question's candidates (AUROC 1.00" in "\n".join(
+    assert "only 2 questions have both right and wrong candidates" in text
+    assert "with 3 questions" in text
+    # enough mixed questions: the sentence judges the ranking, from the numbers
+    many = pd.concat(
+        [responses.iloc[:8].assign(question_id=lambda f, i=i: f["question_id"] + f"-{i}")
+         for i in range(6)]
+    )  # fmt: skip
+    assert "barely ranks a question's candidates (AUROC 0.50 on 12" in "\n".join(
+        scope_lines({"w": {"id": many}})
+    )
+    good = many.assign(prm_score=[0.9, 0.2, 0.1, 0.3, 0.9, 0.1, 0.2, 0.3] * 6)
+    assert "ranks a question's candidates (AUROC 1.00 on 12" in "\n".join(
         scope_lines({"w": {"id": good}})
     )
     assert scope_lines({}) == []

@@ -11,6 +11,8 @@ import pandas as pd
 
 #: the pools the section reads, in the order it lists them
 SCOPE_SPLITS = ("id", "ood")
+#: fewer questions with both right and wrong candidates than this: the AUROC is not judged
+MIN_MIXED = 10
 
 
 def _auroc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -80,9 +82,10 @@ def scope_lines(pools: dict[str, dict[str, pd.DataFrame]]) -> list[str]:
             p = min(max(s["accuracy"], 0.05), 0.95)
             # two accuracies on the same questions: a gap under ~2 standard errors is noise
             resolvable = 2 * math.sqrt(2 * p * (1 - p) / max(1, s["questions"]))
-            if math.isnan(s["auroc"]):
+            if s["mixed"] < MIN_MIXED:
                 rank = (
-                    "no question has both right and wrong candidates, so ranking cannot be judged"
+                    f"only {s['mixed']} questions have both right and wrong candidates, too few "
+                    "to judge how well the PRM ranks a question's candidates"
                 )
             elif s["auroc"] < 0.6:
                 rank = (
