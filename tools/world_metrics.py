@@ -258,8 +258,11 @@ def targets(splits: dict) -> list[dict]:
         else:
             value = s.get(key, float("nan"))
             ci = s.get(f"{key}_ci", (float("nan"), float("nan")))
-        met = value >= low and (high is None or value <= high)
-        gap = 0.0 if met else (low - value if value < low else value - high)
+        if math.isnan(value):  # e.g. no question with both right and wrong draws
+            met, gap = False, float("nan")
+        else:
+            met = value >= low and (high is None or value <= high)
+            gap = 0.0 if met else (low - value if value < low else value - high)
         rows.append(
             {"target": name, "measured": value, "ci": list(ci), "met": bool(met),
              "gap": gap, "to_close": "" if met else closer}
