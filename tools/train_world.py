@@ -1,25 +1,33 @@
 """Train the arithmetic world's generator and PRM from scratch (CPU, fixed seeds).
 
-    python tools/train_world.py generator            # ~10 min on 2 cores
-    python tools/train_world.py prm                  # samples from the generator, then trains
-    python tools/train_world.py all --out DIR        # both, into DIR/{generator,prm}
+    python tools/train_world.py all                  # the shipped models' arguments
+    python tools/train_world.py generator            # one stage at a time: generator,
+    python tools/train_world.py prm-body             #   prm-body, prm-data, prm
+    python tools/train_world.py all --out DIR --work WORK
 
-The generator is a ``Qwen2ForCausalLM`` (2 layers, hidden 64, 2 heads of 32) trained by
-next-token loss on the reference solutions of freshly drawn problems (a seed stream disjoint
-from the packaged question sets), the loss on the solution tokens only. Its tokenizer is
-byte-level with no merges (one token per character) plus a few added tokens: the chat markers,
-the PRM's step tag ``<extra_0>``, the two system prompts and the fixed phrases of a solution
-(``## Step ``, the final-answer sentence), so prompts stay short and ``"\\n\\n"`` is two
-``"\\n"`` tokens wherever it appears.
+The generator is a ``Qwen2ForCausalLM`` (2 layers, hidden 128, 4 heads of 32) trained by
+next-token loss on the reference solutions of freshly drawn problems (a seed stream that skips
+every packaged question), the loss on the solution tokens only; the checkpoint after
+``--policy-step`` steps is kept under ``--work`` (an earlier, weaker policy). Its tokenizer is
+byte-level with no merges (one token per character) plus added tokens: the chat markers, the
+PRM's step tag ``<extra_0>``, the two system prompts, the fixed phrases of a solution
+(``## Step ``, the final-answer sentence) and the fixed words of a question (names, items,
+the sentences around their numbers), so prompts stay short, numbers are one token per digit
+and ``"\\n\\n"`` is two ``"\\n"`` tokens wherever it appears.
 
-The PRM is a ``Qwen2ForProcessRewardModel`` (Qwen2.5-Math-PRM's layout, read by
-``dprm.llm.prm.QwenPRM``), its body initialised from the generator, trained with binary
-cross-entropy at every ``<extra_0>`` on the generator's own sampled solutions, each step
-labelled exactly by :func:`dprm.llm.tasks.arith.check_steps` (1 while the prefix is still on
-the true solution path, 0 from the first wrong step on).
+The PRM (``tools/world_prm.py``): a larger body pretrained on reference solutions in the PRM's
+input format, then Qwen2.5-Math-PRM's head trained on Monte Carlo step labels of another
+policy's solutions (the earlier checkpoint, or the shipped generator at another temperature),
+with damaged copies among the negatives.
 
-Writes ``provenance.json`` beside each model (script, arguments, seed, commit, CPU-seconds,
-wall time, final loss).
+Matrix products run in bfloat16 under autocast (float32 weights and optimiser state).
+Training is deterministic for a given seed, arguments, thread count and machine; on another
+CPU or torch build the bytes differ and the behaviour agrees within sampling noise (a test
+retrains a short version and checks its loss within a tolerance).
+
+Writes ``provenance.json`` beside each model and intermediate: command, commit, seed, threads,
+torch / transformers / Python versions, CPU model, CPU-seconds, wall time, final loss and the
+sha256 of every file in the folder.
 """
 
 from __future__ import annotations
@@ -28,7 +36,6 @@ import argparse
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import time
@@ -36,32 +43,52 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tools"))
 
 from dprm.llm.prm import QWEN_PRM_SYSTEM  # noqa: E402
 from dprm.llm.prompts import SYSTEM_PROMPT, build_prompt  # noqa: E402
 from dprm.llm.tasks.arith import (  # noqa: E402
+    ITEMS,
+    NAMES,
+    SENTENCES,
     ArithSpec,
-    check_steps,
     make_problem,
 )
+from dprm.llm.tasks.arith_sets import packaged_questions  # noqa: E402
+from world_prm import add_prm_arguments, run_prm_stage  # noqa: E402
 
 DEFAULT_OUT = ROOT / "src" / "dprm" / "llm" / "worlds" / "arith"
-#: the training distribution, by index modulo 3: two thirds one-digit operands (the train/ID
-#: splits' knobs, plus one-operation problems), one third two-digit operands with at most 3
-#: operations (OOD asks for up to 4)
+#: the training distribution, by index modulo 3: the train/ID splits' knobs plus
+#: one-operation problems (1-4 operations, one- or two-digit operands per question), and one
+#: third two-digit problems (the ID splits' hard half); OOD asks for 5-6 operations
 TRAIN_SPECS = (
-    ArithSpec(min_steps=1, max_steps=3, digits=1, operations=("+", "-")),
-    ArithSpec(min_steps=1, max_steps=3, digits=1, operations=("+", "-")),
-    ArithSpec(min_steps=1, max_steps=3, digits=2, operations=("+", "-")),
+    ArithSpec(min_steps=1, max_steps=4, digits=1, max_digits=2),
+    ArithSpec(min_steps=1, max_steps=4, digits=1, max_digits=2),
+    ArithSpec(min_steps=1, max_steps=4, digits=2),
 )
 TRAIN_STREAM = 9_000_000  # seed offset of the training problems (packaged sets use < 3e6)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
+
+
+def _question_words() -> list[str]:
+    """The fixed words of the questions (names, items, the sentences' text around their
+    blanks), one token each, so a question is a few dozen tokens and its numbers stay digits."""
+    import re
+
+    pieces = {"has ", " has ", "How many ", " does ", " have now?"}
+    for templates in SENTENCES.values():
+        for template in templates:
+            pieces.update(p for p in re.split(r"\{\w+\}", template) if p.strip())
+    return [*NAMES, *ITEMS, *sorted(pieces, key=lambda p: (-len(p), p)), "assistant", "system"]
+
+
 PHRASES = [
     SYSTEM_PROMPT,
     QWEN_PRM_SYSTEM,
     "## Step ",
     "Therefore, the final answer is: $\\boxed{",
     "}$. I hope it is correct.",
+    *_question_words(),
 ]
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
@@ -112,8 +139,18 @@ def git_commit() -> str:
         return "unknown"
 
 
-def training_problem(index: int, seed: int):
-    return make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], TRAIN_STREAM + seed, index)
+def training_problems(start: int, count: int, seed: int) -> tuple[list, int]:
+    """``count`` training problems from stream index ``start`` on, skipping any whose question
+    is a packaged one (so no packaged question is trained on); (problems, next index)."""
+    skip = packaged_questions()
+    problems = []
+    index = start
+    while len(problems) < count:
+        problem = make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], TRAIN_STREAM + seed, index)
+        index += 1
+        if problem.question not in skip:
+            problems.append(problem)
+    return problems, index
 
 
 def encode_example(tok, question: str, solution: str) -> tuple[list[int], int]:
@@ -137,6 +174,14 @@ def batch_tensors(examples, pad_id: int):
     return ids, mask, labels
 
 
+def autocast():
+    """bfloat16 matrix products on CPU (AMX / AVX-512 where present), float32 weights and
+    optimiser state: several times faster than float32 products on the CPUs this runs on."""
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
 def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -145,8 +190,19 @@ def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
 
 
 def train_generator(
-    out: Path, seed: int, steps: int, batch: int, lr: float, hidden: int, layers: int
+    out: Path,
+    seed: int,
+    steps: int,
+    batch: int,
+    lr: float,
+    hidden: int,
+    layers: int,
+    policy_out: Path | None = None,
+    policy_step: int = 0,
 ) -> dict:
+    """Train the generator into ``out``; with ``policy_out``, also save the model as it is
+    after ``policy_step`` optimiser steps there (the earlier policy the PRM's data comes from).
+    """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -162,201 +218,136 @@ def train_generator(
         pad_token_id=tok.pad_token_id,
     )  # fmt: skip
     model = Qwen2ForCausalLM(config)
+    # eager attention: torch's CPU backward of scaled_dot_product_attention is far slower here
+    model.config._attn_implementation = "eager"
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     t0, c0 = time.time(), time.process_time()
     index = 0
     losses = []
     for step in range(steps):
-        examples = []
-        for _ in range(batch):
-            problem = training_problem(index, seed)
-            index += 1
-            examples.append(encode_example(tok, problem.question, problem.solution()))
+        problems, index = training_problems(index, batch, seed)
+        examples = [encode_example(tok, p.question, p.solution()) for p in problems]
         ids, mask, labels = batch_tensors(examples, tok.pad_token_id)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, lr, warmup=min(100, steps // 10))
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        with autocast():
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-        if (step + 1) % 60 == 0 and step + 1 < steps:  # a usable model if stopped early
-            model.save_pretrained(out / "checkpoint", safe_serialization=True)
-            save_tokenizer(tok, out / "checkpoint")
-        if step % 20 == 0 or step == steps - 1:
-            recent = sum(losses[-20:]) / len(losses[-20:])
+        if policy_out is not None and step + 1 == policy_step:
+            save_model(model, tok, policy_out)
+            model.train()
+        if step % 50 == 0 or step == steps - 1:
+            recent = sum(losses[-50:]) / len(losses[-50:])
             print(
                 f"generator step {step}/{steps} loss {recent:.4f} wall {time.time() - t0:.0f}s",
                 flush=True,
             )
-    model.eval()
-    out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float16).save_pretrained(out, safe_serialization=True)
-    save_tokenizer(tok, out)
+    save_model(model, tok, out)
     return {
         "seed": seed, "steps": steps, "batch": batch, "lr": lr, "hidden": hidden, "layers": layers,
-        "examples": index, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "training_stream_end": index, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
     }  # fmt: skip
 
 
-def sample_solutions(model, tok, questions: list[str], n: int, seed: int, max_new: int = 160):
-    """``n`` sampled solutions (temperature 1.0) per question, batched with left padding."""
+def save_model(model, tok, out: Path) -> None:
+    """float16 safetensors plus the tokenizer; the model is left in float32 eval mode."""
     import torch
 
-    from dprm.llm.prompts import build_prompt
-
-    torch.manual_seed(seed)
-    tok.padding_side = "left"
-    prompts = [build_prompt(q, "qwen", template="qwen") for q in questions]
-    texts: list[list[str]] = []
-    per_batch = max(1, 256 // n)
-    stop = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
-    for start in range(0, len(prompts), per_batch):
-        chunk = prompts[start : start + per_batch]
-        enc = tok(chunk, return_tensors="pt", padding=True)
-        with torch.no_grad():
-            gen = model.generate(
-                **enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                max_new_tokens=max_new, num_return_sequences=n, eos_token_id=stop,
-                pad_token_id=tok.pad_token_id,
-            )  # fmt: skip
-        outs = tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        for i in range(len(chunk)):
-            texts.append(outs[i * n : (i + 1) * n])
-    return texts
-
-
-def prm_examples(tok, problems, solutions) -> list[tuple[list[int], list[int], list[float]]]:
-    """(ids, positions of <extra_0>, labels) per sampled solution, the QwenPRM format."""
-    sep = "<extra_0>"
-    sep_id = tok.convert_tokens_to_ids(sep)
-    rows = []
-    for problem, texts in zip(problems, solutions, strict=True):
-        for text in texts:
-            steps = text.split("\n\n")
-            labels = [float(f) for f in check_steps(problem.start, problem.ops, steps)]
-            messages = [
-                {"role": "system", "content": QWEN_PRM_SYSTEM},
-                {"role": "user", "content": problem.question},
-                {"role": "assistant", "content": sep.join(steps) + sep},
-            ]
-            ids = tok.encode(tok.apply_chat_template(messages, tokenize=False))
-            positions = [i for i, t in enumerate(ids) if t == sep_id]
-            if len(positions) == len(steps) and len(ids) <= 512:
-                rows.append((ids, positions, labels))
-    return rows
-
-
-def train_prm(
-    out: Path, generator: Path, seed: int, questions: int, samples: int, epochs: int, lr: float
-) -> dict:
-    import torch
-    from transformers import AutoTokenizer, Qwen2ForCausalLM
-
-    from dprm.llm.prm_models import qwen_prm_class
-
-    torch.manual_seed(seed)
-    t0, c0 = time.time(), time.process_time()
-    tok = AutoTokenizer.from_pretrained(generator)
-    policy = Qwen2ForCausalLM.from_pretrained(generator, torch_dtype=torch.float32).eval()
-    problems = [training_problem(10_000_000 + i, seed) for i in range(questions)]
-    solutions = sample_solutions(policy, tok, [p.question for p in problems], samples, seed)
-    rows = prm_examples(tok, problems, solutions)
-    sample_s = time.time() - t0
-    labels_all = [y for _, _, ys in rows for y in ys]
-    finals = [ys[-1] for _, _, ys in rows]
-    print(
-        f"prm data: {len(rows)} solutions, {len(labels_all)} steps, step-positive "
-        f"{sum(labels_all) / len(labels_all):.3f}, solved {sum(finals) / len(finals):.3f} "
-        f"({sample_s:.0f}s)",
-        flush=True,
-    )
-    config = policy.config
-    config.architectures = ["Qwen2ForProcessRewardModel"]
-    model = qwen_prm_class()(config)
-    model.model.load_state_dict(policy.model.state_dict())
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    rng = random.Random(seed)
-    batch = 32
-    total = epochs * math.ceil(len(rows) / batch)
-    step = 0
-    losses = []
-    for _ in range(epochs):
-        order = list(range(len(rows)))
-        rng.shuffle(order)
-        for start in range(0, len(order), batch):
-            chunk = [rows[i] for i in order[start : start + batch]]
-            width = max(len(ids) for ids, _, _ in chunk)
-            ids = torch.full((len(chunk), width), tok.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for r, (seq, _, _) in enumerate(chunk):
-                ids[r, : len(seq)] = torch.tensor(seq)
-                mask[r, : len(seq)] = 1
-            rows_idx = [r for r, (_, pos, _) in enumerate(chunk) for _ in pos]
-            cols_idx = [p for _, pos, _ in chunk for p in pos]
-            target = torch.tensor([y for _, _, ys in chunk for y in ys])
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, total, lr, warmup=min(50, total // 10))
-            logits = model(input_ids=ids, attention_mask=mask)[rows_idx, cols_idx]  # [S, 2]
-            # BCE on the positive-class probability softmax(logits)[1] = sigmoid(l1 - l0)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                logits[:, 1] - logits[:, 0], target
-            )
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(float(loss))
-            if step % 25 == 0 or step == total - 1:
-                recent = sum(losses[-25:]) / len(losses[-25:])
-                print(f"prm step {step}/{total} bce {recent:.4f}", flush=True)
-            step += 1
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.to(torch.float16).save_pretrained(out, safe_serialization=True)
+    model.to(torch.float32)
     save_tokenizer(tok, out)
+
+
+def git_dirty() -> bool | None:
+    try:
+        out = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return bool(out.stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def sha256_files(folder: Path) -> dict[str, str]:
+    """sha256 of every file in ``folder`` but the provenance record itself."""
+    import hashlib
+
     return {
-        "seed": seed, "questions": questions, "samples_per_question": samples,
-        "solutions": len(rows), "steps_labelled": len(labels_all),
-        "step_positive_rate": sum(labels_all) / len(labels_all), "epochs": epochs, "lr": lr,
-        "final_bce": sum(losses[-25:]) / len(losses[-25:]),
-        "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
-    }  # fmt: skip
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != "provenance.json"
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 def write_provenance(out: Path, what: str, args: argparse.Namespace, stats: dict) -> None:
+    """``provenance.json`` beside the files of ``out``: what made them and their sha256."""
+    import platform
+
+    import torch
+    import transformers
+
     record = {
         "model": what,
         "script": "tools/train_world.py",
-        "command": " ".join(["python", "tools/train_world.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "tools/train_world.py", *args.argv]),
         "commit": git_commit(),
+        # tracked files changed since that commit (the script itself may differ from it)
+        "uncommitted_changes": git_dirty(),
         "threads": args.threads,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu_model(),
         **stats,
+        "sha256": sha256_files(out),
     }
     (out / "provenance.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["generator", "prm", "all"])
+    parser.add_argument("what", choices=["generator", "prm-body", "prm-data", "prm", "all"])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--work", type=Path, default=ROOT / "runs" / "world-training",
+        help="intermediate models and data (the earlier policy, the PRM body, the MC labels)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=800, help="generator optimiser steps")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--hidden", type=int, default=64, help="generator width (32 per head)")
+    parser.add_argument("--steps", type=int, default=1200, help="generator optimiser steps")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=128, help="generator width (32 per head)")
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=7e-3)
-    parser.add_argument("--prm-questions", type=int, default=300)
-    parser.add_argument("--prm-samples", type=int, default=8)
-    parser.add_argument("--prm-epochs", type=int, default=2)
-    parser.add_argument("--prm-lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument(
+        "--policy-step", type=int, default=500,
+        help="the generator after this many steps is the policy whose solutions train the PRM",
+    )  # fmt: skip
+    add_prm_arguments(parser)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
 
     import torch
 
@@ -364,23 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.what in ("generator", "all"):
         stats = train_generator(
-            args.out / "generator",
-            args.seed,
-            args.steps,
-            args.batch,
-            args.lr,
-            args.hidden,
-            args.layers,
-        )
-        write_provenance(args.out / "generator", "generator", args, stats)
-        print(json.dumps(stats), flush=True)
-    if args.what in ("prm", "all"):
-        stats = train_prm(
-            args.out / "prm", args.out / "generator", args.seed, args.prm_questions,
-            args.prm_samples, args.prm_epochs, args.prm_lr,
+            args.out / "generator", args.seed, args.steps, args.batch, args.lr, args.hidden,
+            args.layers, policy_out=args.work / "policy", policy_step=args.policy_step,
         )  # fmt: skip
-        write_provenance(args.out / "prm", "prm", args, stats)
+        write_provenance(args.out / "generator", "generator", args, stats)
+        write_provenance(args.work / "policy", "policy", args, {**stats, "steps": args.policy_step})
         print(json.dumps(stats), flush=True)
+    for stage in ("prm-body", "prm-data", "prm"):
+        if args.what in (stage, "all"):
+            run_prm_stage(stage, args)
     return 0
 
 

@@ -55,3 +55,41 @@ def test_intro_and_data_lines_say_what_the_data_is():
     lines = data_lines(CFG, real, {"ot": [0]}, ias_ran=False)
     assert "- Sets: train = b.jsonl; ID = c; OOD = ood." in lines
     assert any("requested but without results: QR" in line for line in lines)
+
+
+def test_scope_section_reports_sizes_and_ranking_power_from_the_pools():
+    import pandas as pd
+
+    from dprm.report.sections.scope import pool_scope, scope_lines
+
+    # q0: the PRM ranks the right candidate first; q1: reversed; q2: all wrong
+    responses = pd.DataFrame(
+        {
+            "question_id": ["q0"] * 4 + ["q1"] * 4 + ["q2"] * 4,
+            "prm_score": [0.9, 0.2, 0.1, 0.3, 0.1, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2],
+            "correct": [True, False, False, False, True, False, False, False] + [False] * 4,
+        }
+    )
+    s = pool_scope(responses)
+    assert s["questions"] == 3 and s["candidates"] == 4 and s["mixed"] == 2
+    assert s["auroc"] == 0.5  # 1.0 on q0, 0.0 on q1
+    assert abs(s["any_correct"] - 2 / 3) < 1e-9
+    assert abs(s["top"] - 1 / 3) < 1e-9  # only q0's top candidate is right
+    text = "\n".join(scope_lines({"gen__prm": {"id": responses}}))
+    assert "## What this run can show" in text
+    assert "| gen__prm | id | 3 | 4 |" in text
+    assert "only 2 questions have both right and wrong candidates" in text
+    assert "with 3 questions" in text
+    # enough mixed questions: the sentence judges the ranking, from the numbers
+    many = pd.concat(
+        [responses.iloc[:8].assign(question_id=lambda f, i=i: f["question_id"] + f"-{i}")
+         for i in range(6)]
+    )  # fmt: skip
+    assert "barely ranks a question's candidates (AUROC 0.50 on 12" in "\n".join(
+        scope_lines({"w": {"id": many}})
+    )
+    good = many.assign(prm_score=[0.9, 0.2, 0.1, 0.3, 0.9, 0.1, 0.2, 0.3] * 6)
+    assert "ranks a question's candidates (AUROC 1.00 on 12" in "\n".join(
+        scope_lines({"w": {"id": good}})
+    )
+    assert scope_lines({}) == []

@@ -364,6 +364,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
     from dprm.report.document_md import render_report
     from dprm.report.paper import write_comparison
     from dprm.report.recommendation import recommendation_lines
+    from dprm.report.sections.scope import read_pools
     from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
 
     cfg, layout = pipe.config, pipe.layout
@@ -466,6 +467,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         ias_ran=not ias.empty,
         pays=pays,
         recommendation=recommendation,
+        scope=read_pools({world: layout.world_dir(world) for world in cfg.worlds}),
     )
     return text, results
 

@@ -11,6 +11,7 @@ from dprm.report.sections.checks import checks_section
 from dprm.report.sections.names import RunNames, run_names
 from dprm.report.sections.pays import pays_lines
 from dprm.report.sections.run import data_lines, intro_lines, run_lines
+from dprm.report.sections.scope import scope_lines
 
 __all__ = ["RunNames", "render_report", "run_names"]
 
@@ -36,6 +37,7 @@ def render_report(
     ias_ran: bool = True,
     pays=None,
     recommendation: list[str] | None = None,
+    scope: dict | None = None,
 ) -> str:
     """The report: data, calibrators, versions and timing; checks; Table 1 per PRM and protocol;
     paper vs dprm; figures; appendix. No heading is left without content.
@@ -51,6 +53,8 @@ def render_report(
             split), if any.
         recommendation: the "Which calibrator?" lines computed from the held-out tables
             (:func:`dprm.report.recommendation.recommendation_lines`), if any.
+        scope: the run's best-of-N pools, ``{world: {split: responses}}``
+            (:func:`dprm.report.sections.scope.read_pools`), for "What this run can show".
     """
     names = names or RunNames()
     ran = {m: list(cfg.seeds) for m in cfg.methods} if ran is None else ran
@@ -59,6 +63,7 @@ def render_report(
     lines = [*intro_lines(cfg, names, ias_ran), "", "## Run", ""]
     lines += data_lines(cfg, names, ran, ias_ran)
     lines += run_lines(cfg, run, failures)
+    lines += scope_lines(scope or {})
     lines += checks_section(checks)
     lines += recommendation or []
     if pays is not None and not pays.empty:

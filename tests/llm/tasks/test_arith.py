@@ -96,3 +96,35 @@ def test_answers_grade_through_math_verify():
         wrong = right.replace(f"{{{problem_answer}}}", f"{{{problem_answer + 1}}}")
         assert verify_answer(row.answer, right)
         assert not verify_answer(row.answer, wrong)
+
+
+def test_packaged_splits_share_no_question_and_id_mixes_easy_and_hard():
+    from dprm.llm.tasks.arith_sets import packaged_questions, set_rows
+
+    questions = {split: {r["question"] for r in set_rows(split)} for split in SET_SIZES}
+    assert sum(map(len, questions.values())) == sum(SET_SIZES.values())  # no repeats anywhere
+    assert len(packaged_questions()) == sum(SET_SIZES.values())
+    assert SET_SIZES["id"] >= 400 and SET_SIZES["ood"] >= 200
+    starts = [r["start"] for r in set_rows("id")]
+    one_digit = sum(s < 10 for s in starts) / len(starts)
+    assert 0.3 < one_digit < 0.7  # per question one or two digits, about half each
+    ood_steps = {len(r["ops"]) for r in set_rows("ood")}
+    assert min(ood_steps) > max(len(r["ops"]) for r in set_rows("id"))
+
+
+def test_max_digits_draws_once_per_question_and_leaves_fixed_streams_alone():
+    mixed = ArithSpec(min_steps=3, max_steps=3, digits=1, max_digits=2)
+    for index in range(30):
+        problem = make_problem(mixed, 5, index)
+        operands = [problem.start] + [x for op, x in problem.ops if op == "+"]
+        digits = {len(str(x)) for x in operands}
+        assert len(digits) == 1, problem  # one digit count for the whole question
+    fixed = ArithSpec(min_steps=2, max_steps=3, digits=1)
+    # a spec without max_digits draws as before the knob existed (the former ID set's first
+    # question, seed 20261127 + 1_000_000)
+    assert make_problem(fixed, 21261127, 0).question == (
+        "Eva has 2 stamps. Eva gives away 2. Eva finds 4 more. Eva gets 2 more. "
+        "How many stamps does Eva have now?"
+    )
+    with pytest.raises(ValueError, match="max_digits"):
+        ArithSpec(digits=2, max_digits=1)

@@ -12,8 +12,8 @@ the solution. Solutions follow the ``"\\n\\n"``-separated step format of
     Therefore, the final answer is: $\\boxed{66}$. I hope it is correct.
 
 Knobs (:class:`ArithSpec`): the number of operations (``min_steps`` .. ``max_steps``), the
-digits of every operand (``digits``; a ``*`` operand is one digit, 2..9), and the allowed
-operations (``+`` or ``*`` among them). A ``-`` never takes the quantity below zero. Questions are drawn from a
+digits of every operand (``digits``, or per question one of ``digits`` .. ``max_digits``; a
+``*`` operand is one digit, 2..9), and the allowed operations (``+`` or ``*`` among them). A ``-`` never takes the quantity below zero. Questions are drawn from a
 :class:`random.Random` seeded by ``(seed, index)``, so a set is deterministic by its seed and
 its i-th question does not depend on how many are drawn.
 
@@ -50,18 +50,24 @@ class ArithSpec:
         max_steps: most operations per question (>= min_steps).
         digits: digits of the start value and of every ``+`` / ``-`` operand (>= 1).
         operations: the allowed operations, a subset of :data:`OPERATIONS`.
+        max_digits: when set (>= digits), each question draws its operands' digits uniformly
+            from ``digits`` .. ``max_digits`` (one count for the whole question), so a set
+            mixes easy and hard questions.
     """
 
     min_steps: int = 2
     max_steps: int = 3
     digits: int = 2
     operations: tuple[str, ...] = ("+", "-")
+    max_digits: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_steps <= self.max_steps:
             raise ValueError(f"steps {self.min_steps}..{self.max_steps}: expected 1 <= min <= max")
         if self.digits < 1:
             raise ValueError(f"digits = {self.digits}: expected >= 1")
+        if self.max_digits is not None and self.max_digits < self.digits:
+            raise ValueError(f"max_digits = {self.max_digits}: expected >= digits ({self.digits})")
         unknown = sorted(set(self.operations) - set(OPERATIONS))
         if unknown or not set(self.operations) - {"-"}:
             raise ValueError(
@@ -69,11 +75,13 @@ class ArithSpec:
             )
 
 
-#: the packaged splits: calibration (train) and ID share a distribution; OOD is harder
+#: the packaged splits: calibration (train) and ID share a distribution that mixes easy and
+#: hard questions (2-4 operations; one-digit operands, or two-digit ones with carries and
+#: borrows); OOD is harder (longer chains of two-digit operands, so bigger running values)
 SPLIT_SPECS = {
-    "train": ArithSpec(min_steps=2, max_steps=3, digits=1, operations=("+", "-")),
-    "id": ArithSpec(min_steps=2, max_steps=3, digits=1, operations=("+", "-")),
-    "ood": ArithSpec(min_steps=3, max_steps=4, digits=2, operations=("+", "-")),
+    "train": ArithSpec(min_steps=2, max_steps=4, digits=1, max_digits=2),
+    "id": ArithSpec(min_steps=2, max_steps=4, digits=1, max_digits=2),
+    "ood": ArithSpec(min_steps=5, max_steps=6, digits=2),
 }
 #: seed offsets of the packaged splits, so no two splits share a question stream
 SPLIT_OFFSETS = {"train": 0, "id": 1_000_000, "ood": 2_000_000}
@@ -143,7 +151,10 @@ def make_problem(spec: ArithSpec, seed: int, index: int) -> ArithProblem:
     rng = random.Random(f"arith/{seed}/{index}")
     name = rng.choice(NAMES)
     items = rng.choice(ITEMS)
-    start = _operand(rng, spec.digits)
+    digits = spec.digits
+    if spec.max_digits is not None:  # drawn only then, so fixed-digit streams are unchanged
+        digits = rng.randint(spec.digits, spec.max_digits)
+    start = _operand(rng, digits)
     n_ops = rng.randint(spec.min_steps, spec.max_steps)
     ops: list[tuple[str, int]] = []
     sentences: list[str] = []
@@ -154,23 +165,36 @@ def make_problem(spec: ArithSpec, seed: int, index: int) -> ArithProblem:
         if op == "*":
             x = rng.randint(2, 9)
         elif op == "-":
-            x = min(_operand(rng, spec.digits), value)
+            x = min(_operand(rng, digits), value)
         else:
-            x = _operand(rng, spec.digits)
+            x = _operand(rng, digits)
         value = _apply(value, op, x)
         ops.append((op, x))
         sentences.append(rng.choice(SENTENCES[op]).format(name=name, x=x, items=items))
     return ArithProblem(name, items, start, tuple(ops), tuple(sentences))
 
 
-def make_set(spec: ArithSpec, n: int, seed: int, prefix: str) -> list[dict]:
-    """``n`` question records (``question_id``, ``question``, ``answer``, ``solution``, knobs)."""
-    rows = []
-    for index in range(n):
+def make_set(
+    spec: ArithSpec, n: int, seed: int, prefix: str, exclude: frozenset[str] = frozenset()
+) -> list[dict]:
+    """``n`` question records (``question_id``, ``question``, ``answer``, ``solution``, knobs).
+
+    The stream's problems are taken in order, skipping any whose question text is in
+    ``exclude`` or already taken, so a set has no repeated question and none of ``exclude``
+    (another split's questions); the k-th kept question does not depend on ``n``.
+    """
+    rows: list[dict] = []
+    seen = set(exclude)
+    index = -1
+    while len(rows) < n:
+        index += 1
         problem = make_problem(spec, seed, index)
+        if problem.question in seen:
+            continue
+        seen.add(problem.question)
         rows.append(
             {
-                "question_id": f"{prefix}/{index}",
+                "question_id": f"{prefix}/{len(rows)}",
                 "question": problem.question,
                 "answer": str(problem.answer),
                 "solution": problem.solution(),

@@ -1,12 +1,17 @@
 """The packaged arithmetic question sets: which split draws what, and how they are written.
 
-``arith-train`` (calibration) and ``arith-id`` share a distribution (2-3 operations, ``+`` /
-``-``, one-digit operands); ``arith-ood`` is harder (3-4 operations on two-digit operands, so
-carries and borrows), the way AIME stands to MATH-500. ``tools/make_arith_sets.py`` writes them; the seed is :data:`SEED`.
+``arith-train`` (calibration) and ``arith-id`` share a distribution (2-4 operations, ``+`` /
+``-``, per question one-digit or two-digit operands, so easy and hard questions mix);
+``arith-ood`` is harder (5-6 operations on two-digit operands: longer chains, bigger running
+values), the way AIME stands to MATH-500. The splits share no question: each split skips the
+questions of the splits drawn before it (train, then ID, then OOD).
+``tools/make_arith_sets.py`` writes them; the seed is :data:`SEED`.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -15,14 +20,28 @@ from dprm.io import atomic_path
 from dprm.llm.tasks.arith import SPLIT_OFFSETS, SPLIT_SPECS, make_set
 
 SEED = 20261127
-SET_SIZES = {"train": 300, "id": 200, "ood": 200}
+SET_SIZES = {"train": 400, "id": 400, "ood": 200}
+
+
+@functools.cache
+def _split_rows(split: str) -> tuple[dict, ...]:
+    earlier = list(SET_SIZES)[: list(SET_SIZES).index(split)]
+    exclude = frozenset(row["question"] for name in earlier for row in _split_rows(name))
+    rows = make_set(
+        SPLIT_SPECS[split], SET_SIZES[split], SEED + SPLIT_OFFSETS[split], f"arith-{split}",
+        exclude=exclude,
+    )  # fmt: skip
+    return tuple(rows)
 
 
 def set_rows(split: str) -> list[dict]:
-    """The rows of packaged split ``split`` (``train``, ``id``, ``ood``)."""
-    return make_set(
-        SPLIT_SPECS[split], SET_SIZES[split], SEED + SPLIT_OFFSETS[split], f"arith-{split}"
-    )
+    """The rows of packaged split ``split`` (``train``, ``id``, ``ood``), fresh copies."""
+    return copy.deepcopy(list(_split_rows(split)))
+
+
+def packaged_questions() -> frozenset[str]:
+    """Every packaged question's text (all splits): what training streams must skip."""
+    return frozenset(row["question"] for split in SET_SIZES for row in _split_rows(split))
 
 
 def set_bytes(split: str) -> bytes:

@@ -1,0 +1,419 @@
+"""The arithmetic world's PRM, in three stages (run by ``tools/train_world.py``).
+
+``prm-body``: a ``Qwen2ForCausalLM`` larger than the generator (``--prm-layers`` x
+``--prm-hidden``) learns to compute by next-token loss on reference solutions written in the
+PRM's own input format (the PRM system prompt, the question, the steps joined and ended by
+``<extra_0>``), the loss on the solution tokens only.
+
+``prm-data``: Monte Carlo step labels (Math-Shepherd style) on solutions of *another policy*
+than the one the PRM scores (the generator at temperature 1): by default the shipped generator
+at ``--prm-temperature`` 1.3, or (``--prm-policy checkpoint``) the generator after
+``--policy-step`` steps: ``--prm-samples`` solutions per training question; from each distinct
+step prefix (all steps but the last), ``--prm-rollouts`` continuations by the same policy; a
+step's soft label is the fraction of its continuations whose boxed answer is right. The last
+step's label is whether the solution's own answer is right (0 when it has none). Among the
+negatives, ``--prm-corrupt`` of the solutions get a damaged copy: cut inside a step (a
+truncated solution, its cut step labelled 0) or one operation step garbled (a character
+dropped, inserted or swapped, or the result replaced by junk such as ``. 0``; that step and
+every later one labelled 0), so malformed outliers are seen and scored low.
+
+``prm``: a ``Qwen2ForProcessRewardModel`` (Qwen2.5-Math-PRM's layout) on the pretrained body,
+trained by binary cross-entropy against the soft labels at every ``<extra_0>``.
+
+Training problems come from the generator's training stream at indices far past the ones the
+generator saw (``PRM_DATA_START``, ``BODY_START``), skipping every packaged question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+#: stream indices of the PRM's problems (the generator's training uses indices below 1e6)
+BODY_START = 20_000_000
+PRM_DATA_START = 10_000_000
+SEP = "<extra_0>"
+JUNK = (". 0", "", "= 0", "0 0", ". ", "+", "==")
+
+
+def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
+    """The PRM stages' options."""
+    add = parser.add_argument
+    add("--prm-hidden", type=int, default=128, help="PRM body width (32 per head)")
+    add("--prm-layers", type=int, default=4)
+    add("--body-steps", type=int, default=500, help="PRM body pretraining steps")
+    add("--body-lr", type=float, default=2e-3)
+    add("--prm-questions", type=int, default=1500, help="training questions of the MC data")
+    add("--prm-samples", type=int, default=8, help="policy solutions per question")
+    add("--prm-rollouts", type=int, default=2, help="MC continuations per step prefix")
+    add("--prm-corrupt", type=float, default=0.2, help="share of solutions given a damaged copy")
+    add("--prm-workers", type=int, default=2, help="sampling processes of prm-data")
+    add(
+        "--prm-policy",
+        choices=["checkpoint", "generator"],
+        default="checkpoint",
+        help="whose solutions prm-data labels: the earlier checkpoint (--policy-step) or the "
+        "shipped generator (then at --prm-temperature, which must differ from 1)",
+    )
+    add("--prm-temperature", type=float, default=1.3, help="prm-data's sampling temperature")
+    add("--prm-epochs", type=int, default=2)
+    add("--prm-lr", type=float, default=1e-3)
+    add("--prm-batch", type=int, default=32)
+
+
+def prm_ids(tok, question: str, steps: list[str]) -> tuple[list[int], list[int]]:
+    """The PRM's input ids for ``steps`` (``dprm.llm.prm.QwenPRM``'s text) and the positions
+    of its ``<extra_0>`` tags."""
+    from dprm.llm.prm import QWEN_PRM_SYSTEM
+
+    messages = [
+        {"role": "system", "content": QWEN_PRM_SYSTEM},
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": SEP.join(steps) + SEP},
+    ]
+    ids = tok.encode(tok.apply_chat_template(messages, tokenize=False))
+    sep_id = tok.convert_tokens_to_ids(SEP)
+    return ids, [i for i, t in enumerate(ids) if t == sep_id]
+
+
+def _padded(seqs: list[list[int]], pad_id: int):
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    return ids, mask
+
+
+def train_body(out: Path, seed: int, args: argparse.Namespace) -> dict:
+    """Pretrain the PRM body by next-token loss on reference solutions in the PRM format."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from train_world import autocast, build_tokenizer, lr_at, save_model, training_problems
+
+    torch.manual_seed(seed + 1)
+    tok = build_tokenizer()
+    hidden = args.prm_hidden
+    config = Qwen2Config(
+        vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=args.prm_layers,
+        num_attention_heads=hidden // 32, num_key_value_heads=hidden // 32,
+        intermediate_size=4 * hidden, max_position_embeddings=512,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, rope_theta=10000.0,
+        bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(config)
+    model.config._attn_implementation = "eager"  # its CPU backward is the fast one here
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.body_lr, weight_decay=0.01)
+    t0, c0 = time.time(), time.process_time()
+    index, losses = BODY_START, []
+    batch = args.batch
+    for step in range(args.body_steps):
+        problems, index = training_problems(index, batch, seed)
+        seqs, starts = [], []
+        for p in problems:
+            steps = p.solution_steps()
+            ids, positions = prm_ids(tok, p.question, steps)
+            # the loss starts at the first solution token: the one after the user turn
+            first = positions[0] - len(tok.encode(steps[0]))
+            seqs.append(ids[: positions[-1] + 1])
+            starts.append(first)
+        ids, mask = _padded(seqs, tok.pad_token_id)
+        labels = ids.clone()
+        labels[mask == 0] = -100
+        for row, first in enumerate(starts):
+            labels[row, :first] = -100
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.body_steps, args.body_lr, warmup=50)
+        with autocast():
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % 50 == 0 or step == args.body_steps - 1:
+            recent = sum(losses[-50:]) / len(losses[-50:])
+            print(f"prm-body step {step}/{args.body_steps} loss {recent:.4f}", flush=True)
+    save_model(model, tok, out)
+    return {
+        "seed": seed, "steps": args.body_steps, "batch": batch, "lr": args.body_lr,
+        "hidden": hidden, "layers": args.prm_layers, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
+    }  # fmt: skip
+
+
+def _correct(text: str, answer: str) -> bool:
+    from dprm.llm.questions import extract_boxed
+
+    boxed = extract_boxed(text)
+    return boxed is not None and boxed.strip() == answer
+
+
+def _corrupt(rng: random.Random, steps: list[str], op_steps: int):
+    """A damaged copy of ``steps``: (steps, index of the first damaged step, kind) or None."""
+    from dprm.llm.tasks.arith import parse_step
+
+    text = "\n\n".join(steps)
+    if rng.random() < 0.4:  # truncated inside a step
+        bounds = [i for i, c in enumerate(text) if c not in "\n"]
+        cut = rng.choice(bounds[5:]) if len(bounds) > 5 else None
+        if cut is None:
+            return None
+        short = text[:cut].rstrip("\n").split("\n\n")
+        if short[-1] == steps[len(short) - 1]:  # cut on a boundary: not truncated
+            return None
+        return short, len(short) - 1, "truncated"
+    candidates = [i for i in range(min(op_steps, len(steps))) if parse_step(steps[i])]
+    if not candidates:
+        return None
+    i = rng.choice(candidates)
+    step = steps[i]
+    head, _, result = step.rpartition("= ")
+    how = rng.randrange(4)
+    if how == 0:
+        new = head + "= " + rng.choice(JUNK) + rng.choice(["", result])
+    elif how == 1:
+        pos = rng.randrange(len(step))
+        new = step[:pos] + step[pos + 1 :]
+    elif how == 2:
+        pos = rng.randrange(len(step) + 1)
+        new = step[:pos] + rng.choice(" .=+-0123456789") + step[pos:]
+    else:
+        pos = rng.randrange(len(step) - 1)
+        new = step[:pos] + step[pos + 1] + step[pos] + step[pos + 2 :]
+    if new == step:
+        return None
+    return [*steps[:i], new, *steps[i + 1 :]], i, "malformed"
+
+
+#: prompts per sampling job: each job is seeded by (seed, job index), so the draws do not
+#: depend on how many worker processes share the jobs
+JOB_PROMPTS = 512
+
+
+def _sample_job(job: tuple[str, list[str], int, int, float]) -> list[list[str]]:
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from world_sampler import sample_texts
+
+    policy, prompts, n, seed, temperature = job
+    torch.set_num_threads(1)
+    tok = AutoTokenizer.from_pretrained(policy)
+    model = Qwen2ForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
+    return sample_texts(model, tok, prompts, n, temperature, 160, seed)
+
+
+def parallel_sample(
+    policy: Path,
+    prompts: list[str],
+    n: int,
+    seed: int,
+    workers: int,
+    job: int = JOB_PROMPTS,
+    temperature: float = 1.0,
+):
+    """``n`` draws per prompt at ``temperature``, in jobs of ``job`` prompts spread over
+    ``workers`` processes (one thread each)."""
+    import multiprocessing
+
+    jobs = [
+        (str(policy), prompts[i : i + job], n, seed * 100_003 + i // job, temperature)
+        for i in range(0, len(prompts), job)
+    ]
+    if workers <= 1:
+        results = [_sample_job(job) for job in jobs]
+    else:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            results = pool.map(_sample_job, jobs, chunksize=1)
+    return [texts for chunk in results for texts in chunk]
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> dict:
+    """Sample the policy's solutions, label their steps by MC rollouts, add damaged copies;
+    write ``prm-data.jsonl.gz`` (one solution a line: question, steps, labels, kind)."""
+    from dprm.llm.prompts import build_prompt
+    from train_world import training_problems
+
+    t0, c0, children0 = time.time(), time.process_time(), _children_cpu()
+    problems, _ = training_problems(PRM_DATA_START, args.prm_questions, seed)
+    prompts = [build_prompt(p.question, "qwen", template="qwen") for p in problems]
+    temperature = args.prm_temperature
+    solutions = parallel_sample(
+        policy, prompts, args.prm_samples, seed, args.prm_workers, temperature=temperature
+    )
+    sample_s = time.time() - t0
+    # the distinct step prefixes (all steps but the last) of each question's solutions
+    prefixes: dict[tuple[int, tuple[str, ...]], float] = {}
+    for qi, texts in enumerate(solutions):
+        for text in texts:
+            steps = text.split("\n\n")
+            for i in range(1, len(steps)):
+                prefixes[(qi, tuple(steps[:i]))] = 0.0
+    keys = list(prefixes)
+    rollout_prompts = [
+        build_prompt(problems[qi].question, "qwen", template="qwen", prefix_steps=list(prefix))
+        for qi, prefix in keys
+    ]
+    print(
+        f"prm-data: {sum(map(len, solutions))} solutions ({sample_s:.0f}s), {len(keys)} distinct "
+        f"prefixes x {args.prm_rollouts} rollouts",
+        flush=True,
+    )
+    rollouts = parallel_sample(
+        policy, rollout_prompts, args.prm_rollouts, seed + 1, args.prm_workers,
+        temperature=temperature,
+    )  # fmt: skip
+    for key, outs in zip(keys, rollouts, strict=True):
+        answer = str(problems[key[0]].answer)
+        prefixes[key] = sum(_correct(o, answer) for o in outs) / len(outs)
+    rng = random.Random(seed)
+    rows = []
+    for qi, texts in enumerate(solutions):
+        problem = problems[qi]
+        answer = str(problem.answer)
+        for text in texts:
+            steps = text.split("\n\n")
+            labels = [prefixes[(qi, tuple(steps[: i + 1]))] for i in range(len(steps) - 1)]
+            labels.append(float(_correct(steps[-1], answer)))
+            rows.append({"q": qi, "steps": steps, "labels": labels, "kind": "sampled"})
+            if rng.random() < args.prm_corrupt:
+                damaged = _corrupt(rng, steps, len(problem.ops))
+                if damaged is not None:
+                    new_steps, first, kind = damaged
+                    new_labels = [*labels[:first], *[0.0] * (len(new_steps) - first)]
+                    rows.append({"q": qi, "steps": new_steps, "labels": new_labels, "kind": kind})
+    record = {"questions": [p.question for p in problems], "rows": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(gzip.compress(json.dumps(record).encode(), compresslevel=6, mtime=0))
+    sampled = [r for r in rows if r["kind"] == "sampled"]
+    return {
+        "seed": seed, "policy": str(policy), "temperature": temperature,
+        "questions": len(problems),
+        "samples_per_question": args.prm_samples, "rollouts_per_prefix": args.prm_rollouts,
+        "solutions": len(sampled), "damaged_copies": len(rows) - len(sampled),
+        "distinct_prefixes": len(keys), "rollouts": len(keys) * args.prm_rollouts,
+        "policy_solved": sum(r["labels"][-1] for r in sampled) / len(sampled),
+        "wall_s": round(time.time() - t0, 1),
+        # this process and its sampling workers
+        "cpu_s": round(time.process_time() - c0 + _children_cpu() - children0, 1),
+    }  # fmt: skip
+
+
+def train_prm(out: Path, body: Path, data: Path, seed: int, args: argparse.Namespace) -> dict:
+    """The PRM head on the pretrained body, BCE against the MC labels at every tag."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from dprm.llm.prm_models import qwen_prm_class
+    from train_world import autocast, lr_at, save_model
+
+    torch.manual_seed(seed + 2)
+    t0, c0 = time.time(), time.process_time()
+    tok = AutoTokenizer.from_pretrained(body)
+    record = json.loads(gzip.decompress(data.read_bytes()))
+    examples = []
+    for row in record["rows"]:
+        ids, positions = prm_ids(tok, record["questions"][row["q"]], row["steps"])
+        if len(positions) == len(row["labels"]) and len(ids) <= 512:
+            examples.append((ids, positions, row["labels"]))
+    lm = Qwen2ForCausalLM.from_pretrained(body, dtype=torch.float32)
+    config = lm.config
+    config.architectures = ["Qwen2ForProcessRewardModel"]
+    model = qwen_prm_class()(config)
+    model.model.load_state_dict(lm.model.state_dict())
+    model.config._attn_implementation = "eager"
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.prm_lr, weight_decay=0.01)
+    rng = random.Random(seed)
+    batch = args.prm_batch
+    total = args.prm_epochs * math.ceil(len(examples) / batch)
+    step, losses = 0, []
+    for _ in range(args.prm_epochs):
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch):
+            chunk = [examples[i] for i in order[start : start + batch]]
+            ids, mask = _padded([c[0] for c in chunk], tok.pad_token_id)
+            rows_idx = [r for r, (_, pos, _) in enumerate(chunk) for _ in pos]
+            cols_idx = [p for _, pos, _ in chunk for p in pos]
+            target = torch.tensor([y for _, _, ys in chunk for y in ys])
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, total, args.prm_lr, warmup=min(50, total // 10))
+            with autocast():
+                logits = model(input_ids=ids, attention_mask=mask)[rows_idx, cols_idx]
+            logits = logits.float()
+            # BCE on the positive-class probability softmax(logits)[1] = sigmoid(l1 - l0)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits[:, 1] - logits[:, 0], target
+            )
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(float(loss))
+            if step % 50 == 0 or step == total - 1:
+                recent = sum(losses[-50:]) / len(losses[-50:])
+                print(f"prm step {step}/{total} bce {recent:.4f}", flush=True)
+            step += 1
+    save_model(model, tok, out)
+    labels = [y for _, _, ys in examples for y in ys]
+    return {
+        "seed": seed, "examples": len(examples), "steps_labelled": len(labels),
+        "mean_label": sum(labels) / len(labels), "epochs": args.prm_epochs, "lr": args.prm_lr,
+        "batch": batch, "final_bce": sum(losses[-50:]) / len(losses[-50:]),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
+    }  # fmt: skip
+
+
+def run_prm_stage(stage: str, args: argparse.Namespace) -> None:
+    """Run one PRM stage; write its outputs and their provenance."""
+    from train_world import sha256_files, write_provenance
+
+    work = args.work
+    if stage == "prm-body":
+        stats = train_body(work / "prm-body", args.seed, args)
+        write_provenance(work / "prm-body", "prm-body", args, stats)
+    elif stage == "prm-data":
+        policy = work / "policy" if args.prm_policy == "checkpoint" else args.out / "generator"
+        if args.prm_policy == "generator" and args.prm_temperature == 1.0:
+            raise SystemExit("--prm-policy generator needs --prm-temperature != 1 (another policy)")
+        stats = make_data(work / "prm-data" / "prm-data.jsonl.gz", policy, args.seed, args)
+        stats["policy_sha256"] = sha256_files(policy)
+        write_provenance(work / "prm-data", "prm-data", args, stats)
+    else:
+        body, data = work / "prm-body", work / "prm-data"
+        stats = train_prm(args.out / "prm", body, data / "prm-data.jsonl.gz", args.seed, args)
+        stats["body_sha256"] = sha256_files(body)
+        stats["data_sha256"] = sha256_files(data)
+        data_record = json.loads((data / "provenance.json").read_text())
+        stats["policy_sha256"] = data_record["policy_sha256"]
+        stats["policy_temperature"] = data_record.get("temperature", 1.0)
+        stats["stages"] = {
+            name: json.loads((work / name / "provenance.json").read_text())
+            for name in ("policy", "prm-body", "prm-data")
+            if (work / name / "provenance.json").is_file()
+        }
+        write_provenance(args.out / "prm", "prm", args, stats)
+    print(json.dumps(stats), flush=True)
