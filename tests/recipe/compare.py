@@ -61,10 +61,10 @@ def _assert_close(left, right, where: str) -> None:
 
 def made_units(out: Path) -> dict[str, int]:
     """Units per stage a finished run made (run.json's stage timing: run + reused), without
-    the report."""
+    the report and its parts (tables, figures)."""
     timing = read_json(out / "run.json")["stage_timing"]
     made = {stage: t["units"] + t["skipped"] for stage, t in timing.items()}
-    return {stage: n for stage, n in made.items() if n and stage != "report"}
+    return {s: n for s, n in made.items() if n and s not in ("report", "tables", "figures")}
 
 
 def planned_units(recipe, shards: int) -> dict[str, int]:
