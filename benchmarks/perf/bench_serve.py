@@ -144,7 +144,9 @@ def measure(prm_dir, calibrator, settings, wait_ms, warm, jobs, clients, blocks)
     try:
         state = []
         for server in servers:
-            Client(server.url).wait_ready(120)
+            Client(server.url).wait_ready(
+                600
+            )  # a loaded machine can take minutes to start a server
             run_load(server.url, warm, clients)  # warm-up: allocator, kernels, caches
             state.append(
                 {"rss": server.rss_mib(), "before": Client(server.url).info()["batching"],
