@@ -12,12 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dprm.ias.peers.methods import CALIBRATOR_FREE
+
 #: the method the pages put forward
 CALIBRATED = "auto-seq[calibrated]"
 #: its ceiling: auto-seq with the true distribution of p as prior
 CEILING = "auto-seq[truth]"
 #: the rivals that read no calibrator: the peers and auto-seq with the raw PRM or no prior
-FREE_PEERS = ("adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw")
+FREE_PEERS = CALIBRATOR_FREE  # every registered peer that reads no calibrator
 FREE_METHODS = (*FREE_PEERS, "auto-seq[base]", "auto-seq[none]")
 #: the target per split: ratio of draws to reach uniform-n, calibrated / best rival
 LIMITS = {"id": 0.7}

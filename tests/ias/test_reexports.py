@@ -239,6 +239,6 @@ def test_from_import_of_old_names():
     from dprm.ias.sweeps import run_ias
 
     assert summarise is new_summarise
-    assert "uniform" in PEERS and DrawView.__module__ == "dprm.ias.peers.methods"
+    assert "uniform" in PEERS and DrawView.__module__ == "dprm.ias.peers.views"
     assert CONTRACT_RULE == "highest-last" and CONTRACT_RULE in RULES
     assert run_ias.__module__ == "dprm.ias.run"

@@ -59,6 +59,9 @@ READS: dict[str, Reads] = {
     "esc-8": Reads(),
     "vote-lead": Reads(),
     "score-raw": Reads(train_scores=True, per_draw=True),
+    # fitted on the training pools' raw scores (no labels); read every drawn candidate's score
+    "beacon": Reads(train_scores=True, per_draw=True),
+    "pandora": Reads(train_scores=True, per_draw=True),
     "score-calibrated": Reads(calibrator=True, train_scores=True, per_draw=True),
     "auto-seq[calibrated]": Reads(
         calibrator=True, train_labels=True, per_draw=True, per_question=True

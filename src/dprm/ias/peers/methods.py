@@ -43,7 +43,10 @@ from math import comb
 
 import numpy as np
 
-from dprm.ias.constants import N_MAX
+from dprm.ias.peers import reward_stopping
+
+# the draws as the peers read them live in views; imported here too, where callers find them
+from dprm.ias.peers.views import DrawView, TrainingScores, first_stop, running_top2  # noqa: F401
 
 #: levels per knob sweep, the same for every threshold rule
 SWEEP_LEVELS = 12
@@ -74,98 +77,6 @@ def beta_stop_probability(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _beta_table(top)[a, b]
 
 
-def running_top2(answer_in_order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vote counts (a, b) of the two leading answers after each n = 1..K draws.
-
-    Args:
-        answer_in_order: int [..., K] answer codes in draw order (codes in 0..K-1; -1 padding,
-            which adds no vote).
-
-    Returns:
-        (a, b) int64 [..., K].
-    """
-    shape = answer_in_order.shape
-    flat = answer_in_order.reshape(-1, shape[-1])
-    rows, k = flat.shape
-    counts = np.zeros((rows, k + 1), dtype=np.int64)  # column k: the padding's bin
-    a = np.zeros((rows, k), dtype=np.int64)
-    b = np.zeros((rows, k), dtype=np.int64)
-    idx = np.arange(rows)
-    for n in range(k):
-        code = flat[:, n]
-        counts[idx, np.where(code >= 0, code, k)] += 1
-        top2 = np.partition(counts[:, :k], k - 2, axis=1)[:, -2:] if k > 1 else counts[:, :k]
-        a[:, n] = top2[:, -1]
-        b[:, n] = top2[:, 0] if k > 1 else 0
-    return a.reshape(shape), b.reshape(shape)
-
-
-@dataclass
-class DrawView:
-    """What the peers may read of the draws, in draw order (one row per order and question).
-
-    Attributes:
-        answer: int64 [T, Q, K] answer codes (-1 padding).
-        score: [T, Q, K] raw PRM scores (last step; -inf padding).
-        calibrated: [T, Q, K] a calibrator's estimates on the candidates' own states, or None.
-        cap: int64 [Q] the most draws per question (min(K_i, n_max)).
-        n_max: the largest budget.
-        train: the training pools' scores the fitted rules are set from (``beacon``,
-            ``pandora``), or None.
-    """
-
-    answer: np.ndarray
-    score: np.ndarray
-    calibrated: np.ndarray | None
-    cap: np.ndarray
-    n_max: int = N_MAX
-    train: TrainingScores | None = None
-
-    @classmethod
-    def from_pools(
-        cls,
-        answer: np.ndarray,
-        score: np.ndarray,
-        size: np.ndarray,
-        orders: np.ndarray,
-        calibrated: np.ndarray | None = None,
-        n_max: int = N_MAX,
-        train: TrainingScores | None = None,
-    ) -> DrawView:
-        """Gather candidate-order arrays [Q, K] along draw orders [T, Q, K]."""
-        q_idx = np.arange(answer.shape[0])[None, :, None]
-        return cls(
-            answer[q_idx, orders],
-            score[q_idx, orders],
-            None if calibrated is None else calibrated[q_idx, orders],
-            np.minimum(np.asarray(size, dtype=np.int64), n_max),
-            n_max,
-            train,
-        )
-
-    @functools.cached_property
-    def top2(self) -> tuple[np.ndarray, np.ndarray]:
-        return running_top2(self.answer)
-
-
-def first_stop(signal: np.ndarray, level: float, cap: np.ndarray) -> np.ndarray:
-    """The first n (1-based) with ``signal[..., n - 1] >= level`` within the cap, else the cap.
-
-    Args:
-        signal: [T, Q, K] the rule's statistic after each n draws (-inf: not a stop point).
-        level: the threshold.
-        cap: [Q].
-
-    Returns:
-        int64 [T, Q].
-    """
-    k = signal.shape[-1]
-    inside = np.arange(k)[None, None, :] < cap[None, :, None]
-    hit = (signal >= level) & inside
-    first = np.where(hit.any(axis=2), hit.argmax(axis=2) + 1, k + 1)
-    return np.minimum(first, cap[None, :]).astype(np.int64)
-
-
 @dataclass(frozen=True)
 class Peer:
     """One allocation rule: its budgets for every level of its knob.
@@ -186,17 +97,6 @@ class Peer:
     budgets: Callable[[DrawView, Sequence[float]], np.ndarray]
     levels: Callable[[DrawView, TrainingScores | None], tuple[float, ...]]
     budget_matched: bool = False
-
-
-@dataclass
-class TrainingScores:
-    """The training pools' candidate scores the score thresholds and the fitted stopping rules
-    are set from: ``raw`` [R], ``calibrated`` [R] or None and ``question`` [R] (each
-    candidate's question index) or None (valid candidates only)."""
-
-    raw: np.ndarray
-    calibrated: np.ndarray | None = None
-    question: np.ndarray | None = None
 
 
 def _threshold_budgets(signal_of: Callable[[DrawView], np.ndarray]):
@@ -322,27 +222,6 @@ def uniform_peer_budgets(view: DrawView, levels: Sequence[float]) -> np.ndarray:
     return np.stack([np.broadcast_to(np.minimum(b, view.cap), (t_count, q_count)) for b in out])
 
 
-def _reward_budgets(name: str):
-    """The budgets of a reward-based stopping rule of :mod:`dprm.ias.peers.reward_stopping`
-    (imported on use: that module builds on this one)."""
-
-    def budgets(view: DrawView, levels: Sequence[float]) -> np.ndarray:
-        from dprm.ias.peers import reward_stopping
-
-        return getattr(reward_stopping, f"{name}_budgets")(view, levels)
-
-    return budgets
-
-
-def _reward_levels(name: str):
-    def levels(view: DrawView, train: TrainingScores | None) -> tuple[float, ...]:
-        from dprm.ias.peers import reward_stopping
-
-        return tuple(getattr(reward_stopping, f"{name.upper()}_COSTS"))
-
-    return levels
-
-
 def _fixed_levels(values: tuple[float, ...]):
     def levels(view: DrawView, train: TrainingScores | None) -> tuple[float, ...]:
         return values
@@ -366,10 +245,10 @@ PEERS: dict[str, Peer] = {
     "score-calibrated": Peer("score-calibrated", "threshold", "calibrated",
                              _threshold_budgets(lambda v: best_score_signal(v, True)),
                              score_levels(True)),
-    "beacon": Peer("beacon", "cost", "raw scores", _reward_budgets("beacon"),
-                   _reward_levels("beacon")),
-    "pandora": Peer("pandora", "cost", "raw scores", _reward_budgets("pandora"),
-                    _reward_levels("pandora")),
+    "beacon": Peer("beacon", "cost", "raw scores", reward_stopping.beacon_budgets,
+                   _fixed_levels(reward_stopping.BEACON_COSTS)),
+    "pandora": Peer("pandora", "cost", "raw scores", reward_stopping.pandora_budgets,
+                    _fixed_levels(reward_stopping.PANDORA_COSTS)),
 }  # fmt: skip
 
 #: peers that read no calibrator (the fallback of ``auto-seq`` under a shift is chosen among them)

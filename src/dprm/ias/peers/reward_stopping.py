@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dprm.ias.peers.methods import DrawView, TrainingScores, first_stop
+from dprm.ias.peers.views import DrawView, TrainingScores, first_stop
 
 #: the costs c of one more draw swept for ``pandora`` (raw-score units; 0: never stop)
 PANDORA_COSTS = (0.3, 0.1, 0.05, 0.03, 0.02, 0.01, 0.005, 0.002, 1e-3, 3e-4, 1e-4, 0.0)
