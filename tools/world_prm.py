@@ -18,7 +18,11 @@ dropped, inserted or swapped, or the result replaced by junk such as ``. 0``; th
 every later one labelled 0), so malformed outliers are seen and scored low.
 
 ``prm``: a ``Qwen2ForProcessRewardModel`` (Qwen2.5-Math-PRM's layout) on the pretrained body,
-trained by binary cross-entropy against the soft labels at every ``<extra_0>``.
+trained by binary cross-entropy against the soft labels at every ``<extra_0>``. With
+``--prm-slips`` (off by default) it also trains on that many slip copies per correct solution
+(error injection): one operation step's result changed by a small amount (the generators' own
+error), later steps computed correctly from the wrong value, labelled 0 from the slipped step
+on, so the pairs differ only in a result's digits.
 
 Training problems come from the generator's training stream at indices far past the ones the
 generator saw (``PRM_DATA_START``, ``BODY_START``), skipping every packaged question.
@@ -61,6 +65,13 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
         "shipped generator (then at --prm-temperature, which must differ from 1)",
     )
     add("--prm-temperature", type=float, default=1.3, help="prm-data's sampling temperature")
+    add(
+        "--prm-slips",
+        type=float,
+        default=0.0,
+        help="slip copies per correct training solution (prm stage): one step's result off by "
+        "a small amount, later steps computed from it, labelled 0 from that step on",
+    )
     add("--prm-epochs", type=int, default=2)
     add("--prm-lr", type=float, default=1e-3)
     add("--prm-batch", type=int, default=32)
@@ -199,6 +210,62 @@ def _corrupt(rng: random.Random, steps: list[str], op_steps: int):
     return [*steps[:i], new, *steps[i + 1 :]], i, "malformed"
 
 
+#: slip sizes |wrong result - right result|, weighted like the generators' own slips
+#: (mostly 1-3, fewer up to 10, some by a ten or a teen)
+SLIP_SIZES = (1, 1, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8, 9, 10, 10, 11, 12, 20)
+
+
+def _slip(rng: random.Random, steps: list[str]):
+    """A slipped copy of a correct solution: (steps, index of the slipped step) or None.
+
+    One operation step's stated result is changed by a slip-like amount (``SLIP_SIZES``, either
+    sign); every later operation step applies its own operation to the wrong running value and
+    states that correctly, and the boxed answer is the wrong final value, so only the slipped
+    step is an error (the generators' own error pattern).
+    """
+    from dprm.llm.tasks.arith import FINAL_TEMPLATE, parse_step, step_values
+
+    parsed = [parse_step(s) for s in steps[:-1]]
+    if not parsed or any(p is None for p in parsed):
+        return None
+    k = rng.randrange(len(parsed))
+    a, op, x, right = parsed[k]
+    wrong = right + rng.choice((-1, 1)) * rng.choice(SLIP_SIZES)
+    if wrong < 0 or wrong == right:
+        return None
+    new = list(steps[:k])
+    value = wrong
+    new.append(f"## Step {k + 1}: {a} {op} {x} = {wrong}")
+    for i in range(k + 1, len(parsed)):
+        _, op_i, x_i, _ = parsed[i]
+        result = step_values(value, ((op_i, x_i),))[0]
+        if result < 0:
+            return None
+        new.append(f"## Step {i + 1}: {value} {op_i} {x_i} = {result}")
+        value = result
+    new.append(FINAL_TEMPLATE.format(answer=value))
+    return new, k
+
+
+def slip_rows(rows: list[dict], share: float, seed: int) -> list[dict]:
+    """``share`` slip copies (on average) of each correct sampled solution (``_slip``); the
+    copy keeps the original's labels before the slipped step and is labelled 0 from it on."""
+    rng = random.Random(seed + 3)
+    out = []
+    for row in rows:
+        if row["kind"] != "sampled" or row["labels"][-1] != 1.0:
+            continue
+        copies = int(share) + (rng.random() < share - int(share))
+        for _ in range(copies):
+            slipped = _slip(rng, row["steps"])
+            if slipped is None:
+                continue
+            steps, k = slipped
+            labels = [*row["labels"][:k], *[0.0] * (len(steps) - k)]
+            out.append({"q": row["q"], "steps": steps, "labels": labels, "kind": "slip"})
+    return out
+
+
 #: prompts per sampling job: each job is seeded by (seed, job index), so the draws do not
 #: depend on how many worker processes share the jobs
 JOB_PROMPTS = 512
@@ -332,8 +399,9 @@ def train_prm(out: Path, body: Path, data: Path, seed: int, args: argparse.Names
     t0, c0 = time.time(), time.process_time()
     tok = AutoTokenizer.from_pretrained(body)
     record = json.loads(gzip.decompress(data.read_bytes()))
+    slips = slip_rows(record["rows"], args.prm_slips, seed)
     examples = []
-    for row in record["rows"]:
+    for row in [*record["rows"], *slips]:
         ids, positions = prm_ids(tok, record["questions"][row["q"]], row["steps"])
         if len(positions) == len(row["labels"]) and len(ids) <= 512:
             examples.append((ids, positions, row["labels"]))
@@ -379,7 +447,8 @@ def train_prm(out: Path, body: Path, data: Path, seed: int, args: argparse.Names
     save_model(model, tok, out)
     labels = [y for _, _, ys in examples for y in ys]
     return {
-        "seed": seed, "examples": len(examples), "steps_labelled": len(labels),
+        "seed": seed, "examples": len(examples), "slip_copies": len(slips),
+        "slips_per_correct": args.prm_slips, "steps_labelled": len(labels),
         "mean_label": sum(labels) / len(labels), "epochs": args.prm_epochs, "lr": args.prm_lr,
         "batch": batch, "final_bce": sum(losses[-50:]) / len(losses[-50:]),
         "parameters": sum(p.numel() for p in model.parameters()),

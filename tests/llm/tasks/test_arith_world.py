@@ -164,3 +164,49 @@ def test_a_short_retrain_writes_checkable_provenance_and_learns(tmp_path):
     prm = json.loads((out / "prm" / "provenance.json").read_text())
     assert prm["stages"]["prm-data"]["solutions"] == 12
     assert 0.0 <= prm["mean_label"] <= 1.0 and prm["steps_labelled"] >= 12
+
+
+def test_slip_copies_leave_the_path_at_one_step_and_compute_correctly_after_it():
+    import sys
+
+    tools = Path(__file__).resolve().parents[3] / "tools"
+    sys.path.insert(0, str(tools))
+    try:
+        from world_prm import slip_rows
+    finally:
+        sys.path.remove(str(tools))
+    from dprm.llm.questions import extract_boxed
+    from dprm.llm.tasks.arith import (
+        ArithSpec,
+        check_steps,
+        make_problem,
+        parse_step,
+        step_values,
+    )
+
+    problems = [make_problem(ArithSpec(min_steps=2, max_steps=4), 0, i) for i in range(40)]
+    rows = []
+    for q, p in enumerate(problems):
+        steps = p.solution_steps()
+        mc = [0.5] * (len(steps) - 1) + [1.0]  # MC labels of a correct solution
+        rows.append({"q": q, "steps": steps, "labels": mc, "kind": "sampled"})
+    rows.append({"q": 0, "steps": problems[0].solution_steps(), "labels": [0.0] * 2, "kind": "x"})
+    slips = slip_rows(rows, 2.0, seed=0)
+    assert 60 <= len(slips) <= 80  # two per correct sampled solution, minus impossible slips
+    assert {s["kind"] for s in slips} == {"slip"} and all(s["q"] < 40 for s in slips)
+    for slip in slips:
+        problem, steps = problems[slip["q"]], slip["steps"]
+        flags = check_steps(problem.start, problem.ops, steps)
+        k = flags.index(False)  # the slipped step: the first (and only) error
+        assert slip["labels"] == [0.5] * k + [0.0] * (len(steps) - k)
+        a, op, x, result = parse_step(steps[k])
+        values = [problem.start, *step_values(problem.start, problem.ops)]
+        assert (a, (op, x)) == (values[k], problem.ops[k])  # right operands, wrong result
+        right = {"+": a + x, "-": a - x, "*": a * x}[op]
+        assert 1 <= abs(result - right) <= 20
+        value = result
+        for step in steps[k + 1 : -1]:  # later steps apply their operation to the wrong value
+            a_i, op_i, x_i, r_i = parse_step(step)
+            assert a_i == value and r_i == {"+": a_i + x_i, "-": a_i - x_i, "*": a_i * x_i}[op_i]
+            value = r_i
+        assert extract_boxed(steps[-1]) == str(value) != str(problem.answer)
