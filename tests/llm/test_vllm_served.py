@@ -173,6 +173,8 @@ def _run(root: Path, backend: str, server: Server | None) -> Run:
         else ["--backend", "transformers", "--dtype", "float32", "--device", "cpu"]
     )
     out = root / backend
+    # C = 0.1: the shipped PRM's question-state scores are low, so at C = 0.5 every question's
+    # budget is the cap and the adaptive rule would show nothing (3-6 draws per question here)
     commands = {
         "generate": ["generate", "--questions", str(questions), "--model", str(GENERATOR),
                      "--out", str(out / "traj.parquet"), "--n", str(N_SAMPLES),
@@ -181,7 +183,7 @@ def _run(root: Path, backend: str, server: Server | None) -> Run:
         "solve": ["solve", "--mode", "bon", "--questions", "arith-id", "--limit",
                   str(SOLVE_QUESTIONS), "--generator", str(GENERATOR), "--prm", str(PRM),
                   "--calibrator", str(calibrator), "--n-max", str(SOLVE_N_MAX), "--baseline-n",
-                  "4", "--C", "0.5", "--max-new-tokens", str(MAX_NEW_TOKENS), "--prm-device",
+                  "4", "--C", "0.1", "--max-new-tokens", str(MAX_NEW_TOKENS), "--prm-device",
                   "cpu", "--out", str(out / "solve")],
     }  # fmt: skip
 

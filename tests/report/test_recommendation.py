@@ -59,3 +59,19 @@ def test_a_worse_calibrator_within_noise_is_not_flagged():
     harm = harm_table(metrics)
     assert not harm["worse_than_raw"].any()
     assert harm.loc[harm["method"] == "ot", "seeds"].tolist() == [3, 3]
+
+
+def test_the_raw_score_is_recommended_when_no_calibrator_beats_it_on_average():
+    """Every calibrator within noise of the raw score on each split, but worse on average: the
+    report keeps the raw score for calibration tables instead of naming the least bad one."""
+    metrics = _metrics({"base": {"id": 0.10, "ood": 0.30}, "ot": {"id": 0.101, "ood": 0.301},
+                        "qr": {"id": 0.12, "ood": 0.35}}, se=0.01)  # fmt: skip
+    rec = recommend(metrics)
+    assert rec["calibration"] == "ot" and rec["raw_here"] == []
+    assert rec["raw_better"] == (0.201, 0.2)
+    text = "\n".join(recommendation_lines(metrics))
+    assert "For calibration tables: **the raw PRM score**" in text and "OT, 0.2010" in text
+    # one calibrator better on average: named as before
+    metrics.loc[metrics["method"] == "ot", "brier"] -= 0.01
+    rec = recommend(metrics)
+    assert rec["calibration"] == "ot" and rec["raw_better"] is None

@@ -4,7 +4,9 @@
 
 - *For calibration (point estimates, tables):* the calibrator with the lowest held-out Brier,
   averaged over the report's worlds and held-out splits (ID and OOD) and seeds; `conformal`
-  (a lower bound by design) and the raw score itself are not candidates.
+  (a lower bound by design) and the raw score itself are not candidates; when the raw PRM
+  score's Brier, averaged over the same cells, is as low or lower, the report recommends the
+  raw score instead.
 - *For IAS (`dprm ias`, `dprm solve`):* the calibrator whose `auto` allocation gains most
   accuracy over uniform best-of-N at equal cost, averaged over the report's worlds, held-out
   splits, costs and seeds; without IAS rows, the distribution calibrator with the lowest
@@ -67,7 +69,9 @@ def recommend(metrics: pd.DataFrame, pays: pd.DataFrame | None = None) -> dict[s
         "raw_here": [(world, dataset), ...]}`` (``raw_here``: splits where the calibration
         choice is worse than the raw score beyond noise).
     """
-    out: dict[str, Any] = {"calibration": None, "ias": None, "ias_basis": "", "raw_here": []}
+    out: dict[str, Any] = {
+        "calibration": None, "ias": None, "ias_basis": "", "raw_here": [], "raw_better": None,
+    }  # fmt: skip
     if metrics.empty:
         return out
     held = metrics[metrics["dataset"].isin(HELD_OUT) & ~metrics["method"].isin(NOT_CANDIDATES)]
@@ -77,6 +81,17 @@ def recommend(metrics: pd.DataFrame, pays: pd.DataFrame | None = None) -> dict[s
     brier = by_cell.groupby("method").mean().dropna()
     if len(brier):
         out["calibration"] = str(brier.idxmin())
+        # the raw score on the same cells: a calibrator that does not beat it on average is no
+        # recommendation for calibration tables (the user keeps the raw score)
+        raw = metrics[metrics["dataset"].isin(HELD_OUT) & (metrics["method"] == "base")]
+        raw_cells = raw.groupby(["world", "dataset"])["brier"].mean()
+        chosen_cells = by_cell.loc[out["calibration"]]
+        common = chosen_cells.index.intersection(raw_cells.index)
+        if len(common) and raw_cells[common].mean() <= chosen_cells[common].mean():
+            out["raw_better"] = (
+                float(chosen_cells[common].mean()),
+                float(raw_cells[common].mean()),
+            )
     gains = _ias_gains(pays)
     if gains is not None and len(gains):
         out["ias"], out["ias_basis"] = str(gains.idxmax()), "auto - uniform accuracy"
@@ -111,10 +126,18 @@ def recommendation_lines(metrics: pd.DataFrame, pays: pd.DataFrame | None = None
     lines = ["## Which calibrator? (computed from this report's held-out tables)", ""]
     if rec["calibration"] is None:
         return [*lines, "No calibrator has held-out metrics in this run.", ""]
-    text = (
-        f"For calibration tables: **{display(rec['calibration'])}**, the lowest held-out Brier "
-        "averaged over this run's worlds, ID and OOD splits and seeds. "
-    )
+    if rec["raw_better"] is not None:
+        best, raw = rec["raw_better"]
+        text = (
+            "For calibration tables: **the raw PRM score**: no calibrator beats it on held-out "
+            f"Brier averaged over this run's worlds, ID and OOD splits and seeds (the best, "
+            f"{display(rec['calibration'])}, {best:.4f} against the raw score's {raw:.4f}). "
+        )
+    else:
+        text = (
+            f"For calibration tables: **{display(rec['calibration'])}**, the lowest held-out "
+            "Brier averaged over this run's worlds, ID and OOD splits and seeds. "
+        )
     if rec["ias"] is not None:
         text += (
             f"For IAS (`dprm ias`, `dprm solve`): **{display(rec['ias'])}**, by "
