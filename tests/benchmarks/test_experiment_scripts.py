@@ -27,6 +27,8 @@ EXPERIMENTS = [
     pytest.param("recommendation.py", ["--smoke", "--work", "{tmp}/recommend"], marks=slow),
     pytest.param("world_training.py", ["--smoke", "--work", "{tmp}/world"], marks=slow),
     pytest.param("serving.py", ["--smoke", "--out", "{tmp}/serving"], marks=slow),
+    pytest.param("do_no_harm.py", ["--smoke", "--work", "{tmp}/dnh"], marks=slow),
+    ("arith_world.py", ["--smoke", "--out", "{tmp}/arith-world"]),
     pytest.param(
         "twin_residuals.py",
         ["--size", "tiny", "--generators", "llama-3.2-1b", "--prms", "qwen-prm"],
@@ -65,6 +67,8 @@ PAGES = {
     "adaptive-peers-arith": ("adaptive_peers.py", "--out", "{tmp}/results/adaptive-peers-arith.md"),
     "real-world": "real_world.py",
     "serving": "serving.py",
+    "arith-world": "arith_world.py",
+    "do-no-harm": "do_no_harm.py",
 }
 
 

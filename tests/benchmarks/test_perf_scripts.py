@@ -31,6 +31,11 @@ PERF = [
     pytest.param("bench_api_vs_cli.py", ["--max-steps", "5", "--repeats", "1"], marks=slow),
     pytest.param("bench_serve.py", ["--smoke", "--csv", "{tmp}/runs.csv"], marks=slow),
     pytest.param(
+        "bench_train_stop.py",
+        ["--methods", "qr", "--seeds", "0", "--size", "tiny", "--work", "{tmp}/stop"],
+        marks=slow,
+    ),
+    pytest.param(
         "bench_executors.py", ["--train", "2", "--test", "1", "--shards", "1"], marks=slow
     ),  # fmt: skip
 ]

@@ -378,8 +378,9 @@ def test_ias_help_lists_every_file_it_writes(world, tmp_path):
         == 0
     )
     written = {p.name for p in (tmp_path / "o").iterdir()} - {MARKER_FILE}  # dprm's own mark
-    # pays.csv needs --train-bon (the auto allocation learns on the training pools)
-    assert written == set(OUTPUT_FILES) - {"pays.csv"}
+    # pays.csv needs --train-bon (the auto allocation learns on the training pools); the peers'
+    # files need --peers
+    assert written == set(OUTPUT_FILES) - {"pays.csv", "peers.csv", "peer_curves.csv"}
     assert all(name in help_text for name in written)
 
 

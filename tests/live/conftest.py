@@ -116,10 +116,13 @@ def calibrator_dirs(tmp_path_factory, prm, math500) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("calibrators")
     data = _calibration_set(prm, math500)
+    # the full-size networks and no weight decay: these few steps must learn the state
+    # dependence (the small-data defaults for <= 50 training questions would flatten it)
     settings = {
-        "mono": {"max_steps": 40, "eval_every": 20},
-        "qr": {"max_steps": 100, "eval_every": 50},
-    }
+        "mono": {"max_steps": 40, "eval_every": 20, "weight_decay": 0.0,
+                 "context_hidden": "64", "context_dim": 16},
+        "qr": {"max_steps": 100, "eval_every": 50, "weight_decay": 0.0},
+    }  # fmt: skip
     out = {}
     for method, overrides in settings.items():
         model = fit(method, data, overrides={"batch_size": 64, **overrides}, seed=0, progress=False)

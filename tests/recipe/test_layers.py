@@ -61,7 +61,7 @@ def test_report_only_renders():
 RECIPE_LAYERS = (
     ("run", "preflight"),
     ("stages",),
-    ("park", "sharding"),
+    ("park", "sharding", "plan"),
     ("bodies", "fingerprints"),
     ("layout", "spec"),
     ("recipe_file",),
