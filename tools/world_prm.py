@@ -280,7 +280,7 @@ def _sample_job(job: tuple[str, list[str], int, int, float]) -> list[list[str]]:
     policy, prompts, n, seed, temperature = job
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(policy)
-    model = Qwen2ForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
+    model = Qwen2ForCausalLM.from_pretrained(policy).float().eval()  # float32 on any transformers
     return sample_texts(model, tok, prompts, n, temperature, 160, seed)
 
 
@@ -405,7 +405,7 @@ def train_prm(out: Path, body: Path, data: Path, seed: int, args: argparse.Names
         ids, positions = prm_ids(tok, record["questions"][row["q"]], row["steps"])
         if len(positions) == len(row["labels"]) and len(ids) <= 512:
             examples.append((ids, positions, row["labels"]))
-    lm = Qwen2ForCausalLM.from_pretrained(body, dtype=torch.float32)
+    lm = Qwen2ForCausalLM.from_pretrained(body).float()  # float32 on any transformers
     config = lm.config
     config.architectures = ["Qwen2ForProcessRewardModel"]
     model = qwen_prm_class()(config)
