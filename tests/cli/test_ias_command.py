@@ -239,8 +239,8 @@ def test_peers_beside_auto_seq(setup, tmp_path, capsys):
     assert np.isnan(by.loc["auto-seq[calibrated]", "labelled_samples"])
     assert by.loc["auto-seq[none]", "labelled_samples"] > 0
     expected = {"uniform", "adaptive-consistency", "esc-4", "esc-8", "vote-lead", "score-raw",
-                "score-calibrated", "auto-seq[calibrated]", "auto-seq[base]", "auto-seq[none]",
-                "auto-seq[truth]"}  # fmt: skip
+                "score-calibrated", "beacon", "pandora", "auto-seq[calibrated]", "auto-seq[base]",
+                "auto-seq[none]", "auto-seq[truth]"}  # fmt: skip
     assert set(peers["method"]) == expected and set(peers["rule"]) == {"highest-last"}
     assert peers["acc_at_0.25"].between(0, 1).all()
     curves = pd.read_csv(out / "peer_curves.csv")
