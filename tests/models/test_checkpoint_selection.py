@@ -103,10 +103,47 @@ def test_patience_zero_runs_every_step() -> None:
     assert selection.summary()["patience_wait"] is None
 
 
-def test_warm_up_delays_stopping_and_passes_over_an_earlier_minimum() -> None:
-    """The warm-up rule (qr, mono, ot): with eligible_from 250, the minimum at 175 is passed
-    over, step 250 is kept, and the run stops 250 steps later (min(250, 250))."""
+def test_a_proper_score_passed_over_by_the_warm_up_stops_the_run_at_twice_its_minimum() -> None:
+    """binomial on small data (count NLL, warm-up 250): the minimum at 175 is passed over and step
+    250 is kept. The validation score's last improvement is the minimum, so the run stops once the
+    steps since it reach min(250, 175) = 175 (step 350), two evaluations after the kept step at
+    least (300): at 350, not 250 steps after the kept 250."""
+    config = TrainConfig(
+        max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0, select_metric="nll"
+    )
+    selection, seen = run(config, dict(CURVE))
+    assert selection.best_step == 250 and selection.low_step == 175
+    assert selection.exhausted and seen[-1] == 350
+
+
+def test_a_calibration_area_minimum_before_the_warm_up_does_not_shorten_the_run() -> None:
+    """qr, mono, ot (calibration area): an early minimum is the marginal initialisation's, not an
+    improvement; the wait runs from the kept 250: min(250, 250) steps, the stop at 500."""
     config = TrainConfig(max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0)
     selection, seen = run(config, dict(CURVE))
     assert selection.best_step == 250 and selection.low_step == 175
     assert seen[-1] == 500
+
+
+def test_an_eligible_score_still_falling_keeps_a_passed_over_run_going() -> None:
+    """Minimum 0.1 at step 25 (before the warm-up at 250), long past its wait; after the warm-up
+    the score falls (still above the minimum) until step 500: the run keeps each improvement and
+    stops two evaluations after the last one, at 550, keeping 500."""
+    curve = {0: 0.5, 25: 0.1, **{s: 0.6 for s in range(50, 250, 25)}}
+    curve |= {s: 0.6 - 0.0005 * (s - 250) for s in range(250, 501, 25)}
+    curve |= {s: 0.5 for s in range(525, 1001, 25)}
+    config = TrainConfig(
+        max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0, select_metric="wql"
+    )
+    selection, seen = run(config, curve)
+    assert (selection.best_step, selection.low_step) == (500, 25)
+    assert selection.exhausted and seen[-1] == 550
+
+
+def test_a_passed_over_minimum_with_patience_off_still_runs_every_step() -> None:
+    config = TrainConfig(
+        max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0, patience=0,
+        select_metric="nll",
+    )  # fmt: skip
+    selection, seen = run(config, dict(CURVE))
+    assert not selection.exhausted and seen[-1] == 1000 and selection.best_step == 250

@@ -208,6 +208,18 @@ def test_training_caption_names_the_rule_that_kept_the_star(tmp_path):
     assert "min(warmup_steps, warmup_fraction × max_steps)" in cap
     assert "QR 25" in cap and "Mono 25" in cap
     assert "○ = a lower score earlier, passed over by that rule (4 of 4 runs" in cap
+    # the sentence a user reads first: where the minimum was, what was kept, where it stopped
+    assert "QR: validation lowest at step 10, passed over by the warm-up in 2 of 2 runs: " in cap
+    assert "still improving" not in cap  # its minimum was at step 10
+
+
+def test_training_conclusion_of_a_run_that_kept_its_minimum() -> None:
+    rows = [
+        {"method": "binomial", "seed": 0, "step": step, "validation": v, "best_step": 175}
+        for step, v in ((0, 1.0), (175, 0.5), (250, 0.7), (350, 0.9))
+    ]
+    text = F.training.conclusion(pd.DataFrame(rows), "binomial")
+    assert text == "Binomial: validation got worse after step 175: stopped at 350, kept 175."
 
 
 def _crowding(fig) -> list[str]:

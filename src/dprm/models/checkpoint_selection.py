@@ -4,9 +4,17 @@ After a warm-up (:func:`eligible_from`) every evaluation is a candidate: a score
 best by more than ``min_delta`` becomes the kept checkpoint. The run stops once the steps since
 that checkpoint reach :func:`patience_wait` (in steps: at most ``patience``, and at most
 ``patience_fraction`` x the kept step, never under two evaluations), so a default run spends at
-most as many steps after its last improvement as before it. The lowest score of any evaluation, eligible or not, is recorded beside it so a
-report can say which minimum the warm-up passed over (docs/calibrators.md, "Checkpoint
-selection that fits the run").
+most as many steps after its last improvement as before it. The lowest score of any evaluation,
+eligible or not, is recorded beside it so a report can say which minimum the warm-up passed over.
+
+Under a proper score (:data:`PROPER_SCORES`: the count NLL, the WQL) a lower score that the
+warm-up passed over is a better model set aside as noise (a small validation split), so the
+validation score's last improvement is that minimum, not the kept checkpoint: the run then
+stops once the steps since the minimum reach ``patience_wait`` of the minimum's step, and at
+least two evaluations after the kept checkpoint (an eligible score still falling keeps the run
+going). The calibration area's early minima are the marginal initialisation's (perfectly
+calibrated and useless: the reason for the warm-up), not an improvement, so there the wait runs
+from the kept checkpoint (docs/calibrators.md, "Early stopping and the kept checkpoint").
 """
 
 from __future__ import annotations
@@ -16,6 +24,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dprm.models.training_config import TrainConfig
+
+#: validation scores whose minimum before the warm-up is a better model (proper scoring rules):
+#: a run stops by twice that minimum's step even when the warm-up kept a later checkpoint
+PROPER_SCORES = frozenset({"nll", "wql"})
 
 
 def eligible_from(config: TrainConfig) -> int:
@@ -84,8 +96,21 @@ class CheckpointSelection:
 
     @property
     def exhausted(self) -> bool:
-        """Whether the steps since the kept checkpoint reached :attr:`wait` (from the warm-up on)."""
-        return self.eligible_seen and self.last_step - self.best_step >= self.wait
+        """Whether the run should stop (from the warm-up on): the steps since the kept checkpoint
+        reached :attr:`wait`, or, when the warm-up passed over a lower proper score, the steps
+        since that minimum reached its own wait and two evaluations passed since the kept one."""
+        if not self.eligible_seen:
+            return False
+        since_kept = self.last_step - self.best_step
+        if since_kept >= self.wait:
+            return True
+        if self.config.select_metric not in PROPER_SCORES:
+            return False
+        if self.low_step >= self.best_step or self.low_score >= self.best_score:
+            return False
+        floor = 2 * self.config.eval_every
+        since_low = self.last_step - self.low_step
+        return since_kept >= floor and since_low >= patience_wait(self.config, self.low_step)
 
     def summary(self) -> dict[str, Any]:
         """best_step, best_score, select_metric, eligible_from and the validation minimum."""

@@ -23,8 +23,10 @@ class TrainConfig:
     2 x eval_every))`` (``patience_fraction = 0``: the wait is ``patience``), and the best
     checkpoint (lowest validation score from the warm-up on) is kept. With the defaults a run
     stops by ``2 x best_step`` (at least two evaluations after it), at most ``patience`` = 250
-    steps after its last improvement. ``patience = 0`` turns early stopping off (every step up
-    to ``max_steps`` runs). One evaluation embeds every validation row, so it runs every
+    steps after its last improvement. Under a proper score (``nll``, ``wql``) whose minimum the
+    warm-up passed over, the wait runs from that minimum (the run stops by twice its step, two
+    evaluations after the kept checkpoint at least). ``patience = 0`` turns early stopping off
+    (every step up to ``max_steps`` runs). One evaluation embeds every validation row, so it runs every
     ``eval_every`` = 25 steps (:mod:`dprm.models.checkpoint_selection`).
     """
 

@@ -139,18 +139,19 @@ def conclusion(history: pd.DataFrame, method: str) -> str:
     if not kept:
         return f"{display(method)}: no validation score recorded."
     name = display(method)
-    if all(s == k for s, k in zip(stopped, kept, strict=True)):
+    missed = sum(k != m for k, m in zip(kept, minima, strict=True))
+    if missed:
+        # the selection rule (a warm-up) kept a later checkpoint than the validation minimum
+        text = (
+            f"{name}: validation lowest at step {_span(minima)}, passed over by the warm-up in "
+            f"{missed} of {len(kept)} runs: kept {_span(kept)}, stopped at {_span(stopped)}"
+        )
+    elif all(s == k for s, k in zip(stopped, kept, strict=True)):
         text = f"{name}: validation still improving at the last step {_span(stopped)}, kept it"
     else:
         text = (
             f"{name}: validation got worse after step {_span(kept)}: stopped at "
             f"{_span(stopped)}, kept {_span(kept)}"
-        )
-    missed = sum(k != m for k, m in zip(kept, minima, strict=True))
-    if missed:
-        text += (
-            f" (the validation minimum was passed over by the selection rule in {missed} of "
-            f"{len(kept)} runs)"
         )
     return text + "."
 
@@ -174,7 +175,7 @@ def selection_note(history: pd.DataFrame) -> str:
         + "; the last step is always eligible; the warm-up keeps the calibration area from "
         "choosing the near-marginal maps of the first steps; binomial's count likelihood needs "
         "none, except with <= 50 training questions, where too few validation questions make "
-        "its minimum noise)"
+        "its minimum noise, and there a run stops by twice the step of the minimum passed over)"
     )
     if len(passed):
         note += (
