@@ -179,13 +179,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.error(f"{args.command}: not available in this installation")
-    from dprm.cli._common import end_on_termination, output_session, quiet_libraries
+    from dprm.cli._common import (
+        apply_threads,
+        end_on_termination,
+        output_session,
+        quiet_libraries,
+    )
     from dprm.digests import verify_inputs
 
     if getattr(args, "quiet", False) or getattr(args, "no_progress", False):
         quiet_libraries()
 
     try:
+        if hasattr(args, "threads"):  # a torch command
+            # torch's import (seconds) before --out is locked and SIGTERM / SIGHUP are handled:
+            # an interrupt raised inside `from torch._C import *` leaves a half-loaded
+            # extension, and the process could then die by SIGINT instead of exiting 130
+            apply_threads(args)
         with (
             output_session(args.command) as outputs,  # --out locks held until the end
             verify_inputs(getattr(args, "verify_inputs", False)),  # --verify-inputs
