@@ -50,6 +50,8 @@ SCRIPT = "PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py"
 PRESETS = ("llama-3.1-8b__qwen-prm",)
 #: world draws default to the preset's report draws in draws.toml (world seeds)
 REPLICATES = "replicates.csv.gz"
+#: cells of this run: computed now, or reused from an earlier run into the same --root
+CELLS_SEEN = {"computed": 0, "reused": 0}
 RULES = ("highest-last", "majority")
 CALIBRATOR = "binomial"  # README "Which calibrator?": the one meant for IAS
 SPLITS = ("id", "ood", "subtle")
@@ -159,6 +161,7 @@ def run_world(root, preset, world_seed, calib_seed, args):
                     "train_trials": args.train_trials, "bootstrap": args.bootstrap,
                     "version": 2}  # fmt: skip
         cell = world / "peers" / f"{split}-{_fingerprint(settings)}"
+        CELLS_SEEN["reused" if (cell / REPLICATES).exists() else "computed"] += 1
         if not (cell / REPLICATES).exists():
             t0 = time.time()
             bon = read_bon_set(world / ("id" if split == "subtle" else split) / "bon",
@@ -384,7 +387,12 @@ def store(cells, curves, agg, name: str, command: str, settings: dict, replicate
     _atomic_csv(peer_stats.headline(replicates, cells)[1], out_dir / "headline.csv")
     _atomic_csv(peer_stats.calibration_share(replicates, cells)[1],
                 out_dir / "calibration_share.csv")  # fmt: skip
-    rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")
+    note = f"The run took {settings['elapsed_min']:.1f} min."
+    if settings.get("cells_reused"):
+        note = (f"This run took {settings['elapsed_min']:.1f} min; it reused "
+                f"{settings['cells_reused']} of its {settings['cells']} cells, computed by "
+                f"earlier runs into the same --root.")  # fmt: skip
+    rp.record_source(name, command, note=note)
     source = {**rp.read_source(name), "settings": settings}
     _atomic_text(json.dumps(source, indent=2) + "\n", out_dir / "source.json")
 
@@ -690,6 +698,8 @@ def main() -> None:
         "trials": args.trials, "train_trials": args.train_trials, "bootstrap": args.bootstrap,
         "elapsed_min": round((time.time() - t0) / 60, 1), "preregistered": records,
     }  # fmt: skip
+    if CELLS_SEEN["reused"]:
+        settings.update(cells=sum(CELLS_SEEN.values()), cells_reused=CELLS_SEEN["reused"])
     if args.smoke:
         settings.update(size="smoke", size_text="a hand-made cells table, no world")
     store(cells, curves, agg, name, command.strip(), settings, replicates)
