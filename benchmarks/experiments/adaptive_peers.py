@@ -50,6 +50,8 @@ SCRIPT = "PYTHONPATH=src python benchmarks/experiments/adaptive_peers.py"
 PRESETS = ("llama-3.1-8b__qwen-prm",)
 #: world draws default to the preset's report draws in draws.toml (world seeds)
 REPLICATES = "replicates.csv.gz"
+#: cells of this run: computed now, or reused from an earlier run into the same --root
+CELLS_SEEN = {"computed": 0, "reused": 0}
 RULES = ("highest-last", "majority")
 CALIBRATOR = "binomial"  # README "Which calibrator?": the one meant for IAS
 SPLITS = ("id", "ood", "subtle")
@@ -159,6 +161,7 @@ def run_world(root, preset, world_seed, calib_seed, args):
                     "train_trials": args.train_trials, "bootstrap": args.bootstrap,
                     "version": 2}  # fmt: skip
         cell = world / "peers" / f"{split}-{_fingerprint(settings)}"
+        CELLS_SEEN["reused" if (cell / REPLICATES).exists() else "computed"] += 1
         if not (cell / REPLICATES).exists():
             t0 = time.time()
             bon = read_bon_set(world / ("id" if split == "subtle" else split) / "bon",
@@ -384,7 +387,12 @@ def store(cells, curves, agg, name: str, command: str, settings: dict, replicate
     _atomic_csv(peer_stats.headline(replicates, cells)[1], out_dir / "headline.csv")
     _atomic_csv(peer_stats.calibration_share(replicates, cells)[1],
                 out_dir / "calibration_share.csv")  # fmt: skip
-    rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")
+    note = f"The run took {settings['elapsed_min']:.1f} min."
+    if settings.get("cells_reused"):
+        note = (f"This run took {settings['elapsed_min']:.1f} min; it reused "
+                f"{settings['cells_reused']} of its {settings['cells']} cells, computed by "
+                f"earlier runs into the same --root.")  # fmt: skip
+    rp.record_source(name, command, note=note)
     source = {**rp.read_source(name), "settings": settings}
     _atomic_text(json.dumps(source, indent=2) + "\n", out_dir / "source.json")
 
@@ -407,6 +415,41 @@ PAIRED_SHARE_TEXT = (
     "100 % it is ahead of the ceiling; the ceiling auto-seq[truth] is a sequential policy like "
     "auto-seq."
 )
+HEADLINE_TEXT = (
+    "`auto-seq[calibrated]` against the best calibrator-free rival, per split, from the table "
+    "of the next section (worlds named by their PRM): a check is met only if the upper end of "
+    "the 90 % interval of the median ratio of draws is within the limit."
+)
+#: the methods paragraph of pages with paired statistics (pages stored before keep theirs)
+METHODS_TEXT = (
+    "Methods, on the same pools and draw orders (`dprm.ias.peers.methods`, "
+    "`dprm.ias.peers.curves`): `uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ "
+    "threshold, 12 thresholds); `esc-4`, `esc-8` (stop after a unanimous window; knob: the "
+    "most draws); `vote-lead` (one draw each, then the smallest vote lead; exact matched "
+    "budget); `score-raw`, `score-calibrated` (stop when the best drawn PRM score, raw or "
+    "calibrated, clears a threshold set at 12 quantiles of the training candidates' scores); "
+    "`beacon`, `pandora` (stop when one more draw's expected gain in raw PRM score is below its "
+    "cost: a reward posterior fitted on the training pools, Weitzman's reservation value of "
+    "their scores; 12 costs); the score rules only for score-based picks; "
+    "`auto-seq[calibrated | base | none | truth]` (the calibrated prior, the raw PRM, a flat "
+    "prior reading only the answers, the true distribution of p). Under a detected shift "
+    "(shift AUC > 0.75) `auto-seq[calibrated]` and `auto-seq[truth]` fall back to the "
+    "calibrator-free peer for the rule chosen on the training pools; such a cell is that "
+    "peer's, never a gain. `auto-seq[base]` and `auto-seq[none]` read no calibrator and run as "
+    "themselves; with the peers they are the calibrator-free rivals."
+)
+LEGACY_METHODS_TEXT = (
+    "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
+    "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
+    "`esc-4`, `esc-8` (stop after a unanimous window; knob: the most draws); `vote-lead` "
+    "(one draw each, then the smallest vote lead; exact matched budget); `score-raw`, "
+    "`score-calibrated` (stop when the best drawn PRM score, raw or calibrated, clears a "
+    "threshold set at 12 quantiles of the training candidates' scores; score-based rules "
+    "only); `auto-seq[calibrated | base | none | truth]` (the calibrated prior, the raw PRM, "
+    "a flat prior reading only the answers, the true distribution of p). Under a detected "
+    "shift (shift AUC > 0.75) every `auto-seq` falls back to the best calibrator-free peer "
+    "for the rule, chosen on the training pools; such a cell is that peer's, never a gain."
+)
 LEGACY_TARGET_TEXT = (
     "`auto-seq[calibrated]` against the best calibrator-free peer (fewest draws to the "
     "target); ID needs ratio ≤ 0.7 (≥ 30 % fewer draws), OOD and subtle ≤ 1.1."
@@ -420,15 +463,18 @@ LEGACY_SHARE_TEXT = (
 
 
 def statistics_sections(name: str, cells: pd.DataFrame, agg: pd.DataFrame):
-    """(target text, target lines, share text, share lines): paired over the draws from the
-    stored replicates; data stored before them renders its means as it did."""
+    """(target text, target lines, share text, share lines, headline lines): paired over the
+    draws from the stored replicates; data stored before them renders its means as it did
+    (and has no headline section)."""
     path = rp.folder(name) / REPLICATES
     if not path.exists():
         return (LEGACY_TARGET_TEXT, headline(agg)[0], LEGACY_SHARE_TEXT,
-                calibration_share(agg)[0])  # fmt: skip
+                calibration_share(agg)[0], [])  # fmt: skip
     replicates = pd.read_csv(path)
-    return (PAIRED_TARGET_TEXT, peer_stats.headline(replicates, cells)[0], PAIRED_SHARE_TEXT,
-            peer_stats.calibration_share(replicates, cells)[0])  # fmt: skip
+    target_lines, frame = peer_stats.headline(replicates, cells)
+    verdict = ["## Headline", "", HEADLINE_TEXT, "", *peer_stats.verdict(frame), ""]
+    return (PAIRED_TARGET_TEXT, target_lines, PAIRED_SHARE_TEXT,
+            peer_stats.calibration_share(replicates, cells)[0], verdict)  # fmt: skip
 
 
 def calibrator_seeds_text(settings: dict, cells: pd.DataFrame) -> str:
@@ -465,7 +511,9 @@ def render(name: str = PAGE) -> Path:
     cells = pd.read_csv(out_dir / "cells.csv")
     agg = pd.read_csv(out_dir / "summary.csv")
     agg["falls_back_to"] = agg["falls_back_to"].fillna("")
-    target_text, head_lines, share_text, share_lines = statistics_sections(name, cells, agg)
+    target_text, head_lines, share_text, share_lines, verdict = statistics_sections(
+        name, cells, agg
+    )
     auc = cells.groupby(["world", "split", "world_seed"])["shift_auc"].first().reset_index()
     fallbacks = cells.groupby(["world", "rule", "world_seed"])["fallback"].first().reset_index()
     lines = [
@@ -479,16 +527,7 @@ def render(name: str = PAGE) -> Path:
         f"pools (auto-seq's floor share, the fallback peer), {settings['bootstrap']} bootstrap "
         f"resamples of the questions." + draws_sentence(settings, cells),
         "",
-        "Methods, on the same pools and draw orders (`dprm.ias.peers`, `dprm.ias.peer_curves`): "
-        "`uniform`; `adaptive-consistency` (stop when P(p1 > p2) ≥ threshold, 12 thresholds); "
-        "`esc-4`, `esc-8` (stop after a unanimous window; knob: the most draws); `vote-lead` "
-        "(one draw each, then the smallest vote lead; exact matched budget); `score-raw`, "
-        "`score-calibrated` (stop when the best drawn PRM score, raw or calibrated, clears a "
-        "threshold set at 12 quantiles of the training candidates' scores; score-based rules "
-        "only); `auto-seq[calibrated | base | none | truth]` (the calibrated prior, the raw PRM, "
-        "a flat prior reading only the answers, the true distribution of p). Under a detected "
-        "shift (shift AUC > 0.75) every `auto-seq` falls back to the best calibrator-free peer "
-        "for the rule, chosen on the training pools; such a cell is that peer's, never a gain.",
+        METHODS_TEXT if verdict else LEGACY_METHODS_TEXT,
         "",
         "Figures: **draws to uniform-n** = the mean draws per question at which a method's "
         "cost–accuracy curve first reaches uniform best-of-n's accuracy (same rule, same "
@@ -502,6 +541,7 @@ def render(name: str = PAGE) -> Path:
         "questions: a calibrator that is wrong about every question while the question states "
         "look as in training.",
         "",
+        *verdict,
         "## Against the target: samples to reach uniform-64 (and -16)",
         "",
         target_text,
@@ -658,6 +698,8 @@ def main() -> None:
         "trials": args.trials, "train_trials": args.train_trials, "bootstrap": args.bootstrap,
         "elapsed_min": round((time.time() - t0) / 60, 1), "preregistered": records,
     }  # fmt: skip
+    if CELLS_SEEN["reused"]:
+        settings.update(cells=sum(CELLS_SEEN.values()), cells_reused=CELLS_SEEN["reused"])
     if args.smoke:
         settings.update(size="smoke", size_text="a hand-made cells table, no world")
     store(cells, curves, agg, name, command.strip(), settings, replicates)

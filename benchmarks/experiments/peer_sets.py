@@ -291,7 +291,9 @@ def render(name: str) -> Path:
     facts = pd.read_csv(out / "sets.csv")
     agg = pd.read_csv(out / "summary.csv")
     agg["falls_back_to"] = agg["falls_back_to"].fillna("")
-    target_text, head_lines, share_text, share_lines = ap.statistics_sections(name, cells, agg)
+    target_text, head_lines, share_text, share_lines, verdict = ap.statistics_sections(
+        name, cells, agg
+    )
     auc = cells.groupby(["split", "world_seed"])["shift_auc"].first().unstack("world_seed")
     fallbacks = cells.groupby(["rule", "world_seed"])["fallback"].first().reset_index()
     seed_column = "calibrator_seed" if "preregistered" in settings else "world_seed"
@@ -339,6 +341,7 @@ def render(name: str) -> Path:
         "uniform-n: mean draws per question to reach uniform best-of-n's accuracy (same rule, "
         "same orders) less 0.001; (saved) = 1 − draws / 64.",
         "",
+        *verdict,
         "## Against the target: samples to reach uniform-64 (and -16)",
         "",
         target_text if "preregistered" in settings else

@@ -116,6 +116,41 @@ def headline(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
     return lines, frame
 
 
+def _short(world: str) -> str:
+    """A world's name without its generator (``gen__prm`` -> ``prm``)."""
+    return world.split("__")[-1]
+
+
+def verdict(frame: pd.DataFrame) -> list[str]:
+    """The target check in words, one bullet per split: the checks met (the interval's upper
+    end within the limit), those not met, and those where ``auto-seq[calibrated]`` needs more
+    draws than its rival (median ratio above 1), each with its median and interval.
+
+    Args:
+        frame: :func:`headline`'s rows.
+    """
+
+    def cell(r) -> str:
+        return (f"{_short(r['world'])} {r['rule']} {r['target']} {_num(r['median'])} "
+                f"[{_num(r['low'])}, {_num(r['high'])}]")  # fmt: skip
+
+    lines = []
+    for split, grp in frame.groupby("split", sort=False):
+        met = [cell(r) for _, r in grp.iterrows() if r["met"]]
+        missed = [cell(r) for _, r in grp.iterrows() if not r["met"]]
+        behind = [cell(r) for _, r in grp.iterrows() if r["median"] > 1]
+        limit = grp["limit"].iloc[0]
+        aim = (f"≤ {limit:.1f}, at least {(1 - limit) * 100:.0f} % fewer draws than the best "
+               f"calibrator-free rival" if limit < 1 else f"≤ {limit:.1f}")  # fmt: skip
+        text = f"- **{split}** (limit {aim}): met in {len(met)} of {len(grp)} checks"
+        text += f" ({'; '.join(met)})" if met else ""
+        text += f"; not met: {'; '.join(missed)}" if missed else ""
+        text += (f"; `auto-seq[calibrated]` needs more draws than the rival (median ratio "
+                 f"above 1): {'; '.join(behind)}" if behind else "")  # fmt: skip
+        lines.append(text + ".")
+    return lines
+
+
 def calibration_share(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
     """Calibration's share of the gain at equal cost per world, rule, split and cost:
     (calibrated - best calibrator-free) / (truth - best calibrator-free) per draw (the rival

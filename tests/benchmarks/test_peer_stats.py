@@ -73,5 +73,31 @@ def test_the_smoke_page_renders_the_paired_statistics_and_the_costs(tmp_path, mo
     assert "labelled training samples | PRM passes / test question (500 / 5,000)" in text
     assert "Hand-made data: no pre-registered draws." in text
     assert "auto-seq[calibrated] — falls back to vote-lead" in text
+    assert "## Headline" in text and "`beacon`, `pandora`" in text
     first = text
     assert ap.render("smoke-page").read_text() == first  # renders from its files alone
+
+
+def test_the_headline_names_every_check_met_missed_and_lost():
+    frame = pd.DataFrame([
+        # met: upper end 0.66 <= 0.7
+        {"world": "gen__prm-a", "rule": "majority", "split": "id", "target": "u64",
+         "median": 0.36, "low": 0.22, "high": 0.66, "limit": 0.7, "met": True},
+        # median within the limit, upper end not: missed, not behind
+        {"world": "gen__prm-a", "rule": "majority", "split": "id", "target": "u16",
+         "median": 0.5, "low": 0.3, "high": 0.9, "limit": 0.7, "met": False},
+        # behind the rival: median above 1
+        {"world": "gen__prm-a", "rule": "highest-last", "split": "ood", "target": "u64",
+         "median": 1.25, "low": 0.14, "high": np.inf, "limit": 1.1, "met": False},
+    ])  # fmt: skip
+    lines = peer_stats.verdict(frame)
+    assert lines[0] == (
+        "- **id** (limit ≤ 0.7, at least 30 % fewer draws than the best calibrator-free "
+        "rival): met in 1 of 2 checks (prm-a majority u64 0.36 [0.22, 0.66]); not met: prm-a "
+        "majority u16 0.50 [0.30, 0.90]."
+    )
+    assert lines[1] == (
+        "- **ood** (limit ≤ 1.1): met in 0 of 1 checks; not met: prm-a highest-last u64 1.25 "
+        "[0.14, ∞]; `auto-seq[calibrated]` needs more draws than the rival (median ratio above "
+        "1): prm-a highest-last u64 1.25 [0.14, ∞]."
+    )
