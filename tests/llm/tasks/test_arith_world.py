@@ -210,3 +210,31 @@ def test_slip_copies_leave_the_path_at_one_step_and_compute_correctly_after_it()
             assert a_i == value and r_i == {"+": a_i + x_i, "-": a_i - x_i, "*": a_i * x_i}[op_i]
             value = r_i
         assert extract_boxed(steps[-1]) == str(value) != str(problem.answer)
+
+
+def test_body_check_reads_exactly_the_result_digits_in_both_formats():
+    import sys
+
+    tools = Path(__file__).resolve().parents[3] / "tools"
+    sys.path.insert(0, str(tools))
+    try:
+        from transformers import AutoTokenizer
+
+        from dprm.llm.tasks.arith import parse_step
+        from dprm.llm.tasks.arith_sets import set_rows
+        from world_body_check import check, model_text, result_positions
+
+        tok = AutoTokenizer.from_pretrained(PRM)
+        row = set_rows("id")[0]
+        steps = row["solution"].split("\n\n")
+        results = "".join(str(parse_step(s)[3]) for s in steps[:-1]) + row["answer"]
+        for fmt in ("prm", "generator"):
+            ids, positions = result_positions(
+                tok, model_text(tok, row["question"], row["solution"], fmt)
+            )
+            assert "".join(tok.decode([ids[p]]) for p in positions) == results
+        # the generator computes: most of its result tokens right on references
+        record = check(GENERATOR, "generator", "id", 5)
+        assert record["solutions"] == 5 and 0.5 < record["result_token_accuracy"] <= 1.0
+    finally:
+        sys.path.remove(str(tools))

@@ -1,0 +1,98 @@
+"""Can a model compute? Teacher-forced result-token accuracy on reference solutions.
+
+    python tools/world_body_check.py runs/world-training/prm-body --format prm
+    python tools/world_body_check.py src/dprm/llm/worlds/arith/generator --format generator
+
+Each reference solution of a packaged split (``--split``, first ``--questions``) is fed once in
+the model's own input format (``prm``: the PRM's system prompt, question and ``<extra_0>``-joined
+steps, as ``tools/world_prm.py`` pretrains the PRM body; ``generator``: the generator's chat
+prompt and the solution); at every result token (the digits after ``= `` in each step and inside
+the boxed answer) the argmax of the previous position's logits is compared with it. Printed:
+the share of result tokens predicted right, and the number of solutions with every result token
+right. A PRM body that ranks the generator's draws by their arithmetic must compute at least as
+well as the generator does on the same references.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tools"))
+
+#: a step's stated result, or the boxed answer
+RESULT = re.compile(r"= (-?\d+)|boxed\{(-?\d+)\}")
+
+
+def model_text(tok, question: str, solution: str, fmt: str) -> str:
+    """The model's input text for one reference solution."""
+    if fmt == "prm":
+        from world_prm import prm_ids
+
+        ids, _ = prm_ids(tok, question, solution.split("\n\n"))
+        return tok.decode(ids)
+    from dprm.llm.prompts import build_prompt
+
+    return build_prompt(question, "qwen", template="qwen") + solution + "<|im_end|>"
+
+
+def result_positions(tok, text: str) -> tuple[list[int], list[int]]:
+    """(ids of ``text``, positions of its solution's result tokens)."""
+    enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+    start = text.index("## Step 1:")
+    spans = [m.span(1) if m.group(1) else m.span(2) for m in RESULT.finditer(text, start)]
+    positions = [
+        i
+        for i, (a, b) in enumerate(enc["offset_mapping"])
+        if b > a and any(a >= s and b <= e for s, e in spans)
+    ]
+    return enc["input_ids"], positions
+
+
+def check(model_dir: Path, fmt: str, split: str, questions: int) -> dict:
+    """Result-token accuracy of the causal LM in ``model_dir`` on ``questions`` references."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from dprm.llm.tasks.arith_sets import set_rows
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = Qwen2ForCausalLM.from_pretrained(model_dir).float().eval()
+    tokens = right = solved = 0
+    rows = set_rows(split)[:questions]
+    for row in rows:
+        ids, positions = result_positions(
+            tok, model_text(tok, row["question"], row["solution"], fmt)
+        )
+        with torch.no_grad():
+            predicted = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1)
+        hits = [int(predicted[p - 1]) == ids[p] for p in positions]
+        tokens, right, solved = tokens + len(hits), right + sum(hits), solved + all(hits)
+    return {
+        "model": str(model_dir), "split": split, "solutions": len(rows),
+        "result_token_accuracy": right / tokens, "all_results_right": solved,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("model", type=Path, help="a Qwen2ForCausalLM folder")
+    parser.add_argument("--format", choices=["prm", "generator"], default="prm")
+    parser.add_argument("--split", choices=["train", "id", "ood"], default="id")
+    parser.add_argument("--questions", type=int, default=200)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(json.dumps(check(args.model, args.format, args.split, args.questions)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
