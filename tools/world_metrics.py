@@ -236,7 +236,10 @@ TARGETS = (
     ("OOD pass@1 in [0.05, 0.35]", "ood", "pass@1", 0.05, 0.35,
      "shorter or longer OOD chains"),
     ("ID within-question AUROC >= 0.75", "id", "within_question_auroc", 0.75, None,
-     "more Monte Carlo labelled solutions and PRM training steps; a larger PRM body"),
+     "a training signal that makes the PRM compare each written result with the one its body "
+     "computes (a body pretrained until it got 99 % of result digits right, with slip "
+     "negatives, gained 0.013, within noise: docs/real-world.md), e.g. a pairwise loss on "
+     "right-versus-slip pairs or a language-model loss kept while the PRM trains"),
     ("OOD within-question AUROC >= 0.65", "ood", "within_question_auroc", 0.65, None,
      "PRM training data with longer chains"),
     ("ID PRM best-of-64 >= majority@64", "id", "bon@64_minus_majority@64", 0.0, None,
