@@ -385,6 +385,10 @@ def best_of_correct(last_scores, correct) -> float:
 
 
 def _ci(boots) -> list[float]:
+    """2.5 % and 97.5 % quantiles of the resamples that define the value (an AUROC needs both
+    classes in the resample)."""
+    boots = np.asarray(boots, float)
+    boots = boots[np.isfinite(boots)]
     return [float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))]
 
 
@@ -419,7 +423,10 @@ def split_stats(records: list[dict], seed: int, resamples: int = BOOTSTRAP) -> d
         boots["majority@64"].append((counts * maj).sum() / q)
         boots["prm_best_of_64"].append((counts * bon).sum() / q)
         has = ~np.isnan(within) & (counts > 0)
-        boots["within_question_auroc"].append((counts[has] * within[has]).sum() / counts[has].sum())
+        if has.any():  # a resample without a question of both classes has no such mean
+            boots["within_question_auroc"].append(
+                (counts[has] * within[has]).sum() / counts[has].sum()
+            )
         boots["pooled_auroc"].append(auroc(s, y, w))
         boots["last_step_ece"].append(ece(s, y, w))
         boots["last_step_brier"].append(brier(s, y, w))

@@ -99,13 +99,15 @@ def test_split_stats_values_and_intervals(audit):
     assert out["pass@1"]["value"] == pytest.approx((2 / 3 + 1 / 3 + 1) / 3)
     assert out["majority@64"]["value"] == pytest.approx(2 / 3)
     assert out["prm_best_of_64"]["value"] == pytest.approx(2 / 3)
-    assert out["within_question_auroc"]["value"] == pytest.approx((0.75 + 0.0) / 2)
+    # question 1: both right draws (0.9, 0.2) above the wrong one (0.1); question 2: the right
+    # draw (0.3) below both wrong ones (0.6); question 3 has no wrong draw
+    assert out["within_question_auroc"]["value"] == pytest.approx((1.0 + 0.0) / 2)
     assert out["questions_with_both_classes"] == 2 and out["draws"] == 9
     s = np.array([0.9, 0.2, 0.1, 0.3, 0.6, 0.6, 0.8, 0.7, 0.9])
     y = np.array([1, 1, 0, 1, 0, 0, 1, 1, 1])
     assert out["pooled_auroc"]["value"] == pytest.approx(audit.auroc(s, y))
     assert out["last_step_brier"]["value"] == pytest.approx(((s - y) ** 2).mean())
-    for key in ("pass@1", "majority@64", "prm_best_of_64", "pooled_auroc", "last_step_ece"):
+    for key in ("pass@1", "majority@64", "prm_best_of_64", "within_question_auroc", "pooled_auroc"):
         lo, hi = out[key]["ci"]
         assert lo <= out[key]["value"] <= hi and lo < hi, key
 
