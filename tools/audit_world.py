@@ -512,10 +512,21 @@ def run_chunks(plan, work: Path, models_key: str, samples: int, seed: int, load)
     return done
 
 
+def _sizes(text: str) -> dict[str, int]:
+    """``"N"`` or ``"ID,OOD"`` -> questions per split."""
+    parts = [int(p) for p in text.split(",")]
+    if len(parts) not in (1, 2) or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or ID,OOD (positive), got {text!r}")
+    return dict(zip(QUESTION_FILES, parts * 2 if len(parts) == 1 else parts, strict=False))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", type=Path, default=WORLD)
-    parser.add_argument("--questions", type=int, default=None, help="per split (default: all)")
+    parser.add_argument(
+        "--questions", type=_sizes, default=None,
+        help="the first N questions of each split, or ID,OOD (e.g. 32,16); default: all",
+    )  # fmt: skip
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--threads", type=int, default=1)
@@ -547,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = load_questions(path)
         mismatched = [r["question_id"] for r in rows if str(r["computed"]) != str(r["answer"])]
         checks[split] = {"questions_in_file": len(rows), "answer_mismatches": mismatched}
-        questions[split] = rows[: args.questions] if args.questions else rows
+        questions[split] = rows[: args.questions[split]] if args.questions else rows
     # ID and OOD chunks alternate, so an interrupted run has covered both splits alike
     plan = [
         (split, start, rows[start : start + CHUNK])
