@@ -127,8 +127,8 @@ def audit_section(summary: dict, audit: dict) -> str:
             "",
             "The audit ran on the first questions of each split only, so the page's value (all "
             "questions) is checked against the audit's interval, not the other way round. ECE "
-            "on few questions is biased upward (noisy bins add to it), so its interval sits "
-            "above the all-question value when the audit is small.",
+            "on few questions is biased upward (noise in each bin adds to it), so a small "
+            "audit's ECE interval can lie above the all-question value.",
         ]
     lines += ["", "Paired pass@1 (audit minus page, the same questions): " + "; ".join(
         f"{split} {_paired_pass1(split, mine)}" for split, mine in audit["splits"].items()
