@@ -302,8 +302,15 @@ class PRMReader:
         text = self.tok.apply_chat_template(messages, tokenize=False)
         ids = self.tok.encode(text, add_special_tokens=False)
         tags = [i for i, t in enumerate(ids) if t == self.tag_id]
-        if len(tags) != len(steps) or len(ids) > self.limit:
-            raise ValueError(f"{len(tags)} tags for {len(steps)} steps, {len(ids)} tokens")
+        if len(tags) != len(steps):
+            raise ValueError(f"{len(tags)} tags for {len(steps)} steps")
+        if len(ids) > self.limit:
+            # past the PRM's position limit: keep the steps whose tag fits (as dprm's PRM
+            # does, so the "last step" is then the last step read); counted in audit.json
+            tags = [t for t in tags if t < self.limit]
+            if not tags:
+                raise ValueError(f"no step tag within {self.limit} tokens")
+            ids = ids[: tags[-1] + 1]
         return ids, tags
 
     def head(self, hidden):
@@ -475,6 +482,7 @@ def chunk_records(rows, model, tok, prm, samples: int, seed: int) -> dict:
                 "values": [as_number(boxed_answer(t)) for t in outs],
                 "correct": [is_correct(t, row["computed"]) for t in outs],
                 "last": [float(sc[-1]) for sc in per_q],
+                "truncated": sum(len(sc) < len(st) for sc, st in zip(per_q, steps[i], strict=True)),
                 "texts": outs,
             }
         )
@@ -574,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = split_stats(records, args.seed + 100 + offset)
         stats["sample_cpu_s"] = round(sum(p["sample_cpu_s"] for p in parts), 1)
         stats["score_cpu_s"] = round(sum(p["score_cpu_s"] for p in parts), 1)
+        stats["prm_inputs_truncated"] = sum(r.get("truncated", 0) for r in records)
         stats["solve_rates"] = {r["question_id"]: float(np.mean(r["correct"])) for r in records}
         splits[split] = stats
         all_records[split] = records
