@@ -21,8 +21,9 @@ Only pre-registered report draws make a page (benchmarks/experiments/draws.toml,
 :mod:`preregistration`): the world seeds default to the preset's report draws, and development
 draws are refused before anything is computed (one line, exit 2). The headline and
 calibration's share are paired statistics over the draws (:mod:`peer_stats`): per-draw ratios,
-their median and a paired bootstrap 90 % interval, from ``replicates.csv.gz``; pages whose
-data predates it (no replicates stored) re-render as they were.
+their median and a paired bootstrap 90 % interval, computed from each cell's replicates in the
+work root and stored as headline.csv / calibration_share.csv; pages whose data predates them
+re-render as they were.
 """
 
 from __future__ import annotations
@@ -383,7 +384,8 @@ def store(cells, curves, agg, name: str, command: str, settings: dict, replicate
     _atomic_csv(cells, out_dir / "cells.csv")
     _atomic_csv(curves, out_dir / "curves.csv")
     _atomic_csv(agg, out_dir / "summary.csv")
-    write_csv_gz(replicates, out_dir / REPLICATES)
+    # the paired tables, not the replicates they come from (megabytes; each cell keeps its own
+    # in the work root, so a rerun into the same --root recomputes them in seconds)
     _atomic_csv(peer_stats.headline(replicates, cells)[1], out_dir / "headline.csv")
     _atomic_csv(peer_stats.calibration_share(replicates, cells)[1],
                 out_dir / "calibration_share.csv")  # fmt: skip
@@ -466,15 +468,16 @@ def statistics_sections(name: str, cells: pd.DataFrame, agg: pd.DataFrame):
     """(target text, target lines, share text, share lines, headline lines): paired over the
     draws from the stored replicates; data stored before them renders its means as it did
     (and has no headline section)."""
-    path = rp.folder(name) / REPLICATES
-    if not path.exists():
+    folder = rp.folder(name)
+    targets = folder / "headline.csv"
+    if not targets.exists() or "per_draw" not in pd.read_csv(targets, nrows=0).columns:
         return (LEGACY_TARGET_TEXT, headline(agg)[0], LEGACY_SHARE_TEXT,
                 calibration_share(agg)[0], [])  # fmt: skip
-    replicates = pd.read_csv(path)
-    target_lines, frame = peer_stats.headline(replicates, cells)
+    frame = pd.read_csv(targets)
+    shares = pd.read_csv(folder / "calibration_share.csv")
     verdict = ["## Headline", "", HEADLINE_TEXT, "", *peer_stats.verdict(frame), ""]
-    return (PAIRED_TARGET_TEXT, target_lines, PAIRED_SHARE_TEXT,
-            peer_stats.calibration_share(replicates, cells)[0], verdict)  # fmt: skip
+    return (PAIRED_TARGET_TEXT, peer_stats.headline_lines(frame), PAIRED_SHARE_TEXT,
+            peer_stats.share_lines(shares), verdict)  # fmt: skip
 
 
 def calibrator_seeds_text(settings: dict, cells: pd.DataFrame) -> str:

@@ -262,7 +262,6 @@ def facts_lines(facts: pd.DataFrame) -> list[str]:
 def store(cells, curves, facts, agg, name: str, command: str, settings: dict,
           replicates: pd.DataFrame) -> None:  # fmt: skip
     """Write the page's CSVs and ``source.json`` (``settings['kind']`` marks this page)."""
-    import adaptive_peers as ap
     import peer_stats
 
     out = rp.folder(name)
@@ -270,7 +269,6 @@ def store(cells, curves, facts, agg, name: str, command: str, settings: dict,
     _atomic_csv(curves, out / "curves.csv")
     _atomic_csv(agg, out / "summary.csv")
     _atomic_csv(pd.DataFrame(facts), out / "sets.csv")
-    ap.write_csv_gz(replicates, out / ap.REPLICATES)
     _atomic_csv(peer_stats.headline(replicates, cells)[1], out / "headline.csv")
     _atomic_csv(peer_stats.calibration_share(replicates, cells)[1], out / "calibration_share.csv")
     rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")

@@ -1,9 +1,10 @@
 """The peer pages' paired statistics: the target check and calibration's share, per draw, with
 their median over draws and a paired bootstrap 90 % interval (:mod:`dprm.ias.curves.paired`).
 
-Both read ``replicates.csv.gz`` (every method's figures on each draw's questions, replicate 0,
+Both read the replicates (every method's figures on each draw's questions, replicate 0,
 and on the same bootstrap resamples of them, replicates 1..B; ``draw`` names the draw: the world
-seed of a twin, the calibrator seed of a world given as BoN sets). Every cell is shown: a share
+seed of a twin, the calibrator seed of a world given as BoN sets); the pages store their rows
+(headline.csv, calibration_share.csv) and render from those. Every cell is shown: a share
 below 0 or above 100 % is printed as it is, an undefined one says why.
 """
 
@@ -98,6 +99,12 @@ def headline(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
                 )  # fmt: skip
             rows.append(row)
     frame = pd.DataFrame(rows)
+    return headline_lines(frame), frame
+
+
+def headline_lines(frame: pd.DataFrame) -> list[str]:
+    """The target table's lines from :func:`headline`'s rows (as computed, or read back from
+    the page's headline.csv)."""
     lines = [
         "| world | rule | split | target | auto-seq[calibrated] draws | best calibrator-free "
         "rival (draws) | ratio per draw | median ratio [90 % interval] | limit | met |",
@@ -105,15 +112,21 @@ def headline(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
     ]
     for _, r in frame.iterrows():
         cal = _num(r["calibrated_draws"], 1)
-        if r["falls_back_to"]:
+        if _text(r["falls_back_to"]):
             cal += f" (falls back to {r['falls_back_to']})"
         rival = f"{r['rival']} ({_num(r['rival_draws'], 1)})"
         ratio = f"{_num(r['median'])} [{_num(r['low'])}, {_num(r['high'])}]"
         lines.append(
             f"| {r['world']} | {r['rule']} | {r['split']} | {r['target']} | {cal} | {rival} | "
-            f"{r['per_draw'] or '—'} | {ratio} | ≤ {r['limit']:.1f} | {'yes' if r['met'] else 'no'} |"
+            f"{_text(r['per_draw']) or '—'} | {ratio} | ≤ {r['limit']:.1f} | "
+            f"{'yes' if r['met'] else 'no'} |"
         )
-    return lines, frame
+    return lines
+
+
+def _text(value) -> str:
+    """A text cell, empty where a CSV read it back as NaN."""
+    return "" if isinstance(value, float) and np.isnan(value) else str(value)
 
 
 def _short(world: str) -> str:
@@ -187,6 +200,12 @@ def calibration_share(replicates: pd.DataFrame, cells: pd.DataFrame | None = Non
                 )  # fmt: skip
             rows.append(row)
     frame = pd.DataFrame(rows)
+    return share_lines(frame), frame
+
+
+def share_lines(frame: pd.DataFrame) -> list[str]:
+    """The share table's lines from :func:`calibration_share`'s rows (as computed, or read
+    back from the page's calibration_share.csv)."""
     lines = [
         "| world | rule | split | cost | auto-seq[calibrated] | auto-seq[truth] | best "
         "calibrator-free (acc) | share per draw | median share [90 % interval] |",
@@ -197,14 +216,14 @@ def calibration_share(replicates: pd.DataFrame, cells: pd.DataFrame | None = Non
             share = "undefined (the truth is not above the rival in some draw)"
         else:
             share = f"{_pct(r['median'])} [{_pct(r['low'])}, {_pct(r['high'])}]"
-        if r["falls_back_to"]:
+        if _text(r["falls_back_to"]):
             share += f" (falls back to {r['falls_back_to']})"
         lines.append(
             f"| {r['world']} | {r['rule']} | {r['split']} | {r['cost']} | "
             f"{_num(r['calibrated'], 4)} | {_num(r['truth'], 4)} | {r['rival']} "
-            f"({_num(r['rival_acc'], 4)}) | {r['per_draw'] or '—'} | {share} |"
+            f"({_num(r['rival_acc'], 4)}) | {_text(r['per_draw']) or '—'} | {share} |"
         )
-    return lines, frame
+    return lines
 
 
 def _pct(value: float) -> str:
