@@ -88,9 +88,14 @@ NAMED_SETS = {
     "arith-train": ("arith-train", 1),
     "arith-id": ("arith-id", 1),
     "arith-ood": ("arith-ood", 1),
+    "arith-id2": ("arith-id2", 1),
+    "arith-ood2": ("arith-ood2", 1),
 }
 #: the arithmetic world's sets (dprm.llm.tasks.arith_sets) are generated, not downloaded
-PACKAGED_SETS = ("math500", "math", "aime24", "aime25", "arith-train", "arith-id", "arith-ood")
+PACKAGED_SETS = (
+    "math500", "math", "aime24", "aime25",
+    "arith-train", "arith-id", "arith-ood", "arith-id2", "arith-ood2",
+)  # fmt: skip
 #: rows the hub copy must have (Park's assertion for the MATH train split)
 EXPECTED_ROWS = {"math-train": PARK_TRAIN_ROWS}
 

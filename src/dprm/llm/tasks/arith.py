@@ -77,14 +77,18 @@ class ArithSpec:
 
 #: the packaged splits: calibration (train) and ID share a distribution that mixes easy and
 #: hard questions (2-4 operations; one-digit operands, or two-digit ones with carries and
-#: borrows); OOD is harder (longer chains of two-digit operands, so bigger running values)
+#: borrows); OOD is harder (longer chains of two-digit operands, so bigger running values).
+#: ``id2`` / ``ood2`` are second draws of the ID / OOD distributions (fresh questions for
+#: results that must not reuse the first draws' questions)
 SPLIT_SPECS = {
     "train": ArithSpec(min_steps=2, max_steps=4, digits=1, max_digits=2),
     "id": ArithSpec(min_steps=2, max_steps=4, digits=1, max_digits=2),
     "ood": ArithSpec(min_steps=5, max_steps=6, digits=2),
 }
+SPLIT_SPECS |= {"id2": SPLIT_SPECS["id"], "ood2": SPLIT_SPECS["ood"]}
 #: seed offsets of the packaged splits, so no two splits share a question stream
-SPLIT_OFFSETS = {"train": 0, "id": 1_000_000, "ood": 2_000_000}
+SPLIT_OFFSETS = {"train": 0, "id": 1_000_000, "ood": 2_000_000, "id2": 3_000_000,
+                 "ood2": 4_000_000}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 ``arith-train`` (calibration) and ``arith-id`` share a distribution (2-4 operations, ``+`` /
 ``-``, per question one-digit or two-digit operands, so easy and hard questions mix);
 ``arith-ood`` is harder (5-6 operations on two-digit operands: longer chains, bigger running
-values), the way AIME stands to MATH-500. The splits share no question: each split skips the
-questions of the splits drawn before it (train, then ID, then OOD).
+values), the way AIME stands to MATH-500. ``arith-id2`` and ``arith-ood2`` are second draws of the ID
+and OOD distributions: fresh questions for results that must not reuse the first draws' (the
+adaptive-peers page's pre-registered report draws). The splits share no question: each split
+skips the questions of the splits drawn before it (train, ID, OOD, ID2, then OOD2).
 ``tools/make_arith_sets.py`` writes them; the seed is :data:`SEED`.
 """
 
@@ -20,7 +22,7 @@ from dprm.io import atomic_path
 from dprm.llm.tasks.arith import SPLIT_OFFSETS, SPLIT_SPECS, make_set
 
 SEED = 20261127
-SET_SIZES = {"train": 400, "id": 400, "ood": 200}
+SET_SIZES = {"train": 400, "id": 400, "ood": 200, "id2": 300, "ood2": 300}
 
 
 @functools.cache
@@ -35,7 +37,7 @@ def _split_rows(split: str) -> tuple[dict, ...]:
 
 
 def set_rows(split: str) -> list[dict]:
-    """The rows of packaged split ``split`` (``train``, ``id``, ``ood``), fresh copies."""
+    """The rows of packaged split ``split`` (a key of :data:`SET_SIZES`), fresh copies."""
     return copy.deepcopy(list(_split_rows(split)))
 
 
@@ -51,7 +53,7 @@ def set_bytes(split: str) -> bytes:
 
 
 def write_sets(folder: Path) -> list[Path]:
-    """Write ``arith-{train,id,ood}.jsonl.gz`` into ``folder`` atomically; return the paths."""
+    """Write ``arith-{split}.jsonl.gz`` of every split into ``folder`` atomically; return the paths."""
     paths = []
     for split in SET_SIZES:
         path = Path(folder) / f"arith-{split}.jsonl.gz"
