@@ -650,9 +650,9 @@ def main() -> None:
                              "calibrator's recorded seed); checked against draws.toml")  # fmt: skip
     parser.add_argument(
         "--question-resample",
-        type=int,
         default=None,
-        help="with --bon: the question resample the test sets are (draws.toml)",
+        help="with --bon: the question resample the test sets are (draws.toml); several "
+        "(1,2,3) split each test set into that many consecutive blocks, one a resample",
     )
     parser.add_argument("--world", default="", help="with --bon: the world's name")
     parser.add_argument("--out", type=Path, default=None,

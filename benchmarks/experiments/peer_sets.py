@@ -20,7 +20,10 @@ rerun resumes and a changed input is noticed.
 
 The world must be pre-registered (benchmarks/experiments/draws.toml): its calibrator seeds
 (``--calibrator-seeds``, default each calibrator's recorded seed) and ``--question-resample``
-must be report draws, or the run stops before computing (one line, exit 2).
+must be report draws, or the run stops before computing (one line, exit 2). Several resamples
+(``--question-resample 1,2,3``) split every test set into that many consecutive blocks of
+questions, block i being the i-th resample named: each (resample, calibrator) pair is one draw
+of the page (its own draw-order seed), so the paired statistics run over resamples and seeds.
 """
 
 from __future__ import annotations
@@ -143,6 +146,24 @@ def evaluate(bon, train, model, rules, trials, train_trials, bootstrap, seed):
             pd.concat(reps, ignore_index=True))  # fmt: skip
 
 
+def question_block(bon, index: int, blocks: int):
+    """The ``index``-th of ``blocks`` consecutive blocks of ``bon``'s questions (file order),
+    with their candidates (and their hidden states); ``bon`` itself when ``blocks`` is 1."""
+    import dataclasses
+
+    if blocks == 1:
+        return bon
+    count = len(bon.questions)
+    lo, hi = index * count // blocks, (index + 1) * count // blocks
+    questions = bon.questions.iloc[lo:hi].reset_index(drop=True)
+    keep = bon.responses["question_id"].isin(set(questions["question_id"])).to_numpy()
+    return dataclasses.replace(
+        bon, questions=questions, hidden=bon.hidden[lo:hi],
+        responses=bon.responses[keep].reset_index(drop=True),
+        response_hidden=None if bon.response_hidden is None else bon.response_hidden[keep],
+    )  # fmt: skip
+
+
 def _content(path: Path) -> str:
     from dprm.digests import digest
 
@@ -150,8 +171,9 @@ def _content(path: Path) -> str:
 
 
 def run(args, sets: dict[str, Path], world: str):
-    """Every (calibrator seed, split) cell, cached under ``args.root``; returns the cells, the
-    curves, the facts of every set and the paired replicates (``draw``: the cell's index)."""
+    """Every (question resample, calibrator seed, split) cell, cached under ``args.root``;
+    returns the cells, the curves, the facts of every set and the paired replicates (``draw``:
+    the cell's draw index, resample-major)."""
     import adaptive_peers as ap
     import torch
 
@@ -164,31 +186,39 @@ def run(args, sets: dict[str, Path], world: str):
     bons = {split: read_bon_set(path, check_hidden=False) for split, path in sets.items()}
     facts = [set_facts(train, "train")] + [set_facts(b, s) for s, b in bons.items()]
     seeds = getattr(args, "calibrator_seed_values", None)  # set by :func:`preregistered`
+    resamples = getattr(args, "question_resample_values", None) or [None]
     frames, curve_frames, rep_frames = [], [], []
-    for k, calibrator in enumerate(args.calibrator):
-        model = load(calibrator)
-        training = TrainingData.of(model, train)
-        for split, bon in bons.items():
-            settings = {"rules": list(args.rules), "trials": args.trials, "seed": k,
-                        "train_trials": args.train_trials, "bootstrap": args.bootstrap,
-                        "test": _content(sets[split]), "train": _content(args.train_bon),
-                        "calibrator": _content(calibrator), "version": 2}  # fmt: skip
-            key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-            cell = args.root / "sets" / f"{world}-{split}-s{k}-{key}"
-            if not (cell / ap.REPLICATES).exists():
-                t0 = time.time()
-                summary, curves, reps = evaluate(bon, train, model, args.rules, args.trials,
-                                                 args.train_trials, args.bootstrap, k)  # fmt: skip
-                _atomic_csv(curves, cell / "curves.csv")
-                _atomic_csv(summary, cell / "summary.csv")
-                ap.write_csv_gz(reps, cell / ap.REPLICATES)  # last: the cell is complete
-                print(f"{world} {split} seed {k}: {time.time() - t0:.0f} s", flush=True)
-            meta = {"world": world, "world_seed": k, "split": split,
-                    "calibrator_seed": seeds[k] if seeds else k}  # fmt: skip
-            summary = ap.with_training_costs(pd.read_csv(cell / "summary.csv"), training)
-            frames.append(summary.assign(**meta))
-            curve_frames.append(pd.read_csv(cell / "curves.csv").assign(**meta))
-            rep_frames.append(pd.read_csv(cell / ap.REPLICATES).assign(**meta, draw=k))
+    for r, resample in enumerate(resamples):
+        for k, calibrator in enumerate(args.calibrator):
+            model = load(calibrator)
+            training = TrainingData.of(model, train)
+            draw = r * len(args.calibrator) + k
+            for split, whole in bons.items():
+                bon = question_block(whole, r, len(resamples))
+                settings = {"rules": list(args.rules), "trials": args.trials, "seed": draw,
+                            "train_trials": args.train_trials, "bootstrap": args.bootstrap,
+                            "test": _content(sets[split]), "train": _content(args.train_bon),
+                            "calibrator": _content(calibrator), "version": 2}  # fmt: skip
+                if len(resamples) > 1:
+                    settings["block"] = [r, len(resamples)]
+                key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+                cell = args.root / "sets" / f"{world}-{split}-s{draw}-{key[:12]}"
+                if not (cell / ap.REPLICATES).exists():
+                    t0 = time.time()
+                    summary, curves, reps = evaluate(bon, train, model, args.rules, args.trials,
+                                                     args.train_trials, args.bootstrap, draw)  # fmt: skip
+                    _atomic_csv(curves, cell / "curves.csv")
+                    _atomic_csv(summary, cell / "summary.csv")
+                    ap.write_csv_gz(reps, cell / ap.REPLICATES)  # last: the cell is complete
+                    print(f"{world} {split} seed {draw}: {time.time() - t0:.0f} s", flush=True)
+                meta = {"world": world, "world_seed": draw, "split": split,
+                        "calibrator_seed": seeds[k] if seeds else k}  # fmt: skip
+                if resample is not None:
+                    meta["question_resample"] = resample
+                summary = ap.with_training_costs(pd.read_csv(cell / "summary.csv"), training)
+                frames.append(summary.assign(**meta))
+                curve_frames.append(pd.read_csv(cell / "curves.csv").assign(**meta))
+                rep_frames.append(pd.read_csv(cell / ap.REPLICATES).assign(**meta, draw=draw))
     return (pd.concat(frames, ignore_index=True), pd.concat(curve_frames), facts,
             pd.concat(rep_frames, ignore_index=True))  # fmt: skip
 
@@ -297,10 +327,17 @@ def render(name: str) -> Path:
     seed_column = "calibrator_seed" if "preregistered" in settings else "world_seed"
     seeds = sorted(cells[seed_column].unique())
     world = ", ".join(sorted(cells["world"].unique()))
+    calibrators = (f"{len(seeds)} calibrators (`{settings['calibrator']}`, seeds "
+                   f"{', '.join(str(s) for s in seeds)})")  # fmt: skip
+    if "question_resample" in cells:
+        resamples = sorted(cells["question_resample"].unique())
+        data = (f"its test sets split into {len(resamples)} question resamples (consecutive "
+                f"blocks of each set's questions: resamples {', '.join(map(str, resamples))}) "
+                f"x {calibrators} = {cells['world_seed'].nunique()} draws")  # fmt: skip
+    else:
+        data = f"one draw of its data (the BoN sets below), {calibrators}"
     lines = [
-        f"World: `{world}`, one draw of its data (the BoN sets below), "
-        f"{len(seeds)} calibrators (`{settings['calibrator']}`, seeds "
-        f"{', '.join(str(s) for s in seeds)}), each with its own draw-order seed; "
+        f"World: `{world}`, {data}, each with its own draw-order seed; "
         f"{settings['trials']} draw orders per test question, {settings['train_trials']} per "
         f"training question for the choices made on the training pool (auto-seq's floor share, "
         f"the fallback peer); {settings['bootstrap']} bootstrap resamples of the questions. "
@@ -440,7 +477,14 @@ def preregistered(args, world: str) -> dict:
 
     if args.question_resample is None:
         _fail("--bon needs --question-resample (the pre-registered resample the test sets are)")
+    try:
+        resamples = [int(r) for r in str(args.question_resample).split(",")]
+    except ValueError:
+        _fail(f"--question-resample {args.question_resample}: expected resamples such as 1,2,3")
+    if len(set(resamples)) != len(resamples):
+        _fail(f"--question-resample {args.question_resample}: a resample named twice")
+    args.question_resample_values = resamples if len(resamples) > 1 else None
     args.calibrator_seed_values = calibrator_seeds(args)
     draws = {"calibrator_seeds": args.calibrator_seed_values,
-             "question_resamples": [args.question_resample]}  # fmt: skip
+             "question_resamples": resamples}  # fmt: skip
     return prereg.require_report("adaptive_peers.py", world, draws, ap.draws_file())

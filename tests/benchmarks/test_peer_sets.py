@@ -227,3 +227,33 @@ def test_a_worlds_sets_need_report_draws(tmp_path, monkeypatch, capsys):
     ok = SimpleNamespace(calibrator=[cal], calibrator_seeds="3", question_resample=1)
     record = peer_sets.preregistered(ok, "arith")
     assert record["draws"] == {"calibrator_seeds": [3], "question_resamples": [1]}
+    # several resamples: every one must be a report draw, none named twice
+    draws.write_text(draws.read_text().replace("question_resamples = [1] }",
+                                               "question_resamples = [1, 2] }"))  # fmt: skip
+    assert "development" in refused(calibrator_seeds="3", question_resample="0,1")
+    assert "named twice" in refused(calibrator_seeds="3", question_resample="1,1")
+    assert "expected resamples" in refused(calibrator_seeds="3", question_resample="1,x")
+    many = SimpleNamespace(calibrator=[cal], calibrator_seeds="3", question_resample="1,2")
+    record = peer_sets.preregistered(many, "arith")
+    assert record["draws"] == {"calibrator_seeds": [3], "question_resamples": [1, 2]}
+    assert many.question_resample_values == [1, 2]
+
+
+def test_question_blocks_split_the_questions_in_file_order_with_their_candidates():
+    from dprm.data.bon_set import BonSet
+
+    questions = pd.DataFrame({"question_id": [f"q{i}" for i in range(5)]})
+    responses = pd.DataFrame({"question_id": [f"q{i % 5}" for i in range(10)],
+                              "prm_score": np.arange(10) / 10})  # fmt: skip
+    hidden = np.arange(10, dtype=np.float32).reshape(5, 2)
+    bon = BonSet(questions, hidden, responses, response_hidden=np.arange(10.0)[:, None])
+    assert peer_sets.question_block(bon, 0, 1) is bon
+    blocks = [peer_sets.question_block(bon, i, 2) for i in range(2)]
+    assert [list(b.questions["question_id"]) for b in blocks] == [["q0", "q1"],
+                                                                  ["q2", "q3", "q4"]]  # fmt: skip
+    np.testing.assert_array_equal(blocks[1].hidden, hidden[2:])
+    for block in blocks:  # each block keeps exactly its questions' candidates, rows aligned
+        ids = set(block.questions["question_id"])
+        assert set(block.responses["question_id"]) == ids and len(block.responses) == 2 * len(ids)
+        np.testing.assert_array_equal(block.response_hidden[:, 0] / 10,
+                                      block.responses["prm_score"])  # fmt: skip

@@ -238,3 +238,39 @@ def test_body_check_reads_exactly_the_result_digits_in_both_formats():
         assert record["solutions"] == 5 and 0.5 < record["result_token_accuracy"] <= 1.0
     finally:
         sys.path.remove(str(tools))
+
+
+def test_second_draws_share_no_question_with_the_shipped_models_training_streams():
+    """``arith-id2`` / ``arith-ood2`` came after the models were trained, so the training
+    streams could not skip them: none of their questions may be one the shipped generator,
+    its policy checkpoint, the PRM body or the PRM's Monte Carlo data was trained on (the
+    stream ranges read from the shipped provenance records, with a margin)."""
+    import sys
+
+    from dprm.llm.tasks.arith import make_problem
+    from dprm.llm.tasks.arith_sets import set_rows
+
+    tools = Path(__file__).resolve().parents[3] / "tools"
+    sys.path.insert(0, str(tools))
+    try:
+        from train_world import TRAIN_SPECS, TRAIN_STREAM
+        from world_prm import BODY_START, PRM_DATA_START
+    finally:
+        sys.path.remove(str(tools))
+    gen = json.loads((WORLD / "generator" / "provenance.json").read_text())
+    prm = json.loads((WORLD / "prm" / "provenance.json").read_text())
+    body, data = prm["stages"]["prm-body"], prm["stages"]["prm-data"]
+    ranges = [  # (first index, problems drawn), twice the count for the skipped questions
+        (0, 2 * gen["training_stream_end"]),
+        (BODY_START, 2 * body["steps"] * body["batch"]),
+        (PRM_DATA_START, 2 * data["questions"]),
+    ]
+    seed = TRAIN_STREAM + gen["seed"]
+    trained = {
+        make_problem(TRAIN_SPECS[i % len(TRAIN_SPECS)], seed, i).question
+        for start, count in ranges
+        for i in range(start, start + count)
+    }
+    for split in ("id2", "ood2"):
+        questions = {row["question"] for row in set_rows(split)}
+        assert len(questions) == 300 and not questions & trained
