@@ -236,10 +236,11 @@ TARGETS = (
     ("OOD pass@1 in [0.05, 0.35]", "ood", "pass@1", 0.05, 0.35,
      "shorter or longer OOD chains"),
     ("ID within-question AUROC >= 0.75", "id", "within_question_auroc", 0.75, None,
-     "a training signal that makes the PRM compare each written result with the one its body "
-     "computes (a body pretrained until it got 99 % of result digits right, with slip "
-     "negatives, gained 0.013, within noise: docs/real-world.md), e.g. a pairwise loss on "
-     "right-versus-slip pairs or a language-model loss kept while the PRM trains"),
+     "a PRM that compares each written result with the one its body computes; not reached by "
+     "a body pretrained to 99 % of result digits with slip negatives (+0.013, within noise) "
+     "nor by up to 600 steps of exact step labels on fresh right-versus-slip solutions, with "
+     "2 more layers (pairs told apart 57-68 %: docs/real-world.md); next: a verifier that "
+     "reads the body's own prediction of the written digits, or far longer verifier training"),
     ("OOD within-question AUROC >= 0.65", "ood", "within_question_auroc", 0.65, None,
      "PRM training data with longer chains"),
     ("ID PRM best-of-64 >= majority@64", "id", "bon@64_minus_majority@64", 0.0, None,
