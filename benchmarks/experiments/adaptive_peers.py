@@ -476,6 +476,9 @@ def statistics_sections(name: str, cells: pd.DataFrame, agg: pd.DataFrame):
     frame = pd.read_csv(targets)
     shares = pd.read_csv(folder / "calibration_share.csv")
     verdict = ["## Headline", "", HEADLINE_TEXT, "", *peer_stats.verdict(frame), ""]
+    why = peer_stats.why_missed(frame)
+    if why:
+        verdict += ["Why the misses (from each check's row in the next section):", "", *why, ""]
     return (PAIRED_TARGET_TEXT, peer_stats.headline_lines(frame), PAIRED_SHARE_TEXT,
             peer_stats.share_lines(shares), verdict)  # fmt: skip
 

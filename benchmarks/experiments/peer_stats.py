@@ -164,6 +164,52 @@ def verdict(frame: pd.DataFrame) -> list[str]:
     return lines
 
 
+#: why a check was missed, in the order tried (the first that holds is the reason given)
+MISS_REASONS = (
+    ("never", "`auto-seq[calibrated]` does not reach the target on some draws (∞)"),
+    ("noise", "the median meets the limit but the interval's upper end does not: the draws "
+              "disagree more than the margin (more draws or questions would decide it)"),
+    ("fallback", "the shift check fired and `auto-seq` became a calibrator-free peer chosen on "
+                 "the training pool, which on this split needs more draws than the best rival"),
+    ("policy", "the rival is the same sequential policy without the calibrated prior "
+               "(`auto-seq[base]` / `auto-seq[none]`): calibration saves too few draws over it"),
+    ("peer", "a calibrator-free stopping rule needs about as few draws or fewer"),
+)  # fmt: skip
+
+
+def miss_reason(row) -> str:
+    """The key of :data:`MISS_REASONS` that explains one missed headline check (a row of
+    :func:`headline`'s frame)."""
+    if not np.isfinite(row["median"]) or not np.isfinite(row.get("calibrated_draws", 0.0)):
+        return "never"
+    if row["median"] <= row["limit"]:
+        return "noise"
+    if _text(row.get("falls_back_to", "")):
+        return "fallback"
+    if str(row.get("rival", "")).startswith("auto-seq["):
+        return "policy"
+    return "peer"
+
+
+def why_missed(frame: pd.DataFrame) -> list[str]:
+    """Why each check was missed, one bullet per split and reason (:data:`MISS_REASONS`),
+    naming its checks; [] when every check is met."""
+    lines = []
+    for split, grp in frame.groupby("split", sort=False):
+        missed = grp[~grp["met"].astype(bool)]
+        if missed.empty:
+            continue
+        reasons = missed.apply(miss_reason, axis=1)
+        for key, text in MISS_REASONS:
+            rows = missed[reasons == key]
+            if rows.empty:
+                continue
+            names = "; ".join(f"{_short(r['world'])} {r['rule']} {r['target']}"
+                              for _, r in rows.iterrows())  # fmt: skip
+            lines.append(f"- **{split}**, {len(rows)} of {len(missed)} misses: {text} ({names}).")
+    return lines
+
+
 def calibration_share(replicates: pd.DataFrame, cells: pd.DataFrame | None = None):
     """Calibration's share of the gain at equal cost per world, rule, split and cost:
     (calibrated - best calibrator-free) / (truth - best calibrator-free) per draw (the rival
