@@ -6,14 +6,21 @@ from dprm.models.checkpoint_selection import CheckpointSelection, eligible_from
 from dprm.models.training_config import TrainConfig
 
 
-def run(config: TrainConfig, scores: dict[int, float]) -> tuple[CheckpointSelection, list[int]]:
-    """Feed ``scores`` (step -> score, step 0 first) until patience stops; the steps seen."""
+def run(
+    config: TrainConfig, scores: dict[int, float], wql: dict[int, float] | None = None
+) -> tuple[CheckpointSelection, list[int]]:
+    """Feed ``scores`` (step -> score, step 0 first; ``wql``: the WQL evaluated beside them)
+    until patience stops; the steps seen."""
+
+    def others(step: int) -> dict[str, float]:
+        return {} if wql is None else {"wql": wql[step]}
+
     initial = scores.pop(0)
-    selection = CheckpointSelection(config, initial, {"step": 0})
+    selection = CheckpointSelection(config, initial, {"step": 0}, others(0))
     seen = []
     for step, score in scores.items():
         seen.append(step)
-        selection.observe(step, score, lambda step=step: {"step": step})
+        selection.observe(step, score, lambda step=step: {"step": step}, others(step))
         if selection.exhausted:
             break
     return selection, seen
@@ -33,6 +40,8 @@ def test_warm_up_steps_are_not_kept_but_their_minimum_is_recorded() -> None:
         "eligible_from": 20,
         "validation_min_step": 10,
         "validation_min_score": 0.1,
+        "proper_score": None,  # no proper score evaluated beside the calibration area
+        "proper_min_step": None,
         "patience_wait": 30.0,  # min(250, max(1.0 x 30, 2 x 10))
     }
 
@@ -123,6 +132,32 @@ def test_a_calibration_area_minimum_before_the_warm_up_does_not_shorten_the_run(
     selection, seen = run(config, dict(CURVE))
     assert selection.best_step == 250 and selection.low_step == 175
     assert seen[-1] == 500
+
+
+def test_a_calibration_area_run_stops_when_its_wql_stopped_improving_before_the_kept_step():
+    """qr, mono, ot on a small training set: the calibration area's minimum is the marginal
+    initialisation's and the WQL evaluated beside it is lowest at step 100 (the model over-fits
+    from there on). The warm-up keeps 250 (the calibration area's eligible minimum); neither score
+    has improved since, so the run stops once the steps since the WQL's minimum reach
+    min(250, 100) and two evaluations after the kept step: at 300, not at 500."""
+    config = TrainConfig(
+        max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0,
+        patience_from_wql=True,
+    )  # fmt: skip
+    wql = {s: 0.10 - 0.0001 * s if s <= 100 else 0.09 + 0.0001 * (s - 100)
+           for s in range(0, 1001, 25)}  # fmt: skip
+    selection, seen = run(config, dict(CURVE), wql)
+    assert selection.best_step == 250 and selection.summary()["proper_min_step"] == 100
+    assert selection.summary()["proper_score"] == "wql"
+    assert selection.exhausted and seen[-1] == 300
+    # a WQL still falling at the kept step: the wait runs from the kept step, as before
+    falling = {s: 0.1 - 0.00001 * s for s in range(0, 1001, 25)}
+    selection, seen = run(config, dict(CURVE), falling)
+    assert seen[-1] == 500 and selection.summary()["proper_min_step"] == 500
+    # off (every method but qr): the WQL is not read, the wait runs from the kept step
+    off = TrainConfig(max_steps=1000, eval_every=25, warmup_steps=250, warmup_fraction=1.0)
+    selection, seen = run(off, dict(CURVE), wql)
+    assert seen[-1] == 500 and selection.summary()["proper_score"] is None
 
 
 def test_an_eligible_score_still_falling_keeps_a_passed_over_run_going() -> None:

@@ -154,6 +154,9 @@ def test_the_warmup_is_scaled_to_the_step_cap_and_the_minimum_is_recorded(world)
     low = min(scores, key=scores.get)
     assert summary["validation_min_step"] == low
     assert summary["validation_min_score"] == scores[low] <= summary["best_score"]
+    # qr dates its last improvement by the WQL beside its calibration area as well
+    wql = {h["step"]: h["wql"] for h in history}
+    assert summary["proper_score"] == "wql" and summary["proper_min_step"] == min(wql, key=wql.get)
 
 
 def test_fit_is_deterministic_and_records_info(world):

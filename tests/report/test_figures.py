@@ -213,6 +213,20 @@ def test_training_caption_names_the_rule_that_kept_the_star(tmp_path):
     assert "still improving" not in cap  # its minimum was at step 10
 
 
+def test_training_conclusion_says_when_the_wql_beside_the_area_stopped_improving() -> None:
+    rows = [
+        {"method": "qr", "seed": 0, "step": step, "metric": "calibration_area", "validation": v,
+         "best_step": 250, "min_step": 0, "proper_score": "wql", "proper_min_step": 100}
+        for step, v in ((0, 0.2), (100, 0.25), (250, 0.24), (300, 0.26))
+    ]  # fmt: skip
+    text = F.training.conclusion(pd.DataFrame(rows), "qr")
+    assert text == (
+        "QR: validation lowest at step 0, passed over by the warm-up in 1 of 1 runs: kept 250, "
+        "stopped at 300 (its WQL, lowest at step 100, had stopped improving before the kept "
+        "step)."
+    )
+
+
 def test_training_conclusion_of_a_run_that_kept_its_minimum() -> None:
     rows = [
         {"method": "binomial", "seed": 0, "step": step, "validation": v, "best_step": 175}

@@ -13,14 +13,17 @@ validation score's last improvement is that minimum, not the kept checkpoint: th
 stops once the steps since the minimum reach ``patience_wait`` of the minimum's step, and at
 least two evaluations after the kept checkpoint (an eligible score still falling keeps the run
 going). The calibration area's early minima are the marginal initialisation's (perfectly
-calibrated and useless: the reason for the warm-up), not an improvement, so there the wait runs
-from the kept checkpoint (docs/calibrators.md, "Early stopping and the kept checkpoint").
+calibrated and useless: the reason for the warm-up), not an improvement; with
+``patience_from_wql`` (qr's default) a run selected by it reads the WQL evaluated beside it
+instead: when the WQL's minimum came before the kept checkpoint, neither score has improved
+since the kept one, and the run stops on the same clock (docs/calibrators.md, "Early stopping
+and the kept checkpoint").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dprm.models.training_config import TrainConfig
@@ -60,26 +63,49 @@ class CheckpointSelection:
             ``max_steps``; the last step is always eligible).
         initial_score: the validation score of the initialisation (step 0).
         initial_state: the initialisation's state dict (a copy), kept until a step beats it.
+        initial_others: the initialisation's other validation scores (by name).
     """
 
-    def __init__(self, config: TrainConfig, initial_score: float, initial_state: dict):
+    def __init__(
+        self,
+        config: TrainConfig,
+        initial_score: float,
+        initial_state: dict,
+        initial_others: Mapping[str, float] | None = None,
+    ):
         self.config = config
         self.eligible_from = eligible_from(config)
         self.best_score = initial_score if self.eligible_from <= 0 else math.inf
         self.best_step = 0
         self.best_state = initial_state
         self.low_score, self.low_step = initial_score, 0  # the minimum, eligible or not
+        #: the proper score whose minimum dates the last improvement: the selected one, or
+        #: (under the calibration area) the one evaluated beside it, once observed
+        self.proper = config.select_metric if config.select_metric in PROPER_SCORES else None
+        self.proper_low: tuple[float, int] | None = None  # (its minimum, the step)
         self.last_step = 0
         self.eligible_seen = self.eligible_from <= 0
+        self._track_proper(0, initial_score, initial_others or {})
 
-    def observe(self, step: int, score: float, snapshot: Callable[[], dict]) -> bool:
+    def observe(
+        self,
+        step: int,
+        score: float,
+        snapshot: Callable[[], dict],
+        others: Mapping[str, float] | None = None,
+    ) -> bool:
         """Record the evaluation of ``step``; ``snapshot()`` copies the weights if they are kept.
+
+        Args:
+            others: the other validation scores of this evaluation (by name); a proper one
+                dates the last improvement of a run selected by an improper score.
 
         Returns:
             Whether the step was eligible (before the warm-up it neither counts nor is kept).
         """
         if score < self.low_score:
             self.low_score, self.low_step = score, step
+        self._track_proper(step, score, others or {})
         self.last_step = step
         if step < self.eligible_from and step != self.config.max_steps:
             return False
@@ -94,23 +120,38 @@ class CheckpointSelection:
         """Steps without improvement after the kept checkpoint that end the run."""
         return patience_wait(self.config, self.best_step)
 
+    def _track_proper(self, step: int, score: float, others: Mapping[str, float]) -> None:
+        if self.proper is None and self.config.patience_from_wql and "wql" in others:
+            self.proper = "wql"  # improper selection: the proper score evaluated beside it
+        if self.proper is None:
+            return
+        value = score if self.proper == self.config.select_metric else others.get(self.proper)
+        if value is None or not math.isfinite(value):
+            return
+        if self.proper_low is None or value < self.proper_low[0]:
+            self.proper_low = (value, step)
+
     @property
     def exhausted(self) -> bool:
         """Whether the run should stop (from the warm-up on): the steps since the kept checkpoint
-        reached :attr:`wait`, or, when the warm-up passed over a lower proper score, the steps
-        since that minimum reached its own wait and two evaluations passed since the kept one."""
+        reached :attr:`wait`, or, when the proper score's minimum came before the kept checkpoint
+        (the warm-up passed over it), the steps since that minimum reached its own wait and two
+        evaluations passed since the kept one."""
         if not self.eligible_seen:
             return False
         since_kept = self.last_step - self.best_step
         if since_kept >= self.wait:
             return True
-        if self.config.select_metric not in PROPER_SCORES:
+        if self.proper_low is None:
             return False
-        if self.low_step >= self.best_step or self.low_score >= self.best_score:
+        low_score, low_step = self.proper_low
+        if low_step >= self.best_step:
+            return False
+        if self.proper == self.config.select_metric and low_score >= self.best_score:
             return False
         floor = 2 * self.config.eval_every
-        since_low = self.last_step - self.low_step
-        return since_kept >= floor and since_low >= patience_wait(self.config, self.low_step)
+        since_low = self.last_step - low_step
+        return since_kept >= floor and since_low >= patience_wait(self.config, low_step)
 
     def summary(self) -> dict[str, Any]:
         """best_step, best_score, select_metric, eligible_from and the validation minimum."""
@@ -122,5 +163,8 @@ class CheckpointSelection:
             "eligible_from": self.eligible_from,
             "validation_min_step": self.low_step,
             "validation_min_score": self.low_score,
+            # the proper score that dates the last improvement, and its minimum
+            "proper_score": self.proper,
+            "proper_min_step": None if self.proper_low is None else self.proper_low[1],
             "patience_wait": None if math.isinf(self.wait) else self.wait,
         }

@@ -29,6 +29,9 @@ class QRConfig(TrainConfig):
     # Start each output at the training targets' marginal quantile (clipped away from 0 / 1
     # where the sigmoid saturates) instead of 0.5: same optimum, fewer wasted steps.
     init_marginal: bool = True
+    # its calibration area is flat after the warm-up (full batch, marginal start): stop when the
+    # WQL beside it stopped improving too (kept checkpoints level or better on development draws)
+    patience_from_wql: bool = True
 
 
 @register("qr")

@@ -270,7 +270,7 @@ class Trainer:
         if cfg.select_metric not in metrics:
             raise ValueError(f"select_metric {cfg.select_metric!r} is not one of {sorted(metrics)}")
         selection = CheckpointSelection(
-            cfg, metrics[cfg.select_metric], copy.deepcopy(model.state_dict())
+            cfg, metrics[cfg.select_metric], copy.deepcopy(model.state_dict()), metrics
         )
         history.append({"step": 0, **metrics, "seconds": 0.0})
         hook = EVALUATION_HOOK.get()
@@ -303,7 +303,7 @@ class Trainer:
                 hook(step, metrics)
             sums, counts = {}, {}
             score = metrics[cfg.select_metric]
-            if not selection.observe(step, score, snapshot):
+            if not selection.observe(step, score, snapshot, metrics):
                 continue
             best = f"{selection.best_score:.4f}"
             bar.set_postfix({cfg.select_metric: f"{score:.4f}", "best": best})

@@ -25,7 +25,9 @@ class TrainConfig:
     stops by ``2 x best_step`` (at least two evaluations after it), at most ``patience`` = 250
     steps after its last improvement. Under a proper score (``nll``, ``wql``) whose minimum the
     warm-up passed over, the wait runs from that minimum (the run stops by twice its step, two
-    evaluations after the kept checkpoint at least). ``patience = 0`` turns early stopping off
+    evaluations after the kept checkpoint at least); with ``patience_from_wql`` (qr) so does a
+    WQL minimum before the kept checkpoint of a run selected by the calibration area.
+    ``patience = 0`` turns early stopping off
     (every step up to ``max_steps`` runs). One evaluation embeds every validation row, so it runs every
     ``eval_every`` = 25 steps (:mod:`dprm.models.checkpoint_selection`).
     """
@@ -54,6 +56,12 @@ class TrainConfig:
     # (docs/calibrators.md, "Checkpoint selection that fits the run").
     warmup_steps: int = 400
     warmup_fraction: float = in_range(0.25, gt=0, le=1)
+    # Under the calibration area, also date the last improvement by the WQL evaluated beside
+    # it: when the WQL's minimum came before the kept checkpoint, the run stops once the steps
+    # since that minimum reach its wait, two evaluations after the kept checkpoint at least
+    # (:mod:`dprm.models.checkpoint_selection`). On for qr, whose area plateaus after the
+    # warm-up (docs/calibrators.md, "Early stopping and the kept checkpoint").
+    patience_from_wql: bool = False
     # Learning-rate multiplier of weights that read the hidden state directly (fan-in D). Adam
     # moves every weight by ~lr whatever its gradient's size, so such a layer's output moves by
     # between lr * sqrt(D) and lr * D per step; <= 0 means auto: sqrt(256 / D), i.e. the rates

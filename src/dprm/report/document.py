@@ -145,6 +145,10 @@ def _history_rows(model_dir: Path, tag: dict, method: str, seed: int) -> list[di
                 "best_step": training.get("best_step"),
                 "eligible_from": training.get("eligible_from"),
                 "min_step": training.get("validation_min_step"),
+                # the proper score beside an improper one (the WQL beside the calibration
+                # area) and its minimum: a run stops when neither improves
+                "proper_score": training.get("proper_score"),
+                "proper_min_step": training.get("proper_min_step"),
             }
         )
     return rows

@@ -116,6 +116,17 @@ def _minimum(run: pd.DataFrame) -> tuple[int, float] | None:
     return int(row["step"]), float(row["validation"])
 
 
+def _proper_beside(run: pd.DataFrame) -> tuple[str, int] | None:
+    """(name, minimum step) of the proper score evaluated beside an improper validation score
+    (the WQL beside the calibration area), or None."""
+    if "proper_min_step" not in run.columns or run["proper_min_step"].isna().all():
+        return None
+    name = run["proper_score"].dropna().iloc[0]
+    if name == run["metric"].dropna().iloc[0]:
+        return None
+    return str(name), int(run["proper_min_step"].dropna().iloc[0])
+
+
 def _span(values: list[int]) -> str:
     lo, hi = min(values), max(values)
     return f"{lo}" if lo == hi else f"{lo}-{hi}"
@@ -128,7 +139,7 @@ def conclusion(history: pd.DataFrame, method: str) -> str:
     seeds: the ranges over seeds).
     """
     rows = history[history["method"] == method]
-    kept, stopped, minima = [], [], []
+    kept, stopped, minima, beside = [], [], [], []
     for _seed, run in rows.groupby("seed", sort=True):
         low = _minimum(run)
         if low is None or run["best_step"].isna().all():
@@ -136,6 +147,7 @@ def conclusion(history: pd.DataFrame, method: str) -> str:
         kept.append(int(run["best_step"].dropna().iloc[0]))
         stopped.append(int(run["step"].max()))
         minima.append(low[0])
+        beside.append(_proper_beside(run))
     if not kept:
         return f"{display(method)}: no validation score recorded."
     name = display(method)
@@ -146,6 +158,12 @@ def conclusion(history: pd.DataFrame, method: str) -> str:
             f"{name}: validation lowest at step {_span(minima)}, passed over by the warm-up in "
             f"{missed} of {len(kept)} runs: kept {_span(kept)}, stopped at {_span(stopped)}"
         )
+        earlier = [b for b, k in zip(beside, kept, strict=True) if b is not None and b[1] < k]
+        if earlier:  # the run stopped because that score had stopped improving too
+            text += (
+                f" (its {SHORT_NAMES.get(earlier[0][0], earlier[0][0])}, lowest at step "
+                f"{_span([b[1] for b in earlier])}, had stopped improving before the kept step)"
+            )
     elif all(s == k for s, k in zip(stopped, kept, strict=True)):
         text = f"{name}: validation still improving at the last step {_span(stopped)}, kept it"
     else:
