@@ -327,9 +327,19 @@ def render(name: str) -> Path:
     seed_column = "calibrator_seed" if "preregistered" in settings else "world_seed"
     seeds = sorted(cells[seed_column].unique())
     world = ", ".join(sorted(cells["world"].unique()))
+    by_resample = "question_resample" in cells
+    names = (cells.groupby("world_seed")[["question_resample", "calibrator_seed"]].first()
+             if by_resample else None)  # fmt: skip
+
+    def draw_name(draw) -> str:
+        if names is None:
+            return f"seed {draw}"
+        resample, seed = names.loc[draw]
+        return f"r{int(resample)}/s{int(seed)}"
+
     calibrators = (f"{len(seeds)} calibrators (`{settings['calibrator']}`, seeds "
                    f"{', '.join(str(s) for s in seeds)})")  # fmt: skip
-    if "question_resample" in cells:
+    if by_resample:
         resamples = sorted(cells["question_resample"].unique())
         data = (f"its test sets split into {len(resamples)} question resamples (consecutive "
                 f"blocks of each set's questions: resamples {', '.join(map(str, resamples))}) "
@@ -397,15 +407,18 @@ def render(name: str) -> Path:
         "## The shift check",
         "",
         "Shift AUC (training pool's question states against the split's; > 0.75: shifted, "
-        "auto-seq falls back to the peer chosen on the training pool), per calibrator seed:",
+        "auto-seq falls back to the peer chosen on the training pool), per "
+        + ("draw (rN/sM: question resample N, calibrator seed M):" if by_resample
+           else "calibrator seed:"),
         "",
-        "| split | " + " | ".join(f"seed {s}" for s in auc.columns) + " |",
+        "| split | " + " | ".join(draw_name(s) for s in auc.columns) + " |",
         "|---|" + "---|" * len(auc.columns),
         *[f"| {split} | " + " | ".join(f"{v:.3f}" for v in row) + " |"
           for split, row in auc.iterrows()],
         "",
         "Fallback peer chosen on the training pool: "
-        + "; ".join(f"{r.rule} seed {r.world_seed}: {r.fallback}" for r in fallbacks.itertuples())
+        + "; ".join(f"{r.rule} {draw_name(r.world_seed)}: {r.fallback}"
+                    for r in fallbacks.itertuples())
         + ".",
         "",
         "## The table",

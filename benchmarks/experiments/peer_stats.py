@@ -171,9 +171,12 @@ MISS_REASONS = (
               "disagree more than the margin (more draws or questions would decide it)"),
     ("fallback", "the shift check fired and `auto-seq` became a calibrator-free peer chosen on "
                  "the training pool, which on this split needs more draws than the best rival"),
+    ("flat", "uniform best-of-n does not gain with n here: one draw per question already "
+             "reaches the target, so no method can save draws"),
     ("policy", "the rival is the same sequential policy without the calibrated prior "
                "(`auto-seq[base]` / `auto-seq[none]`): calibration saves too few draws over it"),
-    ("peer", "a calibrator-free stopping rule needs about as few draws or fewer"),
+    ("peer-ahead", "a calibrator-free stopping rule needs fewer draws (median ratio above 1)"),
+    ("peer", "a calibrator-free stopping rule needs about as few draws"),
 )  # fmt: skip
 
 
@@ -186,9 +189,11 @@ def miss_reason(row) -> str:
         return "noise"
     if _text(row.get("falls_back_to", "")):
         return "fallback"
+    if max(row.get("calibrated_draws", np.inf), row.get("rival_draws", np.inf)) <= 1.0:
+        return "flat"
     if str(row.get("rival", "")).startswith("auto-seq["):
         return "policy"
-    return "peer"
+    return "peer-ahead" if row["median"] > 1 else "peer"
 
 
 def why_missed(frame: pd.DataFrame) -> list[str]:

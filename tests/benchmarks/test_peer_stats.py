@@ -105,18 +105,22 @@ def test_the_headline_names_every_check_met_missed_and_lost():
 
 def test_each_missed_check_gets_the_reason_its_row_shows():
     base = {"world": "gen__prm-a", "split": "id", "target": "u64", "limit": 0.7, "met": False,
-            "calibrated_draws": 10.0, "falls_back_to": "", "rival": "vote-lead"}  # fmt: skip
+            "calibrated_draws": 10.0, "rival_draws": 8.0, "falls_back_to": "",
+            "rival": "vote-lead"}  # fmt: skip
     frame = pd.DataFrame([
         base | {"rule": "r-met", "median": 0.4, "high": 0.6, "met": True},
         base | {"rule": "r-never", "median": np.inf, "high": np.inf, "calibrated_draws": np.inf},
         base | {"rule": "r-noise", "median": 0.6, "high": 0.8, "falls_back_to": "vote-lead"},
         base | {"rule": "r-fallback", "median": 2.0, "high": 2.5, "falls_back_to": "vote-lead"},
+        base | {"rule": "r-flat", "median": 1.0, "high": 1.0, "calibrated_draws": 1.0,
+                "rival_draws": 1.0},
         base | {"rule": "r-policy", "median": 0.9, "high": 1.0, "rival": "auto-seq[base]"},
+        base | {"rule": "r-ahead", "median": 1.4, "high": 1.6},
         base | {"rule": "r-peer", "median": 0.9, "high": 1.0},
     ])  # fmt: skip
     reasons = [peer_stats.miss_reason(r) for _, r in frame.iloc[1:].iterrows()]
-    assert reasons == ["never", "noise", "fallback", "policy", "peer"]
+    assert reasons == ["never", "noise", "fallback", "flat", "policy", "peer-ahead", "peer"]
     lines = peer_stats.why_missed(frame)
-    assert len(lines) == 5 and all(line.startswith("- **id**, 1 of 5 misses: ") for line in lines)
+    assert len(lines) == 7 and all(line.startswith("- **id**, 1 of 7 misses: ") for line in lines)
     assert "(prm-a r-noise u64)" in lines[1] and "more draws or questions" in lines[1]
     assert peer_stats.why_missed(frame.iloc[:1]) == []  # every check met: nothing to explain
