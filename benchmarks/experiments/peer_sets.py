@@ -337,6 +337,9 @@ def render(name: str) -> Path:
         resample, seed = names.loc[draw]
         return f"r{int(resample)}/s{int(seed)}"
 
+    unit = "draws" if by_resample else "calibrator seeds"
+    spread = ("questions, calibrator and draw orders" if by_resample
+              else "calibrator and draw orders")  # fmt: skip
     calibrators = (f"{len(seeds)} calibrators (`{settings['calibrator']}`, seeds "
                    f"{', '.join(str(s) for s in seeds)})")  # fmt: skip
     if by_resample:
@@ -380,9 +383,10 @@ def render(name: str) -> Path:
         "rate (its share of correct candidates, read from the labels) as a point prior, with the "
         "calibrator's candidate estimates; the limit of a calibrator that knew p.",
         "",
-        "Figures as there. In every cell, `x ± b [s]`: x the mean over the calibrator seeds, b "
-        "the standard error of a bootstrap over questions (mean over seeds), s the standard "
-        "error over the seeds (sd / √seeds: calibrator and draw orders together). Draws to "
+        f"Figures as there. In every cell, `x ± b [s]`: x the mean over the {unit}, b "
+        f"the standard error of a bootstrap over questions (mean over the {unit}), s the "
+        f"standard error over the {unit} (sd / √{len(cells['world_seed'].unique())}: "
+        f"{spread} together). Draws to "
         "uniform-n: mean draws per question to reach uniform best-of-n's accuracy (same rule, "
         "same orders) less 0.001; (saved) = 1 − draws / 64.",
         "",
