@@ -187,11 +187,16 @@ def run(args, sets: dict[str, Path], world: str):
     facts = [set_facts(train, "train")] + [set_facts(b, s) for s, b in bons.items()]
     seeds = getattr(args, "calibrator_seed_values", None)  # set by :func:`preregistered`
     resamples = getattr(args, "question_resample_values", None) or [None]
+    for split, whole in bons.items():
+        if len(whole.questions) < len(resamples):
+            _fail(f"--bon {split}={sets[split]}: {len(whole.questions)} questions cannot make "
+                  f"{len(resamples)} question resamples")  # fmt: skip
+    models = [load(calibrator) for calibrator in args.calibrator]
+    trainings = [TrainingData.of(model, train) for model in models]
     frames, curve_frames, rep_frames = [], [], []
     for r, resample in enumerate(resamples):
         for k, calibrator in enumerate(args.calibrator):
-            model = load(calibrator)
-            training = TrainingData.of(model, train)
+            model, training = models[k], trainings[k]
             draw = r * len(args.calibrator) + k
             for split, whole in bons.items():
                 bon = question_block(whole, r, len(resamples))

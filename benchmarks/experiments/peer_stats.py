@@ -129,6 +129,11 @@ def _text(value) -> str:
     return "" if isinstance(value, float) and np.isnan(value) else str(value)
 
 
+def _check(row) -> str:
+    """A headline check's name: its world's PRM, rule and target (``prm-a majority u64``)."""
+    return f"{_short(row['world'])} {row['rule']} {row['target']}"
+
+
 def _short(world: str) -> str:
     """A world's name without its generator (``gen__prm`` -> ``prm``)."""
     return world.split("__")[-1]
@@ -144,8 +149,7 @@ def verdict(frame: pd.DataFrame) -> list[str]:
     """
 
     def cell(r) -> str:
-        return (f"{_short(r['world'])} {r['rule']} {r['target']} {_num(r['median'])} "
-                f"[{_num(r['low'])}, {_num(r['high'])}]")  # fmt: skip
+        return f"{_check(r)} {_num(r['median'])} [{_num(r['low'])}, {_num(r['high'])}]"
 
     lines = []
     for split, grp in frame.groupby("split", sort=False):
@@ -209,8 +213,7 @@ def why_missed(frame: pd.DataFrame) -> list[str]:
             rows = missed[reasons == key]
             if rows.empty:
                 continue
-            names = "; ".join(f"{_short(r['world'])} {r['rule']} {r['target']}"
-                              for _, r in rows.iterrows())  # fmt: skip
+            names = "; ".join(_check(r) for _, r in rows.iterrows())
             lines.append(f"- **{split}**, {len(rows)} of {len(missed)} misses: {text} ({names}).")
     return lines
 

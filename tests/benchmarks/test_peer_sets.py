@@ -257,3 +257,16 @@ def test_question_blocks_split_the_questions_in_file_order_with_their_candidates
         assert set(block.responses["question_id"]) == ids and len(block.responses) == 2 * len(ids)
         np.testing.assert_array_equal(block.response_hidden[:, 0] / 10,
                                       block.responses["prm_score"])  # fmt: skip
+
+
+def test_more_question_resamples_than_questions_stop_with_one_line(tmp_path, monkeypatch, capsys):
+    import dprm.data
+
+    monkeypatch.setattr(dprm.data, "read_bon_set", lambda path, check_hidden=True: _bon())
+    args = SimpleNamespace(train_bon=tmp_path / "train", calibrator=[],
+                           question_resample_values=[1, 2, 3])  # fmt: skip
+    with pytest.raises(SystemExit) as exit_:
+        peer_sets.run(args, {"id": tmp_path / "id"}, "arith")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "id=" in err and "2 questions cannot make 3" in err

@@ -3,10 +3,10 @@
 ``arith-train`` (calibration) and ``arith-id`` share a distribution (2-4 operations, ``+`` /
 ``-``, per question one-digit or two-digit operands, so easy and hard questions mix);
 ``arith-ood`` is harder (5-6 operations on two-digit operands: longer chains, bigger running
-values), the way AIME stands to MATH-500. ``arith-id2`` and ``arith-ood2`` are second draws of the ID
-and OOD distributions: fresh questions for results that must not reuse the first draws' (the
-adaptive-peers page's pre-registered report draws). The splits share no question: each split
-skips the questions of the splits drawn before it (train, ID, OOD, ID2, then OOD2).
+values), the way AIME stands to MATH-500. ``arith-id2`` and ``arith-ood2`` are second draws of
+the ID and OOD distributions: fresh questions for results that must not reuse the first draws'
+(the adaptive-peers page's pre-registered report draws). The splits share no question: each
+split skips the questions of the splits drawn before it (train, ID, OOD, ID2, then OOD2).
 ``tools/make_arith_sets.py`` writes them; the seed is :data:`SEED`.
 """
 
@@ -53,7 +53,8 @@ def set_bytes(split: str) -> bytes:
 
 
 def write_sets(folder: Path) -> list[Path]:
-    """Write ``arith-{split}.jsonl.gz`` of every split into ``folder`` atomically; return the paths."""
+    """Write ``arith-{split}.jsonl.gz`` of every split into ``folder`` atomically; return the
+    paths."""
     paths = []
     for split in SET_SIZES:
         path = Path(folder) / f"arith-{split}.jsonl.gz"
