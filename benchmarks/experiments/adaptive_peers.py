@@ -389,14 +389,26 @@ def store(cells, curves, agg, name: str, command: str, settings: dict, replicate
     _atomic_csv(peer_stats.headline(replicates, cells)[1], out_dir / "headline.csv")
     _atomic_csv(peer_stats.calibration_share(replicates, cells)[1],
                 out_dir / "calibration_share.csv")  # fmt: skip
-    note = f"The run took {settings['elapsed_min']:.1f} min."
-    if settings.get("cells_reused"):
-        note = (f"This run took {settings['elapsed_min']:.1f} min; it reused "
-                f"{settings['cells_reused']} of its {settings['cells']} cells, computed by "
-                f"earlier runs into the same --root.")  # fmt: skip
-    rp.record_source(name, command, note=note)
+    rp.record_source(name, command, note=run_note(settings))
     source = {**rp.read_source(name), "settings": settings}
     _atomic_text(json.dumps(source, indent=2) + "\n", out_dir / "source.json")
+
+
+def run_note(settings: dict) -> str:
+    """The page header's note on the run: its time, and the cells it reused from earlier runs
+    into the same --root (``settings['cells_reused']``, :data:`CELLS_SEEN`)."""
+    if not settings.get("cells_reused"):
+        return f"The run took {settings['elapsed_min']:.1f} min."
+    return (f"This run took {settings['elapsed_min']:.1f} min; it reused "
+            f"{settings['cells_reused']} of its {settings['cells']} cells, computed by "
+            f"earlier runs into the same --root.")  # fmt: skip
+
+
+def cells_seen(settings: dict) -> dict:
+    """``settings`` with the counts of :data:`CELLS_SEEN` when the run reused any cell."""
+    if CELLS_SEEN["reused"]:
+        settings.update(cells=sum(CELLS_SEEN.values()), cells_reused=CELLS_SEEN["reused"])
+    return settings
 
 
 #: the target and share sections' introductions, paired (replicates stored) or not
@@ -704,8 +716,7 @@ def main() -> None:
         "trials": args.trials, "train_trials": args.train_trials, "bootstrap": args.bootstrap,
         "elapsed_min": round((time.time() - t0) / 60, 1), "preregistered": records,
     }  # fmt: skip
-    if CELLS_SEEN["reused"]:
-        settings.update(cells=sum(CELLS_SEEN.values()), cells_reused=CELLS_SEEN["reused"])
+    cells_seen(settings)
     if args.smoke:
         settings.update(size="smoke", size_text="a hand-made cells table, no world")
     store(cells, curves, agg, name, command.strip(), settings, replicates)

@@ -208,6 +208,7 @@ def run(args, sets: dict[str, Path], world: str):
                     settings["block"] = [r, len(resamples)]
                 key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
                 cell = args.root / "sets" / f"{world}-{split}-s{draw}-{key[:12]}"
+                ap.CELLS_SEEN["reused" if (cell / ap.REPLICATES).exists() else "computed"] += 1
                 if not (cell / ap.REPLICATES).exists():
                     t0 = time.time()
                     summary, curves, reps = evaluate(bon, train, model, args.rules, args.trials,
@@ -306,7 +307,9 @@ def store(cells, curves, facts, agg, name: str, command: str, settings: dict,
     _atomic_csv(pd.DataFrame(facts), out / "sets.csv")
     _atomic_csv(peer_stats.headline(replicates, cells)[1], out / "headline.csv")
     _atomic_csv(peer_stats.calibration_share(replicates, cells)[1], out / "calibration_share.csv")
-    rp.record_source(name, command, note=f"The run took {settings['elapsed_min']:.1f} min.")
+    import adaptive_peers as ap
+
+    rp.record_source(name, command, note=ap.run_note(settings))
     source = {**rp.read_source(name), "settings": {**settings, "kind": KIND}}
     tmp = out / "source.json.tmp"
     tmp.write_text(json.dumps(source, indent=2) + "\n")
@@ -461,6 +464,7 @@ def main(args, name: str) -> Path:
                 "sets": {s: str(p) for s, p in sets.items()},
                 "elapsed_min": round((time.time() - t0) / 60, 1),
                 "preregistered": [record]}  # fmt: skip
+    ap.cells_seen(settings)
     store(cells, curves, facts, agg, name, " ".join([ap.SCRIPT, *sys.argv[1:]]), settings,
           replicates)  # fmt: skip
     return render(name)

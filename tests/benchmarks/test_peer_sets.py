@@ -159,6 +159,7 @@ def test_adaptive_peers_runs_a_worlds_id_and_ood_sets_over_calibrator_seeds(
     before = cells.to_csv()
     assert "seed" not in run(script, args, tmp_path, env=env).split("wrote")[0]  # cached
     assert pd.read_csv(page.parent / "peers-tiny" / "cells.csv").to_csv() == before
+    assert "it reused 4 of its 4 cells" in page.read_text()  # 2 seeds x 2 splits, all cached
     stored = page.read_bytes()
     page.unlink()
     run(script, ["--render", "--out", str(page)], tmp_path)
