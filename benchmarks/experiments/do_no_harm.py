@@ -3,6 +3,7 @@
     python benchmarks/experiments/do_no_harm.py --part report --work runs/do-no-harm
     python benchmarks/experiments/do_no_harm.py --part dev --work runs/do-no-harm
     python benchmarks/experiments/do_no_harm.py --part trained --trained-run runs/arith
+    python benchmarks/experiments/do_no_harm.py --part wait --work runs/do-no-harm
     python benchmarks/experiments/do_no_harm.py --render   # the page from the stored CSVs
     python benchmarks/experiments/do_no_harm.py --smoke --work /tmp/dnh  # tiny, into WORK
 
@@ -24,8 +25,11 @@ the report draws, the recommended default exactly as ``dprm train --method binom
 (early stopping, small-data defaults, the do-no-harm fallback to the raw score) and Platt, and
 scores them with the raw PRM held out (ID and OOD). ``--part dev`` compares the training before
 (patience off, the warm-up rule of the previous release, no small-data defaults) and after on
-the development draws, for qr, mono and binomial. The two sets of draws never overlap; the
-defaults were chosen on the development draws only.
+the development draws, for qr, mono and binomial. ``--part wait`` asks, on the development
+draws, whether ``mono`` and ``ot`` could stop sooner after their kept step: the default wait
+(``patience_fraction`` 1, a run stops by twice its kept step) against half and a quarter of it
+(with ``--trained-run``, on the trained world too).
+The two sets of draws never overlap; the defaults were chosen on the development draws only.
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ SPLITS = ("id", "ood")
 #: defaults (the architecture and weight decay of the method's defaults then)
 BEFORE = {"patience": 0, "warmup_steps": 400, "weight_decay": 0.0}
 BEFORE_MAP = {"context_hidden": (64,), "context_dim": 16}
+#: --part wait: the arms, patience_fraction (the wait after the kept step as a share of that
+#: step, capped by ``patience``): the default first
+WAITS = {"wait 1x (default)": None, "wait 0.5x": {"patience_fraction": 0.5},
+         "wait 0.25x": {"patience_fraction": 0.25}}  # fmt: skip
+WAIT_METHODS = ("mono", "ot")
+PARTS = ("report", "dev", "trained", "wait")
 FIELDS = [
     "part", "world", "draw", "method", "arm", "split", "brier", "raw_brier", "brier_vs_raw",
     "brier_vs_raw_se", "fell_back", "best_step", "steps", "seconds", "n_train_questions",
@@ -152,21 +162,27 @@ def before_overrides(method: str) -> dict:
     return out
 
 
-def run_part(args, part: str, out_csv: Path) -> None:
+def run_part(args, part: str, out_csv: Path) -> int:
+    """Fit the part's arms not yet in ``out_csv``; return how many were fitted."""
     import torch
 
     torch.set_num_threads(args.threads)
     done = {(r["part"], r["world"], int(r["draw"]), r["method"], r["arm"]) for r in read(out_csv)}
-    draws = DEV_DRAWS if part == "dev" else REPORT_DRAWS
+    draws = DEV_DRAWS if part in ("dev", "wait") else REPORT_DRAWS
     draws = draws[:1] if args.smoke else draws
+    fitted = 0
     for index, draw in enumerate(draws):
         if part == "trained":
             found = trained_worlds(Path(args.trained_run))
         else:
             found = worlds(Path(args.work), draw, "tiny" if args.smoke else "demo", args.smoke)
+            if part == "wait" and args.trained_run:  # its data is fixed: the draw seeds training
+                found |= trained_worlds(Path(args.trained_run))
         for label, sets in found.items():
             arms = []
-            if part == "dev":
+            if part == "wait":
+                arms = [(m, arm, o, False) for m in WAIT_METHODS for arm, o in WAITS.items()]
+            elif part == "dev":
                 methods = ("qr", "mono", "binomial") if label.startswith("twin") else ("binomial",)
                 for method in methods:
                     arms += [(method, "after", None, False),
@@ -181,6 +197,7 @@ def run_part(args, part: str, out_csv: Path) -> None:
                     overrides = dict(overrides or {}) | {"max_steps": 50}
                 rows = fit_rows(part, label, draw, index, sets, method, arm, overrides, guard)
                 append(out_csv, rows)
+                fitted += 1
                 print(*(f"{r['world']} {r['draw']} {r['method']}/{r['arm']} {r['split']}: "
                         f"{r['brier']:.4f} (raw {r['raw_brier']:.4f}) steps {r['steps']}"
                         for r in rows), sep="\n", flush=True)  # fmt: skip
@@ -310,12 +327,76 @@ def render(folder: Path, command: str) -> str:
                         f"{a[0]:.4f} ± {a[1]:.4f} | {d[0]:+.4f} ± {d[1]:.4f} | {sb:.0f} | {sa:.0f} |"
                     )
         lines.append("")
+    lines += render_wait([r for r in rows if r["part"] == "wait"])
     return "\n".join(lines) + "\n"
+
+
+def render_wait(rows: list[dict]) -> list[str]:
+    """The ``--part wait`` section: each shorter wait against the default, paired by run."""
+    if not rows:
+        return []
+    default = next(iter(WAITS))
+    base = {
+        (r["world"], r["draw"], r["method"], r["split"]): r for r in rows if r["arm"] == default
+    }
+    lines = [
+        "## Development draws: how long a run waits after its kept step",
+        "",
+        "`mono` and `ot` (calibration-area selection) stop once their wait after the kept step "
+        "passes without a better validation score; the default wait is the kept step itself "
+        "(capped by `patience`), so a run stops by twice its kept step. Shorter waits stop "
+        "sooner but can miss a later, better checkpoint. Each row pairs the same run (world, "
+        "draw, seed) under the shorter wait and the default: held-out Brier difference (mean ± "
+        "s.e. over runs, and the worst run), runs whose kept checkpoint changed, steps run "
+        "relative to the default. No do-no-harm fallback.",
+        "",
+        "| method | wait | split | runs | kept changed | Brier − default | worst run | steps / default |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    for method in WAIT_METHODS:
+        for arm in list(WAITS)[1:]:
+            for split in SPLITS:
+                pairs = [
+                    (r, base[(r["world"], r["draw"], method, split)])
+                    for r in rows
+                    if r["method"] == method and r["arm"] == arm and r["split"] == split
+                    and (r["world"], r["draw"], method, split) in base
+                ]  # fmt: skip
+                if not pairs:
+                    continue
+                diff = [float(a["brier"]) - float(b["brier"]) for a, b in pairs]
+                mean, se = _ms(diff)
+                changed = sum(a["best_step"] != b["best_step"] for a, b in pairs)
+                steps = sum(float(a["steps"]) for a, _ in pairs) / sum(
+                    float(b["steps"]) for _, b in pairs
+                )
+                lines.append(
+                    f"| {method} | {arm} | {split.upper()} | {len(pairs)} | {changed} | "
+                    f"{mean:+.4f} ± {se:.4f} | {max(diff):+.4f} | {steps:.2f} |"
+                )
+    return [*lines, ""]
+
+
+def previous_source() -> dict:
+    """The page's stored ``source.json`` (empty before the first computation)."""
+    try:
+        return rp.read_source(PAGE)
+    except FileNotFoundError:
+        return {}
+
+
+def part_commits(computed: list[str]) -> tuple[dict, str]:
+    """Each part's commit (the earlier ones from ``source.json``, ``computed`` now) and the
+    page's note saying so."""
+    commits = dict(previous_source().get("part_commits", {}))
+    commits.update(dict.fromkeys(computed, rp.commit()))
+    note = "Parts computed at: " + ", ".join(f"{p} {c}" for p, c in sorted(commits.items())) + "."
+    return commits, note
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("report", "dev", "trained"), action="append")
+    parser.add_argument("--part", choices=PARTS, action="append")
     parser.add_argument("--work", default="runs/do-no-harm", help="folder for the worlds")
     parser.add_argument("--trained-run", help="with --part trained: a `dprm run` output folder")
     parser.add_argument("--threads", type=int, default=1)
@@ -324,20 +405,26 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(args.work) / "results" if args.smoke else rp.folder(PAGE)
     folder.mkdir(parents=True, exist_ok=True)
+    computed = []
     if not args.render:
         for part in args.part or ["report"]:
             if part == "trained" and not args.trained_run:
                 parser.error("--part trained needs --trained-run DIR")
-            run_part(args, part, folder / "rows.csv")
+            if run_part(args, part, folder / "rows.csv"):
+                computed.append(part)
     command = SCRIPT + (" --smoke" if args.smoke else " --part report --part dev")
     if args.smoke:  # never into docs/results
         target = folder / f"{PAGE}.md"
         target.write_text(f"# {TITLE}\n\n" + render(folder, command))
     else:
-        if not args.render:
-            parts = " ".join(f"--part {p}" for p in args.part or ["report"])
-            trained = f" --trained-run {args.trained_run}" if args.trained_run else ""
-            rp.record_source(PAGE, f"{SCRIPT} {parts}{trained}")
+        if computed:
+            # the command that recomputes every part the page shows, each part's commit
+            commits, note = part_commits(computed)
+            parts = " ".join(f"--part {p}" for p in PARTS if p in commits)
+            trained_run = args.trained_run or previous_source().get("trained_run")
+            trained = f" --trained-run {trained_run}" if "trained" in commits else ""
+            extra = {"part_commits": commits, "trained_run": trained_run}
+            rp.record_source(PAGE, f"{SCRIPT} {parts}{trained}", note, extra)
         target = rp.write_page(PAGE, TITLE, f"{SCRIPT} --render", render(folder, command))
     print(f"wrote {target}")
 

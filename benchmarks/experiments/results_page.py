@@ -50,14 +50,18 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def record_source(name: str, command: str, note: str = "") -> dict:
-    """Write ``source.json`` for data just computed here by ``command``; return it."""
+def record_source(name: str, command: str, note: str = "", extra: dict | None = None) -> dict:
+    """Write ``source.json`` for data just computed here by ``command``; return it.
+
+    ``extra``: further keys a script keeps for itself (e.g. the commit of each part of its data).
+    """
     source = {
         "command": command,
         "commit": commit(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": machine(),
         "note": note,
+        **(extra or {}),
     }
     path = folder(name) / "source.json"
     path.parent.mkdir(parents=True, exist_ok=True)
