@@ -65,8 +65,8 @@ SPLITS = ("id", "ood")
 BEFORE = {"patience": 0, "warmup_steps": 400, "weight_decay": 0.0}
 BEFORE_MAP = {"context_hidden": (64,), "context_dim": 16}
 #: --part wait: the arms, patience_fraction (the wait after the kept step as a share of that
-#: step, capped by ``patience``): the default first
-WAITS = {"wait 1x (default)": None, "wait 0.5x": {"patience_fraction": 0.5},
+#: step, capped by ``patience``): the longest first, the one the others are paired against
+WAITS = {"wait 1x": {"patience_fraction": 1.0}, "wait 0.5x": {"patience_fraction": 0.5},
          "wait 0.25x": {"patience_fraction": 0.25}}  # fmt: skip
 WAIT_METHODS = ("mono", "ot")
 PARTS = ("report", "dev", "trained", "wait")
@@ -201,6 +201,7 @@ def run_part(args, part: str, out_csv: Path) -> int:
                 print(*(f"{r['world']} {r['draw']} {r['method']}/{r['arm']} {r['split']}: "
                         f"{r['brier']:.4f} (raw {r['raw_brier']:.4f}) steps {r['steps']}"
                         for r in rows), sep="\n", flush=True)  # fmt: skip
+    return fitted
 
 
 def read(path: Path) -> list[dict]:
@@ -335,22 +336,29 @@ def render_wait(rows: list[dict]) -> list[str]:
     """The ``--part wait`` section: each shorter wait against the default, paired by run."""
     if not rows:
         return []
-    default = next(iter(WAITS))
+    from dprm.models.registry import REGISTRY
+
+    longest = next(iter(WAITS))
     base = {
-        (r["world"], r["draw"], r["method"], r["split"]): r for r in rows if r["arm"] == default
+        (r["world"], r["draw"], r["method"], r["split"]): r for r in rows if r["arm"] == longest
     }
+    defaults = ", ".join(
+        f"{m} {REGISTRY[m].config_class.__dataclass_fields__['patience_fraction'].default:g}x"
+        for m in WAIT_METHODS
+    )
     lines = [
         "## Development draws: how long a run waits after its kept step",
         "",
         "`mono` and `ot` (calibration-area selection) stop once their wait after the kept step "
-        "passes without a better validation score; the default wait is the kept step itself "
-        "(capped by `patience`), so a run stops by twice its kept step. Shorter waits stop "
-        "sooner but can miss a later, better checkpoint. Each row pairs the same run (world, "
-        "draw, seed) under the shorter wait and the default: held-out Brier difference (mean ± "
-        "s.e. over runs, and the worst run), runs whose kept checkpoint changed, steps run "
-        "relative to the default. No do-no-harm fallback.",
+        "passes without a better validation score. The wait is `patience_fraction` x the kept "
+        "step, capped by `patience`: at 1x a run stops by twice its kept step. Shorter waits "
+        f"stop sooner but can miss a later, better checkpoint. This release's defaults: "
+        f"{defaults}. Each row pairs the same run (world, draw, seed) under a shorter wait and "
+        f"{longest[5:]}: held-out Brier difference (mean ± s.e. over runs, and the worst run), "
+        "runs whose kept checkpoint changed, steps run relative to the 1x run. No do-no-harm "
+        "fallback.",
         "",
-        "| method | wait | split | runs | kept changed | Brier − default | worst run | steps / default |",
+        f"| method | wait | split | runs | kept changed | Brier − {longest[5:]} | worst run | steps / {longest[5:]} |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip
     for method in WAIT_METHODS:

@@ -194,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "reach min(patience, patience_fraction x best step), defaults 250 and 1, i.e. by "
             "twice the kept step, or by twice a lower count NLL that the warm-up passed over "
             "(qr: or a lower WQL, patience_from_wql); ot: 400 "
-            "steps; --set patience=0 turns it off) and keeps the checkpoint with "
+            "and 0.5, by 1.5 times; --set patience=0 turns it off) and keeps the checkpoint with "
             "the lowest validation score (binomial from step 0; qr, mono and ot after a "
             "warm-up, docs/calibrators.md). With <= 50 training questions the defaults "
             "regularise (weight decay 1e-3, a smaller context network, binomial's warm-up). After fitting, the "

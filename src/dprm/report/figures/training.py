@@ -99,7 +99,10 @@ def training_figure(
     caption = (
         f"{conclusions} Top: the validation score each run early-stops on (on the 20% of the "
         "train questions held back, lower is better); ★ = the checkpoint kept, ○ = the "
-        "validation minimum where another was kept, × = where the run stopped; "
+        "validation minimum where another was kept, × = where the run stopped (once a wait as "
+        "long as the kept step, at most `patience` steps, passed without a better score: at "
+        "most twice the kept step; shorter waits missed later, better checkpoints on the development "
+        "worlds, docs/results/do-no-harm.md); "
         f"{selection_note(history)}. Bottom: the mean training loss since the previous "
         f"evaluation. One thin line per training seed ({n_seeds} seed(s)). Methods fitted in "
         "closed form (isotonic, Platt, ...) have no curve."
