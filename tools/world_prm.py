@@ -72,6 +72,28 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
         help="slip copies per correct training solution (prm stage): one step's result off by "
         "a small amount, later steps computed from it, labelled 0 from that step on",
     )
+    add(
+        "--prm-extra-layers",
+        type=int,
+        default=2,
+        help="layers appended to the pretrained body for the PRM stage, initialised to pass "
+        "their input through (zero output projections): room to compare after computing",
+    )
+    add(
+        "--prm-aux-digits",
+        type=float,
+        default=1.0,
+        help="weight of the auxiliary head (dropped after training) that predicts, at each "
+        "operation step's tag, the digits of the result its written operation gives, read "
+        "after the body's own layers (0: off)",
+    )
+    add(
+        "--prm-aux-lm",
+        type=float,
+        default=0.5,
+        help="weight of next-token loss on the reference solutions of the batch's questions, "
+        "read at the same layer (keeps the body computing; 0: off)",
+    )
     add("--prm-epochs", type=int, default=2)
     add("--prm-lr", type=float, default=1e-3)
     add("--prm-batch", type=int, default=32)
@@ -387,13 +409,62 @@ def make_data(out: Path, policy: Path, seed: int, args: argparse.Namespace) -> d
     }  # fmt: skip
 
 
+#: digits of a step's result predicted by the auxiliary head (little-endian, results < 10^5)
+AUX_DIGITS = 5
+
+
+def deepen(model, extra: int) -> None:
+    """Append ``extra`` copies of the last decoder layer that pass their input through (zero
+    attention output and MLP down projections) to ``model.model`` (a Qwen2 body), in place."""
+    import copy
+
+    import torch
+
+    layers = model.model.layers
+    n = len(layers)
+    for i in range(extra):
+        layer = copy.deepcopy(layers[n - 1])
+        torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+        torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+        layer.self_attn.layer_idx = n + i
+        layers.append(layer)
+    model.config.num_hidden_layers = n + extra
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = [model.config.layer_types[0]] * (n + extra)
+
+
+def step_result_digits(steps: list[str], tags: list[int]) -> list[tuple[int, list[int]]]:
+    """(tag position, digits [AUX_DIGITS]) of each operation step whose written operation
+    ``a op x`` gives a result in [0, 10^AUX_DIGITS): the auxiliary head's targets."""
+    from dprm.llm.tasks.arith import parse_step, step_values
+
+    out = []
+    for step, tag in zip(steps, tags, strict=False):
+        parsed = parse_step(step)
+        if parsed is None:
+            continue
+        a, op, x, _ = parsed
+        value = step_values(a, ((op, x),))[0]
+        if 0 <= value < 10**AUX_DIGITS:
+            out.append((tag, [(value // 10**d) % 10 for d in range(AUX_DIGITS)]))
+    return out
+
+
 def train_prm(out: Path, body: Path, data: Path, seed: int, args: argparse.Namespace) -> dict:
-    """The PRM head on the pretrained body, BCE against the MC labels at every tag."""
+    """The PRM on the pretrained body: BCE against the MC labels at every tag.
+
+    With ``--prm-extra-layers`` the body gets layers that start as the identity; with
+    ``--prm-aux-digits`` an auxiliary head reads the state after the body's own layers at
+    each operation step's tag and predicts the digits of the result the step's written
+    operation gives (so that state computes the result the score head can compare with the
+    written one); with ``--prm-aux-lm`` the same state keeps its next-token loss on the
+    reference solutions of the batch's questions. The auxiliary heads are not saved.
+    """
     import torch
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
     from dprm.llm.prm_models import qwen_prm_class
-    from train_world import autocast, lr_at, save_model
+    from train_world import autocast, lr_at, save_model, training_problems
 
     torch.manual_seed(seed + 2)
     t0, c0 = time.time(), time.process_time()
@@ -404,53 +475,99 @@ def train_prm(out: Path, body: Path, data: Path, seed: int, args: argparse.Names
     for row in [*record["rows"], *slips]:
         ids, positions = prm_ids(tok, record["questions"][row["q"]], row["steps"])
         if len(positions) == len(row["labels"]) and len(ids) <= 512:
-            examples.append((ids, positions, row["labels"]))
+            digits = step_result_digits(row["steps"], positions)
+            examples.append((ids, positions, row["labels"], digits, row["q"]))
+    references = []
+    if args.prm_aux_lm > 0:  # the MC data's questions, drawn again from the same stream
+        problems, _ = training_problems(PRM_DATA_START, len(record["questions"]), seed)
+        if [p.question for p in problems] != record["questions"]:
+            raise SystemExit(f"{data}: its questions are not the stream's (another seed?)")
+        for p in problems:
+            steps = p.solution_steps()
+            ids, positions = prm_ids(tok, p.question, steps)
+            references.append((ids, positions[0] - len(tok.encode(steps[0]))))
     lm = Qwen2ForCausalLM.from_pretrained(body).float()  # float32 on any transformers
+    body_layers = lm.config.num_hidden_layers
+    deepen(lm, args.prm_extra_layers)
     config = lm.config
     config.architectures = ["Qwen2ForProcessRewardModel"]
     model = qwen_prm_class()(config)
     model.model.load_state_dict(lm.model.state_dict())
     model.config._attn_implementation = "eager"
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.prm_lr, weight_decay=0.01)
+    digit_head = torch.nn.Linear(config.hidden_size, AUX_DIGITS * 10)
+    params = [*model.parameters(), *digit_head.parameters()]
+    opt = torch.optim.AdamW(params, lr=args.prm_lr, weight_decay=0.01)
     rng = random.Random(seed)
     batch = args.prm_batch
     total = args.prm_epochs * math.ceil(len(examples) / batch)
-    step, losses = 0, []
+    step, losses, digit_hits = 0, [], []
+    aux = args.prm_aux_digits > 0 or args.prm_aux_lm > 0
     for _ in range(args.prm_epochs):
         order = list(range(len(examples)))
         rng.shuffle(order)
         for start in range(0, len(order), batch):
             chunk = [examples[i] for i in order[start : start + batch]]
-            ids, mask = _padded([c[0] for c in chunk], tok.pad_token_id)
-            rows_idx = [r for r, (_, pos, _) in enumerate(chunk) for _ in pos]
-            cols_idx = [p for _, pos, _ in chunk for p in pos]
-            target = torch.tensor([y for _, _, ys in chunk for y in ys])
+            seqs = [c[0] for c in chunk]
+            # the reference solutions of the batch's questions (their next-token loss)
+            refs = sorted({c[4] for c in chunk})[: batch // 4] if references else []
+            seqs += [references[q][0] for q in refs]
+            ids, mask = _padded(seqs, tok.pad_token_id)
+            rows_idx = [r for r, c in enumerate(chunk) for _ in c[1]]
+            cols_idx = [p for c in chunk for p in c[1]]
+            target = torch.tensor([y for c in chunk for y in c[2]])
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, total, args.prm_lr, warmup=min(50, total // 10))
             with autocast():
-                logits = model(input_ids=ids, attention_mask=mask)[rows_idx, cols_idx]
+                states = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=aux)
+                logits = model.score(states.last_hidden_state[rows_idx, cols_idx])
             logits = logits.float()
             # BCE on the positive-class probability softmax(logits)[1] = sigmoid(l1 - l0)
             loss = torch.nn.functional.binary_cross_entropy_with_logits(
                 logits[:, 1] - logits[:, 0], target
             )
+            if aux:
+                # the state after the body's own layers (the extra ones start as the identity)
+                inner = model.model.norm(states.hidden_states[body_layers]).float()
+            pairs = [(r, tag, d) for r, c in enumerate(chunk) for tag, d in c[3]]
+            if args.prm_aux_digits > 0 and pairs:
+                guess = digit_head(inner[[r for r, _, _ in pairs], [t for _, t, _ in pairs]])
+                guess = guess.view(-1, AUX_DIGITS, 10)
+                truth = torch.tensor([d for _, _, d in pairs])
+                loss = loss + args.prm_aux_digits * torch.nn.functional.cross_entropy(
+                    guess.reshape(-1, 10), truth.reshape(-1)
+                )
+                digit_hits.append(float((guess.argmax(-1) == truth).all(-1).float().mean()))
+            if refs:
+                rows = list(range(len(chunk), len(seqs)))
+                word = inner[rows, :-1] @ model.model.embed_tokens.weight.T
+                labels = ids[rows, 1:].clone()
+                labels[mask[rows, 1:] == 0] = -100
+                for k, q in enumerate(refs):
+                    labels[k, : references[q][1] - 1] = -100
+                loss = loss + args.prm_aux_lm * torch.nn.functional.cross_entropy(
+                    word.reshape(-1, word.shape[-1]), labels.reshape(-1)
+                )
             opt.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             if step % 50 == 0 or step == total - 1:
                 recent = sum(losses[-50:]) / len(losses[-50:])
-                print(f"prm step {step}/{total} bce {recent:.4f}", flush=True)
+                hits = sum(digit_hits[-50:]) / max(len(digit_hits[-50:]), 1)
+                print(f"prm step {step}/{total} loss {recent:.4f} digits {hits:.3f}", flush=True)
             step += 1
     save_model(model, tok, out)
-    labels = [y for _, _, ys in examples for y in ys]
+    labels = [y for c in examples for y in c[2]]
     return {
         "seed": seed, "examples": len(examples), "slip_copies": len(slips),
         "slips_per_correct": args.prm_slips, "steps_labelled": len(labels),
         "mean_label": sum(labels) / len(labels), "epochs": args.prm_epochs, "lr": args.prm_lr,
-        "batch": batch, "final_bce": sum(losses[-50:]) / len(losses[-50:]),
+        "batch": batch, "extra_layers": args.prm_extra_layers,
+        "aux_digits": args.prm_aux_digits, "aux_lm": args.prm_aux_lm,
+        "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "final_digits_right": sum(digit_hits[-50:]) / max(len(digit_hits[-50:]), 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
     }  # fmt: skip
