@@ -75,14 +75,14 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--prm-extra-layers",
         type=int,
-        default=2,
+        default=0,
         help="layers appended to the pretrained body for the PRM stage, initialised to pass "
         "their input through (zero output projections): room to compare after computing",
     )
     add(
         "--prm-aux-digits",
         type=float,
-        default=1.0,
+        default=0.0,
         help="weight of the auxiliary head (dropped after training) that predicts, at each "
         "operation step's tag, the digits of the result its written operation gives, read "
         "after the body's own layers (0: off)",
@@ -90,7 +90,7 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--prm-aux-lm",
         type=float,
-        default=0.5,
+        default=0.0,
         help="weight of next-token loss on the reference solutions of the batch's questions, "
         "read at the same layer (keeps the body computing; 0: off)",
     )

@@ -128,7 +128,8 @@ SHORT_TRAINING = ["--seed", "0", "--steps", "80", "--batch", "16", "--hidden", "
                   "--policy-step", "40", "--prm-hidden", "64", "--prm-layers", "2",
                   "--body-steps", "10", "--prm-questions", "6", "--prm-samples", "2",
                   "--prm-rollouts", "2", "--prm-workers", "1", "--prm-batch", "8",
-                  "--prm-epochs", "1"]  # fmt: skip
+                  "--prm-epochs", "1", "--prm-extra-layers", "1", "--prm-aux-digits", "1",
+                  "--prm-aux-lm", "0.5"]  # fmt: skip
 #: the generator's mean loss over its last 50 of 80 steps (1.33 measured; it starts at ln(vocab)
 #: ~ 5.7, and 80 steps of a 64-wide model do not get below ~1) must land here
 SHORT_LOSS = (0.9, 1.8)
@@ -210,6 +211,55 @@ def test_slip_copies_leave_the_path_at_one_step_and_compute_correctly_after_it()
             assert a_i == value and r_i == {"+": a_i + x_i, "-": a_i - x_i, "*": a_i * x_i}[op_i]
             value = r_i
         assert extract_boxed(steps[-1]) == str(value) != str(problem.answer)
+
+
+def _world_prm():
+    import importlib.util
+
+    tools = Path(__file__).resolve().parents[3] / "tools"
+    import sys
+
+    sys.path.insert(0, str(tools))
+    try:
+        spec = importlib.util.spec_from_file_location("world_prm", tools / "world_prm.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(tools))
+    return module
+
+
+def test_auxiliary_digit_targets_are_what_each_written_operation_gives():
+    world_prm = _world_prm()
+    steps = ["## Step 1: 59 + 70 = 128", "## Step 2: 128 * 3 = 384", "## Step 3: 9 - 12 = 3",
+             "## Step 4: 99999 + 1 = 0", "Therefore, the final answer is: $\\boxed{3}$."]  # fmt: skip
+    targets = world_prm.step_result_digits(steps, [10, 20, 30, 40, 50])
+    # 59 + 70 is 129 whatever was written (the head learns to compute, not to copy); 9 - 12 < 0
+    # and 99999 + 1 >= 10^5 have no target; the final sentence is not an operation
+    assert targets == [(10, [9, 2, 1, 0, 0]), (20, [4, 8, 3, 0, 0])]
+
+
+def test_extra_layers_start_as_the_identity():
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    world_prm = _world_prm()
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=50, hidden_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, intermediate_size=128,
+                         max_position_embeddings=64)  # fmt: skip
+    model = Qwen2ForCausalLM(config).eval()
+    ids = torch.randint(0, 50, (2, 12))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        world_prm.deepen(model, 2)
+        after = model(input_ids=ids).logits
+    assert model.config.num_hidden_layers == 4 and len(model.model.layers) == 4
+    torch.testing.assert_close(after, before)
+    # the new layers train: their zeroed projections get gradients
+    model.train()
+    model(input_ids=ids).logits.sum().backward()
+    assert model.model.layers[3].mlp.down_proj.weight.grad.abs().sum() > 0
 
 
 def test_body_check_reads_exactly_the_result_digits_in_both_formats():
