@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -13,6 +15,17 @@ pytest.importorskip("transformers")
 WORLD = Path(str(resources.files("dprm.llm") / "worlds" / "arith"))
 GENERATOR = WORLD / "generator"
 PRM = WORLD / "prm"
+
+
+@contextlib.contextmanager
+def tools_on_path():
+    """``tools/`` importable (its scripts import one another by name) inside the block."""
+    tools = Path(__file__).resolve().parents[3] / "tools"
+    sys.path.insert(0, str(tools))
+    try:
+        yield tools
+    finally:
+        sys.path.remove(str(tools))
 
 
 def test_shipped_files_are_small_safetensors_with_provenance():
@@ -138,21 +151,13 @@ SHORT_LOSS = (0.9, 1.8)
 @pytest.mark.slow
 def test_a_short_retrain_writes_checkable_provenance_and_learns(tmp_path):
     import hashlib
-    import importlib.util
-    import sys
 
-    tools = Path(__file__).resolve().parents[3] / "tools"
-    sys.path.insert(0, str(tools))
-    try:
-        spec = importlib.util.spec_from_file_location("train_world", tools / "train_world.py")
-        train_world = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(train_world)
+    with tools_on_path():
+        train_world = _load_tool("train_world")
         out, work = tmp_path / "world", tmp_path / "work"
         assert (
             train_world.main(["all", "--out", str(out), "--work", str(work), *SHORT_TRAINING]) == 0
         )
-    finally:
-        sys.path.remove(str(tools))
     for folder in (out / "generator", out / "prm", work / "policy", work / "prm-body"):
         record = json.loads((folder / "provenance.json").read_text())
         for name, digest in record["sha256"].items():
@@ -168,14 +173,8 @@ def test_a_short_retrain_writes_checkable_provenance_and_learns(tmp_path):
 
 
 def test_slip_copies_leave_the_path_at_one_step_and_compute_correctly_after_it():
-    import sys
-
-    tools = Path(__file__).resolve().parents[3] / "tools"
-    sys.path.insert(0, str(tools))
-    try:
+    with tools_on_path():
         from world_prm import slip_rows
-    finally:
-        sys.path.remove(str(tools))
     from dprm.llm.questions import extract_boxed
     from dprm.llm.tasks.arith import (
         ArithSpec,
@@ -213,24 +212,19 @@ def test_slip_copies_leave_the_path_at_one_step_and_compute_correctly_after_it()
         assert extract_boxed(steps[-1]) == str(value) != str(problem.answer)
 
 
-def _world_prm():
+def _load_tool(name: str):
+    """``tools/<name>.py`` as a module (loaded afresh)."""
     import importlib.util
 
-    tools = Path(__file__).resolve().parents[3] / "tools"
-    import sys
-
-    sys.path.insert(0, str(tools))
-    try:
-        spec = importlib.util.spec_from_file_location("world_prm", tools / "world_prm.py")
+    with tools_on_path() as tools:
+        spec = importlib.util.spec_from_file_location(name, tools / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(tools))
     return module
 
 
 def test_auxiliary_digit_targets_are_what_each_written_operation_gives():
-    world_prm = _world_prm()
+    world_prm = _load_tool("world_prm")
     steps = ["## Step 1: 59 + 70 = 128", "## Step 2: 128 * 3 = 384", "## Step 3: 9 - 12 = 3",
              "## Step 4: 99999 + 1 = 0", "Therefore, the final answer is: $\\boxed{3}$."]  # fmt: skip
     targets = world_prm.step_result_digits(steps, [10, 20, 30, 40, 50])
@@ -243,7 +237,7 @@ def test_extra_layers_start_as_the_identity():
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    world_prm = _world_prm()
+    world_prm = _load_tool("world_prm")
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=50, hidden_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, intermediate_size=128,
@@ -263,11 +257,7 @@ def test_extra_layers_start_as_the_identity():
 
 
 def test_body_check_reads_exactly_the_result_digits_in_both_formats():
-    import sys
-
-    tools = Path(__file__).resolve().parents[3] / "tools"
-    sys.path.insert(0, str(tools))
-    try:
+    with tools_on_path():
         from transformers import AutoTokenizer
 
         from dprm.llm.tasks.arith import parse_step
@@ -286,8 +276,6 @@ def test_body_check_reads_exactly_the_result_digits_in_both_formats():
         # the generator computes: most of its result tokens right on references
         record = check(GENERATOR, "generator", "id", 5)
         assert record["solutions"] == 5 and 0.5 < record["result_token_accuracy"] <= 1.0
-    finally:
-        sys.path.remove(str(tools))
 
 
 def test_second_draws_share_no_question_with_the_shipped_models_training_streams():
@@ -295,18 +283,12 @@ def test_second_draws_share_no_question_with_the_shipped_models_training_streams
     streams could not skip them: none of their questions may be one the shipped generator,
     its policy checkpoint, the PRM body or the PRM's Monte Carlo data was trained on (the
     stream ranges read from the shipped provenance records, with a margin)."""
-    import sys
-
     from dprm.llm.tasks.arith import make_problem
     from dprm.llm.tasks.arith_sets import set_rows
 
-    tools = Path(__file__).resolve().parents[3] / "tools"
-    sys.path.insert(0, str(tools))
-    try:
+    with tools_on_path():
         from train_world import TRAIN_SPECS, TRAIN_STREAM
         from world_prm import BODY_START, PRM_DATA_START
-    finally:
-        sys.path.remove(str(tools))
     gen = json.loads((WORLD / "generator" / "provenance.json").read_text())
     prm = json.loads((WORLD / "prm" / "provenance.json").read_text())
     body, data = prm["stages"]["prm-body"], prm["stages"]["prm-data"]
