@@ -13,7 +13,9 @@ bug (docs/cli.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -240,3 +242,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def program() -> None:
+    """The ``dprm`` program (console script and ``python -m dprm.cli``): :func:`main`, then exit.
+
+    An interrupt exits with 130 whatever the interpreter saw: a signal that lands inside a
+    module import (torch and numpy import lazily while a command runs) can leave CPython
+    marked as ended by an unhandled ``KeyboardInterrupt``, and it would then end the process
+    by SIGINT after :func:`main` has already cleaned up and said so. The streams are flushed
+    and the process ends at once (the command's own cleanup has run; nothing else is owed).
+    """
+    code = main()
+    if code == 130:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+                stream.flush()
+        os._exit(130)
+    sys.exit(code)

@@ -1,7 +1,5 @@
 """``python -m dprm.cli``: the ``dprm`` program."""
 
-import sys
+from dprm.cli import program
 
-from dprm.cli import main
-
-sys.exit(main())
+program()
