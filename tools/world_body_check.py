@@ -110,9 +110,9 @@ def rank(model_dir: Path, split: str, questions: int, draws: int, seed: int = 7)
     from dprm.llm.tasks.arith_sets import set_rows
     from world_metrics import BOOTSTRAP, auroc
     from world_prm import _correct, parallel_sample
-    from world_stats import score_all
+    from world_stats import DEFAULT_MODELS, score_all
 
-    worlds = ROOT / "src" / "dprm" / "llm" / "worlds" / "arith"
+    worlds = DEFAULT_MODELS
     rows = set_rows(split)[:questions]
     prompts = [build_prompt(r["question"], "qwen", template="qwen") for r in rows]
     texts = parallel_sample(worlds / "generator", prompts, draws, seed, workers=1, job=25)
