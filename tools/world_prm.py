@@ -19,7 +19,7 @@ every later one labelled 0), so malformed outliers are seen and scored low.
 
 ``prm``: a ``Qwen2ForProcessRewardModel`` (Qwen2.5-Math-PRM's layout) on the pretrained body,
 trained by binary cross-entropy against the soft labels at every ``<extra_0>``. With
-``--prm-slips`` (off by default) it also trains on that many slip copies per correct solution
+``--prm-slips`` (default 2) it also trains on that many slip copies per correct solution
 (error injection): one operation step's result changed by a small amount (the generators' own
 error), later steps computed correctly from the wrong value, labelled 0 from the slipped step
 on, so the pairs differ only in a result's digits.
@@ -50,7 +50,7 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--prm-hidden", type=int, default=128, help="PRM body width (32 per head)")
     add("--prm-layers", type=int, default=4)
-    add("--body-steps", type=int, default=500, help="PRM body pretraining steps")
+    add("--body-steps", type=int, default=3000, help="PRM body pretraining steps")
     add("--body-lr", type=float, default=2e-3)
     add("--prm-questions", type=int, default=1500, help="training questions of the MC data")
     add("--prm-samples", type=int, default=8, help="policy solutions per question")
@@ -60,7 +60,7 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--prm-policy",
         choices=["checkpoint", "generator"],
-        default="checkpoint",
+        default="generator",
         help="whose solutions prm-data labels: the earlier checkpoint (--policy-step) or the "
         "shipped generator (then at --prm-temperature, which must differ from 1)",
     )
@@ -68,21 +68,21 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--prm-slips",
         type=float,
-        default=0.0,
+        default=2.0,
         help="slip copies per correct training solution (prm stage): one step's result off by "
         "a small amount, later steps computed from it, labelled 0 from that step on",
     )
     add(
         "--prm-extra-layers",
         type=int,
-        default=0,
+        default=2,
         help="layers appended to the pretrained body for the PRM stage, initialised to pass "
         "their input through (zero output projections): room to compare after computing",
     )
     add(
         "--prm-aux-digits",
         type=float,
-        default=0.0,
+        default=1.0,
         help="weight of the auxiliary head (dropped after training) that predicts, at each "
         "operation step's tag, the digits of the result its written operation gives, read "
         "after the body's own layers (0: off)",
@@ -90,11 +90,11 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--prm-aux-lm",
         type=float,
-        default=0.0,
+        default=0.5,
         help="weight of next-token loss on the reference solutions of the batch's questions, "
         "read at the same layer (keeps the body computing; 0: off)",
     )
-    add("--prm-epochs", type=int, default=2)
+    add("--prm-epochs", type=int, default=4)
     add("--prm-lr", type=float, default=1e-3)
     add("--prm-batch", type=int, default=32)
 
