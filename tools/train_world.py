@@ -326,7 +326,9 @@ def write_provenance(out: Path, what: str, args: argparse.Namespace, stats: dict
     (out / "provenance.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every stage's options; the defaults are the shipped models' arguments (a test checks them
+    against the shipped provenance records)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=["generator", "prm-body", "prm-data", "prm", "all"])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -346,7 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the generator after this many steps is the policy whose solutions train the PRM",
     )  # fmt: skip
     add_prm_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
 
     import torch

@@ -236,16 +236,16 @@ TARGETS = (
     ("OOD pass@1 in [0.05, 0.35]", "ood", "pass@1", 0.05, 0.35,
      "shorter or longer OOD chains"),
     ("ID within-question AUROC >= 0.75", "id", "within_question_auroc", 0.75, None,
-     "a PRM that compares each written result with the one its body computes: the PRM stage's "
-     "--prm-aux-digits / --prm-extra-layers options with --prm-slips 2 on a 3,000-step body "
-     "reach 0.800 [0.753, 0.848] on the first 200 questions x 16 draws (this PRM there: 0.661); "
-     "not shipped yet (docs/real-world.md)"),
+     "a PRM that compares each written result with the one its body computes (the shipped "
+     "PRM's auxiliary digit head and identity layers: docs/real-world.md); more Monte Carlo "
+     "rollouts per prefix for less noisy labels"),
     ("OOD within-question AUROC >= 0.65", "ood", "within_question_auroc", 0.65, None,
      "PRM training data with longer chains"),
     ("ID PRM best-of-64 >= majority@64", "id", "bon@64_minus_majority@64", 0.0, None,
-     "a PRM with stronger within-question ranking: the options above cut the gap at 16 draws "
-     "from -0.178 to -0.063 [-0.118, -0.012]; exact step labels closed it (+0.03), so less "
-     "noisy Monte Carlo labels (more rollouts per prefix) or more of them"),
+     "a PRM that rarely scores a slip highest: this PRM's best-of-n peaks at n = 4 and falls "
+     "after (curves above: more draws bring more slips it scores high); exact step labels put "
+     "best-of-16 above majority (docs/real-world.md), so less "
+     "noisy Monte Carlo labels (16 rollouts per prefix, not 2) or more of them"),
 )  # fmt: skip
 
 

@@ -215,7 +215,7 @@ def read(path: Path) -> list[dict]:
 def append(path: Path, rows: list[dict]) -> None:
     new = not path.exists()
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         if new:
             writer.writeheader()
         writer.writerows(rows)

@@ -66,6 +66,34 @@ def test_prm_is_larger_than_the_generator_and_trained_on_another_policy():
     assert data["damaged_copies"] > 0
 
 
+def test_the_training_scripts_defaults_are_the_shipped_models_arguments():
+    """``python tools/train_world.py all`` with no options retrains what is shipped: every
+    default equals the value the shipped provenance records for its stage."""
+    with tools_on_path():
+        from train_world import build_parser
+    defaults = vars(build_parser().parse_args(["all"]))
+    gen = json.loads((GENERATOR / "provenance.json").read_text())
+    prm = json.loads((PRM / "provenance.json").read_text())
+    stages = prm["stages"]
+    body, data = stages["prm-body"], stages["prm-data"]
+    recorded = {
+        "seed": gen["seed"], "threads": gen["threads"], "steps": gen["steps"],
+        "batch": gen["batch"], "lr": gen["lr"], "hidden": gen["hidden"],
+        "layers": gen["layers"], "policy_step": stages["policy"]["steps"],
+        "body_steps": body["steps"], "body_lr": body["lr"], "prm_hidden": body["hidden"],
+        "prm_layers": body["layers"], "prm_questions": data["questions"],
+        "prm_samples": data["samples_per_question"], "prm_rollouts": data["rollouts_per_prefix"],
+        "prm_temperature": data["temperature"], "prm_epochs": prm["epochs"],
+        "prm_lr": prm["lr"], "prm_batch": prm["batch"], "prm_extra_layers": prm["extra_layers"],
+        "prm_aux_digits": prm["aux_digits"], "prm_aux_lm": prm["aux_lm"],
+        "prm_slips": prm["slips_per_correct"],
+    }  # fmt: skip
+    assert {name: defaults[name] for name in recorded} == recorded
+    # the data's policy is the shipped generator (at its own temperature, not 1)
+    assert defaults["prm_policy"] == "generator" and data["temperature"] != 1.0
+    assert data["policy_sha256"] == gen["sha256"]
+
+
 def test_generator_is_a_standard_qwen2_causal_lm_vllm_can_serve():
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -278,11 +306,18 @@ def test_body_check_reads_exactly_the_result_digits_in_both_formats():
         assert record["solutions"] == 5 and 0.5 < record["result_token_accuracy"] <= 1.0
 
 
-def test_second_draws_share_no_question_with_the_shipped_models_training_streams():
+#: the one second-draw question the shipped models were trained on: the PRM body, pretrained
+#: 3,000 steps before ``arith-id2`` existed, drew it (its reference solution) in its stream
+#: (docs/real-world.md); a retrain skips it, as it skips every packaged question
+SECOND_DRAWS_SEEN = {"Ann has 4 books. Ann gives away 4. Ann gets 9 more. How many books does Ann have now?"}  # fmt: skip
+
+
+def test_second_draws_meet_the_shipped_models_training_streams_only_where_documented():
     """``arith-id2`` / ``arith-ood2`` came after the models were trained, so the training
-    streams could not skip them: none of their questions may be one the shipped generator,
-    its policy checkpoint, the PRM body or the PRM's Monte Carlo data was trained on (the
-    stream ranges read from the shipped provenance records, with a margin)."""
+    streams could not skip them. Each stream is rebuilt as its stage drew it (from its start,
+    skipping the first draws' questions, for the counts the shipped provenance records): the
+    generator and its policy checkpoint, the PRM body and the PRM's Monte Carlo data (which the
+    PRM stage also trains on) share with them exactly the documented question."""
     from dprm.llm.tasks.arith import make_problem
     from dprm.llm.tasks.arith_sets import set_rows
 
@@ -292,17 +327,24 @@ def test_second_draws_share_no_question_with_the_shipped_models_training_streams
     gen = json.loads((WORLD / "generator" / "provenance.json").read_text())
     prm = json.loads((WORLD / "prm" / "provenance.json").read_text())
     body, data = prm["stages"]["prm-body"], prm["stages"]["prm-data"]
-    ranges = [  # (first index, problems drawn), twice the count for the skipped questions
-        (0, 2 * gen["training_stream_end"]),
-        (BODY_START, 2 * body["steps"] * body["batch"]),
-        (PRM_DATA_START, 2 * data["questions"]),
-    ]
+    skipped = {row["question"] for split in ("train", "id", "ood") for row in set_rows(split)}
     seed = TRAIN_STREAM + gen["seed"]
+
+    def stream(start: int, *, kept: int | None = None, end: int | None = None) -> set[str]:
+        drawn, index = set(), start
+        while (kept is None or len(drawn) < kept) and (end is None or index < end):
+            question = make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], seed, index).question
+            index += 1
+            if question not in skipped:
+                drawn.add(question)
+        return drawn
+
     trained = {
-        make_problem(TRAIN_SPECS[i % len(TRAIN_SPECS)], seed, i).question
-        for start, count in ranges
-        for i in range(start, start + count)
+        "generator": stream(0, end=gen["training_stream_end"]),
+        "prm-body": stream(BODY_START, kept=body["steps"] * body["batch"]),
+        "prm-data": stream(PRM_DATA_START, kept=data["questions"]),
     }
-    for split in ("id2", "ood2"):
-        questions = {row["question"] for row in set_rows(split)}
-        assert len(questions) == 300 and not questions & trained
+    second = {row["question"] for split in ("id2", "ood2") for row in set_rows(split)}
+    assert len(second) == 600
+    assert {name: drawn & second for name, drawn in trained.items()} == {
+        "generator": set(), "prm-body": SECOND_DRAWS_SEEN, "prm-data": set()}  # fmt: skip
