@@ -312,9 +312,11 @@ def write_provenance(out: Path, what: str, args: argparse.Namespace, stats: dict
         "model": what,
         "script": "tools/train_world.py",
         "command": " ".join(["python", "tools/train_world.py", *args.argv]),
-        "commit": git_commit(),
+        # the code that ran: read when the command started (a commit made while it runs is
+        # not what trained the model)
+        "commit": args.commit,
         # tracked files changed since that commit (the script itself may differ from it)
-        "uncommitted_changes": git_dirty(),
+        "uncommitted_changes": args.uncommitted_changes,
         "threads": args.threads,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -354,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.commit, args.uncommitted_changes = git_commit(), git_dirty()
 
     import torch
 

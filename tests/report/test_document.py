@@ -120,8 +120,9 @@ def test_report_wall_time_is_the_clis(park_run):
 
     The report's figure is taken just before its files are written; what the command does after
     (results.json, report.md, state.json, run.json: a few atomic writes) takes
-    milliseconds, up to a few hundred on a loaded machine: 1 s of tolerance (on 3597380 the
-    report missed the tables and figures stages: 5.9 s vs the command's 11.4 s)."""
+    milliseconds, up to a second and more on a loaded machine (1.4 s of 50.7 measured with
+    three other jobs on two cores): a tolerance of 1 s or 5 %, whichever is larger (on 3597380
+    the report missed the tables and figures stages: 5.9 s vs the command's 11.4 s)."""
     out, stdout = park_run
     cli = float(re.search(r"dprm run: wall time ([\d.]+)s", stdout).group(1))
     text = (out / "report.md").read_text()
@@ -129,8 +130,9 @@ def test_report_wall_time_is_the_clis(park_run):
     assert match, "no wall time in the report"
     report = float(match.group(1))
     run = json.loads((out / "run.json").read_text())
-    assert abs(report - cli) <= 1.0, (report, cli)
-    assert abs(run["wall_time_s"] - cli) <= 1.0, (run["wall_time_s"], cli)
+    tolerance = max(1.0, 0.05 * cli)
+    assert abs(report - cli) <= tolerance, (report, cli)
+    assert abs(run["wall_time_s"] - cli) <= tolerance, (run["wall_time_s"], cli)
     assert run["wall_time_s"] >= report - 0.05, (run["wall_time_s"], report)
     # the report's figure covers the tables and figures stages
     stages = sum(t["seconds"] for t in run["stage_timing"].values())

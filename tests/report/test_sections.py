@@ -93,3 +93,39 @@ def test_scope_section_reports_sizes_and_ranking_power_from_the_pools():
         scope_lines({"w": {"id": good}})
     )
     assert scope_lines({}) == []
+
+
+def test_scope_section_states_the_noise_of_the_monte_carlo_reference(tmp_path):
+    import pandas as pd
+
+    from dprm.report.sections.scope import read_references, reference_noise, scope_lines
+
+    # two prefixes by 4 rollouts (1 of 4 and 2 of 4 right), one graded exactly
+    records = pd.DataFrame(
+        {
+            "success_prob": [0.25, 0.5, 1.0],
+            "n_rollouts": [4, 4, 1],
+            "label_source": ["rollouts", "rollouts", "complete"],
+        }
+    )
+    r = reference_noise(records)
+    # (0.25 * 0.75 / 3 + 0.5 * 0.5 / 3 + 0) / 3 prefixes = (0.0625 + 0.08333) / 3
+    assert r["prefixes"] == 3 and r["sampled"] == 2 and r["rollouts"] == 4
+    assert abs(r["floor"] - (0.0625 + 0.25 / 3) / 3) < 1e-12
+    # a sampled prefix with a single rollout: its variance cannot be estimated
+    single = records.assign(n_rollouts=[1, 4, 1])
+    assert reference_noise(single)["floor"] != reference_noise(single)["floor"]  # NaN
+    # without label_source every prefix counts as sampled
+    assert reference_noise(records.drop(columns="label_source").iloc[:2])["sampled"] == 2
+
+    # read from a world folder: Monte Carlo sets are read, sets with a known truth are not
+    for world, extra in (("real", {}), ("synthetic", {"true_mu": 0.5, "true_sigma": 0.1})):
+        folder = tmp_path / world / "id" / "calib"
+        folder.mkdir(parents=True)
+        records.assign(**extra).to_parquet(folder / "records.parquet")
+    refs = read_references({w: tmp_path / w for w in ("real", "synthetic")})
+    assert set(refs) == {"real"} and refs["real"]["id"]["sampled"] == 2
+    pools = {"real": {"id": pd.DataFrame(
+        {"question_id": ["q"] * 2, "prm_score": [0.9, 0.1], "correct": [True, False]})}}  # fmt: skip
+    text = "\n".join(scope_lines(pools, refs))
+    assert "id 3 prefixes, 2 of them labelled by 4 rollouts, the rest graded (floor 0.049)" in text

@@ -368,7 +368,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
     from dprm.report.document_md import render_report
     from dprm.report.paper import write_comparison
     from dprm.report.recommendation import recommendation_lines
-    from dprm.report.sections.scope import read_pools
+    from dprm.report.sections.scope import read_pools, read_references
     from dprm.report.tables import PROTOCOLS, to_frame, truth_markdown, write_tables
 
     cfg, layout = pipe.config, pipe.layout
@@ -456,6 +456,7 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         "failures": pipe.failures,
         "figures": figs,
     }
+    world_dirs = {world: layout.world_dir(world) for world in cfg.worlds}
     text = render_report(
         cfg,
         run,
@@ -471,7 +472,8 @@ def _render(pipe: Pipeline, run: dict[str, Any], names, started: float) -> tuple
         ias_ran=not ias.empty,
         pays=pays,
         recommendation=recommendation,
-        scope=read_pools({world: layout.world_dir(world) for world in cfg.worlds}),
+        scope=read_pools(world_dirs),
+        references=read_references(world_dirs),
     )
     return text, results
 

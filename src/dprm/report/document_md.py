@@ -38,6 +38,7 @@ def render_report(
     pays=None,
     recommendation: list[str] | None = None,
     scope: dict | None = None,
+    references: dict | None = None,
 ) -> str:
     """The report: data, calibrators, versions and timing; checks; Table 1 per PRM and protocol;
     paper vs dprm; figures; appendix. No heading is left without content.
@@ -55,6 +56,8 @@ def render_report(
             (:func:`dprm.report.recommendation.recommendation_lines`), if any.
         scope: the run's best-of-N pools, ``{world: {split: responses}}``
             (:func:`dprm.report.sections.scope.read_pools`), for "What this run can show".
+        references: the noise of the held-out calibration sets' Monte Carlo reference
+            (:func:`dprm.report.sections.scope.read_references`), for the same section.
     """
     names = names or RunNames()
     ran = {m: list(cfg.seeds) for m in cfg.methods} if ran is None else ran
@@ -63,7 +66,7 @@ def render_report(
     lines = [*intro_lines(cfg, names, ias_ran), "", "## Run", ""]
     lines += data_lines(cfg, names, ran, ias_ran)
     lines += run_lines(cfg, run, failures)
-    lines += scope_lines(scope or {})
+    lines += scope_lines(scope or {}, references)
     lines += checks_section(checks)
     lines += recommendation or []
     if pays is not None and not pays.empty:

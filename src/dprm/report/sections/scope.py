@@ -1,5 +1,6 @@
 """The "What this run can show" section of ``report.md``: the run's sizes and its PRM's ranking
-power, measured on the run's own best-of-N pools, and what they allow one to conclude."""
+power, measured on the run's own best-of-N pools, the noise of the Monte Carlo reference its
+calibration metrics are scored against, and what they allow one to conclude."""
 
 from __future__ import annotations
 
@@ -50,11 +51,69 @@ def pool_scope(responses: pd.DataFrame) -> dict:
     }
 
 
-def scope_lines(pools: dict[str, dict[str, pd.DataFrame]]) -> list[str]:
+def reference_noise(records: pd.DataFrame) -> dict:
+    """How noisy a calibration set's Monte Carlo reference is (``success_prob``, ``n_rollouts``
+    and, where present, ``label_source`` per labelled prefix).
+
+    A prefix labelled by n rollouts has an estimate p_hat of variance p(1 - p) / n, and
+    p_hat(1 - p_hat) / (n - 1) estimates that without bias; a prefix whose answer is already
+    written (``label_source`` "complete" or "boxed") is graded exactly. The mean over the
+    prefixes is the Brier that even a predictor of the true success probabilities scores
+    against this reference (a predictor not fitted to these rollouts scores its squared error
+    to the truth plus it).
+
+    Returns: prefixes, those labelled by rollouts, their median rollouts, and that floor (NaN
+    when a prefix has a single rollout).
+    """
+    n = records["n_rollouts"].to_numpy(dtype=float)
+    p = records["success_prob"].to_numpy(dtype=float)
+    if "label_source" in records.columns:
+        sampled = records["label_source"].to_numpy() == "rollouts"
+    else:
+        sampled = np.ones(len(n), dtype=bool)
+    n_s, p_s = n[sampled], p[sampled]
+    if len(n) and (not len(n_s) or n_s.min() > 1):
+        floor = float(np.sum(p_s * (1 - p_s) / (n_s - 1)) / len(n))
+    else:
+        floor = float("nan")
+    return {
+        "prefixes": int(len(n)),
+        "sampled": int(sampled.sum()),
+        "rollouts": float(np.median(n_s)) if len(n_s) else 0.0,
+        "floor": floor,
+    }
+
+
+def reference_lines(references: dict[str, dict[str, dict]]) -> list[str]:
+    """One line per world on its held-out calibration sets' Monte Carlo reference."""
+    lines = []
+    for world, by_split in references.items():
+        parts = [
+            f"{split} {r['prefixes']} prefixes, {r['sampled']} of them labelled by "
+            f"{r['rollouts']:.0f} rollouts, the rest graded"
+            + ("" if math.isnan(r["floor"]) else f" (floor {r['floor']:.3f})")
+            for split, r in by_split.items()
+        ]
+        if parts:
+            lines.append(
+                f"- {world}: the calibration tables score each prefix against its Monte Carlo "
+                f"success estimate, not a known truth: {'; '.join(parts)}. The floor is the "
+                "Brier a predictor of the true success probabilities would score against that "
+                "noisy reference; Brier differences between methods are measured above it."
+            )
+    return lines
+
+
+def scope_lines(
+    pools: dict[str, dict[str, pd.DataFrame]],
+    references: dict[str, dict[str, dict]] | None = None,
+) -> list[str]:
     """The section: per world and split, the numbers of :func:`pool_scope` and what they allow.
 
     Args:
         pools: ``{world: {split: responses}}`` of the run's best-of-N pools.
+        references: ``{world: {split: reference_noise(...)}}`` of the held-out calibration
+            sets scored against Monte Carlo estimates (:func:`read_references`), if any.
     """
     if not any(pools.values()):
         return []
@@ -103,7 +162,7 @@ def scope_lines(pools: dict[str, dict[str, pd.DataFrame]]) -> list[str]:
                 f"below about {resolvable:.2f} are within noise (two standard errors of a "
                 f"paired difference at accuracy {s['accuracy']:.2f}); {rank}."
             )
-    return [*lines, "", *notes, ""]
+    return [*lines, "", *notes, *reference_lines(references or {}), ""]
 
 
 def read_pools(world_dirs: dict[str, Path]) -> dict[str, dict[str, pd.DataFrame]]:
@@ -118,3 +177,20 @@ def read_pools(world_dirs: dict[str, Path]) -> dict[str, dict[str, pd.DataFrame]
                 responses = read_bon_set(path, check_hidden=False).responses
                 pools.setdefault(world, {})[split] = responses
     return pools
+
+
+def read_references(world_dirs: dict[str, Path]) -> dict[str, dict[str, dict]]:
+    """``{world: {split: reference_noise(...)}}`` of the held-out calibration sets whose
+    reference is a Monte Carlo estimate (sets with a known truth, as synthetic worlds have, are
+    left out)."""
+    references: dict[str, dict[str, dict]] = {}
+    for world, folder in world_dirs.items():
+        for split in SCOPE_SPLITS:
+            path = Path(folder) / split / "calib" / "records.parquet"
+            if not path.is_file():
+                continue
+            records = pd.read_parquet(path)
+            if {"true_mu", "true_sigma"} <= set(records.columns):
+                continue
+            references.setdefault(world, {})[split] = reference_noise(records)
+    return references
