@@ -552,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     started = time.time()
     gen_dir, prm_dir = args.models / "generator", args.models / "prm"
-    model_files = [p for d in (gen_dir, prm_dir) for p in sorted(d.iterdir()) if p.is_file()]
+    # the files the models load from (provenance.json describes them; nothing reads it)
+    model_files = [p for d in (gen_dir, prm_dir) for p in sorted(d.iterdir())
+                   if p.is_file() and p.name != "provenance.json"]  # fmt: skip
     models_key = hashlib.sha256("".join(sha256(p) for p in model_files).encode()).hexdigest()
 
     def load():
