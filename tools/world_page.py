@@ -11,6 +11,24 @@ from world_metrics import KINDS, TARGETS
 #: what would close each target's miss: today's text (prose, not a measurement), so a page
 #: rendered from stored numbers says what has been learnt since they were computed
 CLOSERS = {target[0]: target[-1] for target in TARGETS}
+#: each target's bounds (low, high or None)
+BOUNDS = {target[0]: (target[3], target[4]) for target in TARGETS}
+
+
+def verdict(target: dict) -> str:
+    """ "yes" / "no" when the whole 95 % interval is on that side of the bounds; otherwise the
+    point estimate's side, saying the interval reaches past the bound (not decided)."""
+    word = "yes" if target["met"] else "no"
+    low, high = BOUNDS.get(target["target"], (None, None))
+    ci_low, ci_high = target["ci"]
+    if low is None or ci_low != ci_low or ci_high != ci_high:  # NaN: nothing to judge by
+        return word
+    inside = ci_low >= low and (high is None or ci_high <= high)
+    outside = ci_high < low or (high is not None and ci_low > high)
+    if (target["met"] and inside) or (not target["met"] and outside):
+        return word
+    return f"{word} (point estimate; the 95 % interval reaches past the bound)"
+
 
 PAGE = "arith-world.md"
 FOLDER = "arith-world"
@@ -133,8 +151,7 @@ def render(summary: dict, command: str) -> str:
         closer = CLOSERS.get(t["target"], t["to_close"])
         gap = "" if t["met"] else f"missed by {t['gap']:.3f}: {closer}"
         lines.append(
-            f"| {t['target']} | {t['measured']:.3f} | {_ci(t['ci'])} | "
-            f"{'yes' if t['met'] else 'no'} | {gap} |"
+            f"| {t['target']} | {t['measured']:.3f} | {_ci(t['ci'])} | {verdict(t)} | {gap} |"
         )
     lines += ["", "## Curves (mean over questions, 95 % interval)", "",
               "| split | curve | " + " | ".join(f"n={k}" for k in (1, 4, 16, 64)) + " |",
