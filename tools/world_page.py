@@ -16,8 +16,8 @@ BOUNDS = {target[0]: (target[3], target[4]) for target in TARGETS}
 
 
 def verdict(target: dict) -> str:
-    """ "yes" / "no" when the whole 95 % interval is on that side of the bounds; otherwise the
-    point estimate's side, saying the interval reaches past the bound (not decided)."""
+    """The target's verdict: "yes" / "no" when the whole 95 % interval is on that side of the
+    bounds; otherwise the point estimate's side, saying the interval reaches past the bound."""
     word = "yes" if target["met"] else "no"
     low, high = BOUNDS.get(target["target"], (None, None))
     ci_low, ci_high = target["ci"]

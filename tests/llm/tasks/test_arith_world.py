@@ -348,3 +348,21 @@ def test_second_draws_meet_the_shipped_models_training_streams_only_where_docume
     assert len(second) == 600
     assert {name: drawn & second for name, drawn in trained.items()} == {
         "generator": set(), "prm-body": SECOND_DRAWS_SEEN, "prm-data": set()}  # fmt: skip
+
+
+def test_a_target_is_decided_only_when_its_whole_interval_agrees():
+    with tools_on_path():
+        from world_page import verdict
+
+    name = "ID within-question AUROC >= 0.75"  # low 0.75, no high bound
+    undecided = "(point estimate; the 95 % interval reaches past the bound)"
+    assert verdict({"target": name, "met": True, "ci": [0.76, 0.80]}) == "yes"
+    assert verdict({"target": name, "met": True, "ci": [0.736, 0.793]}) == f"yes {undecided}"
+    assert verdict({"target": name, "met": False, "ci": [0.60, 0.70]}) == "no"
+    assert verdict({"target": name, "met": False, "ci": [0.70, 0.76]}) == f"no {undecided}"
+    ranged = "ID pass@1 in [0.25, 0.65]"  # both bounds
+    assert verdict({"target": ranged, "met": True, "ci": [0.40, 0.48]}) == "yes"
+    assert verdict({"target": ranged, "met": True, "ci": [0.60, 0.70]}) == f"yes {undecided}"
+    assert verdict({"target": ranged, "met": False, "ci": [0.70, 0.80]}) == "no"
+    nan = float("nan")
+    assert verdict({"target": name, "met": False, "ci": [nan, nan]}) == "no"
