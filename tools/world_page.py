@@ -30,6 +30,49 @@ def verdict(target: dict) -> str:
     return f"{word} (point estimate; the 95 % interval reaches past the bound)"
 
 
+#: the recipes that build this world's calibration sets (``[rollout] n``: rollouts per prefix)
+RECIPES = {
+    "make demo": Path(__file__).resolve().parents[1] / "examples" / "arith.toml",
+    "peer table": Path(__file__).resolve().parents[1] / "examples" / "arith-peers-report.toml",
+}
+#: the rollouts per prefix a calibration set needs to decide (the world's target)
+MIN_ROLLOUTS = 16
+
+
+def recipe_rollouts(recipes: dict[str, Path]) -> dict[str, int]:
+    """``[rollout] n`` of each recipe file that exists."""
+    import tomllib
+
+    return {
+        name: int(tomllib.loads(path.read_text(encoding="utf-8"))["rollout"]["n"])
+        for name, path in recipes.items()
+        if path.is_file()
+    }
+
+
+def size_target_rows(splits: dict, rollouts: dict[str, int]) -> list[str]:
+    """Table rows: test split sizes and pools against 400 ID / 200 OOD x 64, and the
+    calibration sets' rollouts per prefix against ``MIN_ROLLOUTS``."""
+    idd, ood = splits["id"], splits["ood"]
+    pools = min(idd["draws"] // idd["questions"], ood["draws"] // ood["questions"])
+    sized = idd["questions"] >= 400 and ood["questions"] >= 200 and pools >= 64
+    rows = [
+        f"| test splits >= 400 ID and >= 200 OOD questions, pools of 64 | {idd['questions']} ID, "
+        f"{ood['questions']} OOD, {pools} draws each | {'yes' if sized else 'no'} |"
+    ]
+    for name, n in rollouts.items():
+        gap = (
+            ""
+            if n >= MIN_ROLLOUTS
+            else f": missed by {MIN_ROLLOUTS - n} (docs/real-world.md says what it costs)"
+        )
+        rows.append(
+            f"| calibration sets >= {MIN_ROLLOUTS} Monte Carlo rollouts per prefix ({name}) | "
+            f"{n} | {'yes' if n >= MIN_ROLLOUTS else 'no'}{gap} |"
+        )
+    return rows
+
+
 PAGE = "arith-world.md"
 FOLDER = "arith-world"
 
@@ -153,6 +196,10 @@ def render(summary: dict, command: str) -> str:
         lines.append(
             f"| {t['target']} | {t['measured']:.3f} | {_ci(t['ci'])} | {verdict(t)} | {gap} |"
         )
+    lines += ["", "Sizes against the targets (the world's own test splits above; the calibration sets "
+              "of the recipes that run this world, read from their files now):", "",
+              "| target | measured | met |", "|---|---|---|",
+              *size_target_rows(splits, recipe_rollouts(RECIPES))]  # fmt: skip
     lines += ["", "## Curves (mean over questions, 95 % interval)", "",
               "| split | curve | " + " | ".join(f"n={k}" for k in (1, 4, 16, 64)) + " |",
               "|---|---|---|---|---|---|"]  # fmt: skip

@@ -366,3 +366,21 @@ def test_a_target_is_decided_only_when_its_whole_interval_agrees():
     assert verdict({"target": ranged, "met": False, "ci": [0.70, 0.80]}) == "no"
     nan = float("nan")
     assert verdict({"target": name, "met": False, "ci": [nan, nan]}) == "no"
+
+
+def test_the_page_reads_the_calibration_recipes_rollouts_against_the_target(tmp_path):
+    with tools_on_path():
+        from world_page import MIN_ROLLOUTS, RECIPES, recipe_rollouts, size_target_rows
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[rollout]\nn = 3\nmax_steps = 4\n")
+    assert recipe_rollouts({"mine": recipe, "gone": tmp_path / "none.toml"}) == {"mine": 3}
+    assert set(recipe_rollouts(RECIPES)) == set(RECIPES)  # the shipped recipes are read
+    splits = {"id": {"questions": 400, "draws": 400 * 64},
+              "ood": {"questions": 200, "draws": 200 * 32}}  # fmt: skip
+    rows = size_target_rows(splits, {"mine": 3, "big": MIN_ROLLOUTS})
+    assert rows[0].endswith("| 400 ID, 200 OOD, 32 draws each | no |")
+    assert rows[1].endswith(
+        f"| 3 | no: missed by {MIN_ROLLOUTS - 3} (docs/real-world.md says what it costs) |"
+    )
+    assert rows[2].endswith(f"| {MIN_ROLLOUTS} | yes |")
