@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 from world_metrics import KINDS, TARGETS
@@ -21,7 +22,7 @@ def verdict(target: dict) -> str:
     word = "yes" if target["met"] else "no"
     low, high = BOUNDS.get(target["target"], (None, None))
     ci_low, ci_high = target["ci"]
-    if low is None or ci_low != ci_low or ci_high != ci_high:  # NaN: nothing to judge by
+    if low is None or math.isnan(ci_low) or math.isnan(ci_high):  # nothing to judge by
         return word
     inside = ci_low >= low and (high is None or ci_high <= high)
     outside = ci_high < low or (high is not None and ci_low > high)
@@ -31,10 +32,8 @@ def verdict(target: dict) -> str:
 
 
 #: the recipes that build this world's calibration sets (``[rollout] n``: rollouts per prefix)
-RECIPES = {
-    "make demo": Path(__file__).resolve().parents[1] / "examples" / "arith.toml",
-    "peer table": Path(__file__).resolve().parents[1] / "examples" / "arith-peers-report.toml",
-}
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+RECIPES = {"make demo": EXAMPLES / "arith.toml", "peer table": EXAMPLES / "arith-peers-report.toml"}
 #: the rollouts per prefix a calibration set needs to decide (the world's target)
 MIN_ROLLOUTS = 16
 

@@ -123,7 +123,10 @@ def test_scope_section_states_the_noise_of_the_monte_carlo_reference(tmp_path):
         folder = tmp_path / world / "id" / "calib"
         folder.mkdir(parents=True)
         records.assign(**extra).to_parquet(folder / "records.parquet")
-    refs = read_references({w: tmp_path / w for w in ("real", "synthetic")})
+    # a set without rollout counts (hidden states and scores only) has no reference to judge
+    (tmp_path / "scores" / "id" / "calib").mkdir(parents=True)
+    records[["success_prob"]].to_parquet(tmp_path / "scores" / "id" / "calib" / "records.parquet")
+    refs = read_references({w: tmp_path / w for w in ("real", "synthetic", "scores")})
     assert set(refs) == {"real"} and refs["real"]["id"]["sampled"] == 2
     pools = {"real": {"id": pd.DataFrame(
         {"question_id": ["q"] * 2, "prm_score": [0.9, 0.1], "correct": [True, False]})}}  # fmt: skip

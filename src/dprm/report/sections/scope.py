@@ -183,14 +183,20 @@ def read_references(world_dirs: dict[str, Path]) -> dict[str, dict[str, dict]]:
     """``{world: {split: reference_noise(...)}}`` of the held-out calibration sets whose
     reference is a Monte Carlo estimate (sets with a known truth, as synthetic worlds have, are
     left out)."""
+    import pyarrow.parquet as pq
+
+    needed = ["success_prob", "n_rollouts"]
     references: dict[str, dict[str, dict]] = {}
     for world, folder in world_dirs.items():
         for split in SCOPE_SPLITS:
             path = Path(folder) / split / "calib" / "records.parquet"
             if not path.is_file():
                 continue
-            records = pd.read_parquet(path)
-            if {"true_mu", "true_sigma"} <= set(records.columns):
+            # only the columns the floor needs (the records also hold each prefix's text)
+            names = set(pq.read_schema(path).names)
+            if {"true_mu", "true_sigma"} <= names or not set(needed) <= names:
                 continue
+            columns = needed + (["label_source"] if "label_source" in names else [])
+            records = pd.read_parquet(path, columns=columns)
             references.setdefault(world, {})[split] = reference_noise(records)
     return references
