@@ -14,7 +14,9 @@ from dprm.models import REGISTRY
 from dprm.models.fit import (
     POINT_MASS_CONTRADICTION,
     POINT_MASS_SHARE,
+    POINT_MASS_TAIL,
     CollapseError,
+    binomial_upper_tail,
     check_collapse,
     fit,
 )
@@ -230,7 +232,7 @@ def test_check_collapse_flags_a_point_mass_at_0_or_1_for_most_h(world):
     # The old rule alone passes it: flat in tau but not in h.
     assert report["h_spread"] > report["threshold"]
     assert report["collapsed"] and report["point_mass_share"] == pytest.approx(0.7, abs=0.02)
-    assert report["point_mass_contradiction"] > POINT_MASS_CONTRADICTION
+    assert report["point_mass_contradiction"] > POINT_MASS_CONTRADICTION, report
     # A point mass on fewer than half of the rows is a legitimate, confident map.
     cut = float(np.quantile(np.asarray(val.hidden, np.float32)[:, 0], 0.3))
     assert not check_collapse(MostlyPointMass(world.hidden_dim, cut), val)["collapsed"]
@@ -265,6 +267,43 @@ def test_check_collapse_passes_a_confident_map_the_labels_agree_with(world):
     report = check_collapse(Oracle(world.hidden_dim, labels), val, max_rows=len(y))
     assert report["point_mass_share"] > POINT_MASS_SHARE
     assert report["point_mass_contradiction"] == 0.0 and not report["collapsed"]
+
+
+def test_binomial_upper_tail_by_hand():
+    k, n = np.array([0, 1, 1, 2, 3, 16]), np.array([4, 16, 1, 4, 16, 16])
+    expected = [
+        1.0,  # P(K >= 0)
+        1 - 0.96**16,  # at least one success in 16
+        0.04,  # a single rollout
+        1 - 0.96**4 - 4 * 0.04 * 0.96**3,
+        1 - 0.96**16 - 16 * 0.04 * 0.96**15 - 120 * 0.04**2 * 0.96**14,
+        0.04**16,
+    ]
+    np.testing.assert_allclose(binomial_upper_tail(k, n, 0.04), expected, rtol=1e-9, atol=1e-30)
+    assert binomial_upper_tail(np.array([], int), np.array([], int), 0.04).shape == (0,)
+
+
+@pytest.mark.parametrize(("true_prob", "collapsed"), [(0.03, False), (0.3, True)])
+def test_check_collapse_judges_a_point_mass_by_how_unlikely_its_labels_are(
+    world, true_prob, collapsed
+):
+    """A map sure that 70 % of the prefixes fail, labelled by 16 rollouts each: when those
+    prefixes succeed 3 % of the time, more than a third of them still show a success (the old
+    "any success" rule called that a collapse); when they succeed 30 % of the time, the map is wrong."""
+    _, val = halves(world)
+    rng = np.random.default_rng(0)
+    hopeless = np.arange(len(val)) % 10 < 7
+    successes = np.where(hopeless, rng.binomial(16, true_prob, len(val)), 16)
+    val.records["n_rollouts"] = 16
+    val.records["success_prob"] = (successes / 16).astype(np.float32)
+    labels = np.where(hopeless, 0.0, 1.0)
+    report = check_collapse(Oracle(world.hidden_dim, labels), val, max_rows=len(val))
+    assert report["point_mass_share"] == 1.0 and report["collapsed"] is collapsed
+    if not collapsed:
+        assert np.mean(successes[hopeless] > 0) > POINT_MASS_CONTRADICTION
+        assert report["point_mass_contradiction"] < POINT_MASS_TAIL
+    else:
+        assert report["point_mass_contradiction"] > 0.5
 
 
 def test_fit_raises_on_collapse(world, monkeypatch):

@@ -43,6 +43,10 @@ COLLAPSE_RELATIVE_SPREAD = 0.1
 POINT_MASS_SHARE = 0.5
 POINT_MASS_SPREAD = 0.02
 POINT_MASS_CONTRADICTION = 0.25
+#: A row's k successes of n rollouts contradict a point mass at 0 when they are this unlikely
+#: (binomial upper tail) at the largest success probability the point mass allows,
+#: 2 x ``POINT_MASS_SPREAD`` (median below it, width below it); at 1 likewise with failures.
+POINT_MASS_TAIL = 0.05
 
 
 class CollapseError(RuntimeError):
@@ -50,6 +54,30 @@ class CollapseError(RuntimeError):
 
 
 @torch.no_grad()
+def binomial_upper_tail(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
+    """P(K >= k) for K ~ Binomial(n, p), elementwise over ``k``, ``n`` [N] (0 <= k <= n).
+
+    Summed over the pmf in log space (lgamma), so it holds for any n; 1 where k <= 0.
+    """
+    k = np.asarray(k, dtype=np.int64)
+    n = np.asarray(n, dtype=np.int64)
+    if k.size == 0:
+        return np.zeros(0)
+    counts = torch.tensor(n, dtype=torch.float64)[:, None]
+    j = torch.arange(int(n.max()) + 1, dtype=torch.float64)[None, :]
+    inside = j <= counts
+    log_pmf = (
+        torch.lgamma(counts + 1)
+        - torch.lgamma(j + 1)
+        - torch.lgamma((counts - j).clamp(min=0) + 1)
+        + j * np.log(p)
+        + (counts - j).clamp(min=0) * np.log1p(-p)
+    )
+    at_or_above = inside & (j >= torch.tensor(k, dtype=torch.float64)[:, None])
+    tail = torch.where(at_or_above, log_pmf.exp(), torch.zeros_like(log_pmf)).sum(dim=1)
+    return tail.clamp(max=1.0).numpy()
+
+
 def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000) -> dict[str, Any]:
     """Is the map degenerate on validation rows?
 
@@ -62,10 +90,14 @@ def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000
     * it is a point mass at 0 or at 1 for most h: more than ``POINT_MASS_SHARE`` of the rows have
       Q(0.9 | h) - Q(0.1 | h) < ``POINT_MASS_SPREAD`` and Q(0.5 | h) within ``POINT_MASS_SPREAD``
       of 0 or 1 (what CondOT's own code converges to early on this task), and the labels
-      contradict it (y > 0 where it claims 0, y < 1 where it claims 1) on more than
-      ``POINT_MASS_CONTRADICTION`` of those rows. Judging by the labels *of those rows* keeps the
-      check on for real data, where most labels are 0 (Park et al.'s: about two thirds), and
-      lets a map that is confidently right about hopeless or solved prefixes pass; or
+      contradict it on more than ``POINT_MASS_CONTRADICTION`` of those rows: a row's k successes
+      of n rollouts contradict a point mass at 0 when P(K >= k) < ``POINT_MASS_TAIL`` for
+      K ~ Binomial(n, 2 x ``POINT_MASS_SPREAD``) (at 1: the same for its failures). Judging by
+      the labels *of those rows* keeps the check on for real data, where most labels are 0
+      (Park et al.'s: about two thirds), and lets a map that is confidently right about hopeless
+      or solved prefixes pass; judging by the binomial tail, not by "any success", keeps the
+      verdict from turning with the number of rollouts: one success in 16 is what a prefix
+      solved 4 % of the time gives 48 % of the time; or
     * any quantile is not finite.
     """
     rows = np.arange(len(val))
@@ -74,6 +106,7 @@ def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000
     part = val.subset(rows)
     score = part.records["prm_score"].to_numpy(np.float32)
     y = part.records["success_prob"].to_numpy(np.float64)
+    successes, rollouts = part.n_correct, part.records["n_rollouts"].to_numpy(np.int64)
     try:
         q = model.quantiles(part.hidden, M.LEVELS_11, score).astype(np.float64)
     except DataError:  # non-finite outputs
@@ -92,7 +125,12 @@ def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000
         at_one = narrow & (q[:, 5] > 1.0 - POINT_MASS_SPREAD)
         point_mass = at_zero | at_one
         point_mass_share = float(np.mean(point_mass))
-        contradicted = (at_zero & (y > 0.0)) | (at_one & (y < 1.0))
+        bound = 2.0 * POINT_MASS_SPREAD
+        unlikely_successes = binomial_upper_tail(successes, rollouts, bound) < POINT_MASS_TAIL
+        unlikely_failures = (
+            binomial_upper_tail(rollouts - successes, rollouts, bound) < POINT_MASS_TAIL
+        )
+        contradicted = (at_zero & unlikely_successes) | (at_one & unlikely_failures)
         contradiction = float(contradicted.sum() / max(point_mass.sum(), 1))
         at_end = point_mass_share > POINT_MASS_SHARE and contradiction > POINT_MASS_CONTRADICTION
     collapsed = (not finite) or flat or at_end
