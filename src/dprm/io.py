@@ -293,6 +293,11 @@ def check_output(
     path = Path(path)
     guard_output(path, inputs)
     kind, other = ("directory", "file") if directory else ("file", "directory")
+    if path.is_symlink() and not path.exists():
+        raise OutputError(
+            path,
+            f"is a link to {os.readlink(path)}, which does not exist; create it or remove the link",
+        )
     if path.exists() or path.is_symlink():
         if path.is_dir() != directory:
             raise OutputError(path, f"exists and is a {other}; expected a {kind} path")

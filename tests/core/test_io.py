@@ -135,3 +135,15 @@ def test_a_symlink_shares_the_lock_of_its_target(tmp_path):
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with output_lock(tmp_path / "real"), pytest.raises(OutputError, match="another process"):
         output_lock(tmp_path / "link").__enter__()
+
+
+def test_a_link_to_nothing_is_named_as_such(tmp_path):
+    """A dangling link reads as neither file nor folder: say where it points, not "is a file"."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(OutputError, match=r"is a link to .*gone, which does not exist"):
+        check_output(link, overwrite=False, directory=True, resumable=True, command="run")
+    (tmp_path / "gone").mkdir()
+    assert (
+        check_output(link, overwrite=False, directory=True, resumable=True, command="run") == link
+    )
