@@ -50,14 +50,20 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
+#: the commit when the script started (imports this module): a commit made while a long
+#: computation runs must not be credited with its data
+STARTED_AT_COMMIT = commit()
+
+
 def record_source(name: str, command: str, note: str = "", extra: dict | None = None) -> dict:
     """Write ``source.json`` for data just computed here by ``command``; return it.
 
     ``extra``: further keys a script keeps for itself (e.g. the commit of each part of its data).
+    The commit recorded is the one the script started from (:data:`STARTED_AT_COMMIT`).
     """
     source = {
         "command": command,
-        "commit": commit(),
+        "commit": STARTED_AT_COMMIT,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": machine(),
         "note": note,

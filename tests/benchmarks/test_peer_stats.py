@@ -124,3 +124,12 @@ def test_each_missed_check_gets_the_reason_its_row_shows():
     assert len(lines) == 7 and all(line.startswith("- **id**, 1 of 7 misses: ") for line in lines)
     assert "(prm-a r-noise u64)" in lines[1] and "more draws or questions" in lines[1]
     assert peer_stats.why_missed(frame.iloc[:1]) == []  # every check met: nothing to explain
+
+
+def test_a_pages_source_names_the_commit_its_script_started_from(tmp_path, monkeypatch):
+    """A commit made while a page's data is computed is not the data's commit."""
+    monkeypatch.setattr(rp, "RESULTS", tmp_path)
+    monkeypatch.setattr(rp, "commit", lambda: "made-later")
+    source = rp.record_source("page", "python make_page.py")
+    assert source["commit"] == rp.STARTED_AT_COMMIT != "made-later"
+    assert rp.read_source("page")["commit"] == rp.STARTED_AT_COMMIT
