@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import os
 import statistics
 import sys
 import time
@@ -73,7 +75,7 @@ WAIT_METHODS = ("mono", "ot")
 PARTS = ("report", "dev", "trained", "wait")
 FIELDS = [
     "part", "world", "draw", "method", "arm", "split", "brier", "raw_brier", "brier_vs_raw",
-    "brier_vs_raw_se", "fell_back", "best_step", "steps", "seconds", "n_train_questions",
+    "brier_vs_raw_se", "fell_back", "best_step", "steps", "seconds", "n_train_questions", "data",
 ]  # fmt: skip
 
 
@@ -109,12 +111,19 @@ def _splits(folder: Path) -> dict:
 
 
 def trained_worlds(run_dir: Path) -> dict[str, dict]:
-    """The calibration sets of a ``dprm run`` (``RUN/worlds/NAME/{train,id,ood}/calib``)."""
+    """The calibration sets of a ``dprm run`` (``RUN/worlds/NAME/{train,id,ood}/calib``), each
+    world with ``data``: the content digest of its three sets (a rerun of the recipe with other
+    settings makes other sets, and the rows fitted on the old ones are fitted again)."""
+    from dprm.digests import digest
+
     found = {}
     for train in sorted(run_dir.glob("worlds/*/train/calib")):
         folder = train.parent.parent
         if all((folder / s / "calib").exists() for s in SPLITS):
-            found[f"trained {folder.name}"] = _splits(folder)
+            sets = _splits(folder)
+            parts = "/".join(str(digest(sets[s])) for s in ("train", *SPLITS))
+            data = hashlib.sha256(parts.encode()).hexdigest()[:16]
+            found[f"trained {folder.name}"] = sets | {"data": data}
     if not found:
         raise SystemExit(f"{run_dir}: no worlds/*/{{train,id,ood}}/calib (a `dprm run` output)")
     return found
@@ -148,6 +157,7 @@ def fit_rows(part, label, draw, index, sets, method, arm, overrides, guard) -> l
             "fell_back": model.method == "base" and method != "base",
             "best_step": training.get("best_step", ""), "steps": training.get("steps", ""),
             "seconds": round(seconds, 2), "n_train_questions": model.info.get("n_train_questions"),
+            "data": sets.get("data", ""),
         })  # fmt: skip
     return rows
 
@@ -168,7 +178,10 @@ def run_part(args, part: str, out_csv: Path) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    done = {(r["part"], r["world"], int(r["draw"]), r["method"], r["arm"]) for r in read(out_csv)}
+    done = {
+        (r["part"], r["world"], int(r["draw"]), r["method"], r["arm"], r.get("data") or "")
+        for r in read(out_csv)
+    }
     draws = DEV_DRAWS if part in ("dev", "wait") else REPORT_DRAWS
     draws = draws[:1] if args.smoke else draws
     fitted = 0
@@ -192,8 +205,9 @@ def run_part(args, part: str, out_csv: Path) -> int:
                 arms = [("binomial", "recommended", None, True), ("platt", "platt", None, False)]
             for method, arm, overrides, guard in arms:
                 key = (part, label, draw, method, arm)
-                if key in done:
+                if (*key, sets.get("data", "")) in done:
                     continue
+                drop(out_csv, key)  # rows of this arm fitted on other data
                 if args.smoke and method != "platt":
                     overrides = dict(overrides or {}) | {"max_steps": 50}
                 rows = fit_rows(part, label, draw, index, sets, method, arm, overrides, guard)
@@ -212,7 +226,32 @@ def read(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def drop(path: Path, key: tuple) -> None:
+    """Remove the rows of ``key`` = (part, world, draw, method, arm) from ``path``, if any."""
+    rows = read(path)
+    kept = [
+        r for r in rows if (r["part"], r["world"], int(r["draw"]), r["method"], r["arm"]) != key
+    ]
+    if len(kept) < len(rows):
+        rewrite(path, kept)
+
+
+def rewrite(path: Path, rows: list[dict]) -> None:
+    """``path`` holds exactly ``rows`` under today's header (written aside, then renamed)."""
+    part = path.with_name(path.name + ".part")
+    with part.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n", restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(part, path)
+
+
 def append(path: Path, rows: list[dict]) -> None:
+    if path.exists():
+        with path.open() as f:
+            header = next(csv.reader(f), [])
+        if header != FIELDS:  # rows of an older version of this script: carry them over
+            rewrite(path, read(path))
     new = not path.exists()
     with path.open("a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
@@ -397,7 +436,7 @@ def part_commits(computed: list[str]) -> tuple[dict, str]:
     """Each part's commit (the earlier ones from ``source.json``, ``computed`` now) and the
     page's note saying so."""
     commits = dict(previous_source().get("part_commits", {}))
-    commits.update(dict.fromkeys(computed, rp.commit()))
+    commits.update(dict.fromkeys(computed, rp.STARTED_AT_COMMIT))
     note = "Parts computed at: " + ", ".join(f"{p} {c}" for p, c in sorted(commits.items())) + "."
     return commits, note
 
