@@ -13,6 +13,7 @@ map raises :class:`CollapseError` and is never returned or saved.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -53,31 +54,29 @@ class CollapseError(RuntimeError):
     """Training produced a degenerate map (constant in tau and h, or a point mass at 0 or 1)."""
 
 
-@torch.no_grad()
 def binomial_upper_tail(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
     """P(K >= k) for K ~ Binomial(n, p), elementwise over ``k``, ``n`` [N] (0 <= k <= n).
 
-    Summed over the pmf in log space (lgamma), so it holds for any n; 1 where k <= 0.
+    Summed over the pmf in log space (lgamma), once per distinct (k, n) pair: a calibration
+    set has a handful of rollout counts, however many rows. 1 where k <= 0.
     """
-    k = np.asarray(k, dtype=np.int64)
-    n = np.asarray(n, dtype=np.int64)
-    if k.size == 0:
+    pairs = np.stack([np.asarray(k, np.int64).ravel(), np.asarray(n, np.int64).ravel()], axis=1)
+    if not len(pairs):
         return np.zeros(0)
-    counts = torch.tensor(n, dtype=torch.float64)[:, None]
-    j = torch.arange(int(n.max()) + 1, dtype=torch.float64)[None, :]
-    inside = j <= counts
-    log_pmf = (
-        torch.lgamma(counts + 1)
-        - torch.lgamma(j + 1)
-        - torch.lgamma((counts - j).clamp(min=0) + 1)
-        + j * np.log(p)
-        + (counts - j).clamp(min=0) * np.log1p(-p)
-    )
-    at_or_above = inside & (j >= torch.tensor(k, dtype=torch.float64)[:, None])
-    tail = torch.where(at_or_above, log_pmf.exp(), torch.zeros_like(log_pmf)).sum(dim=1)
-    return tail.clamp(max=1.0).numpy()
+    distinct, row_pair = np.unique(pairs, axis=0, return_inverse=True)
+    log_p, log_q = math.log(p), math.log1p(-p)
+    tails = np.empty(len(distinct))
+    for i, (successes, rollouts) in enumerate(distinct.tolist()):
+        terms = [
+            math.lgamma(rollouts + 1) - math.lgamma(j + 1) - math.lgamma(rollouts - j + 1)
+            + j * log_p + (rollouts - j) * log_q
+            for j in range(max(successes, 0), rollouts + 1)
+        ]  # fmt: skip
+        tails[i] = min(1.0, math.fsum(math.exp(t) for t in terms))
+    return tails[row_pair.ravel()]
 
 
+@torch.no_grad()
 def check_collapse(model: Calibrator, val: CalibrationSet, max_rows: int = 20000) -> dict[str, Any]:
     """Is the map degenerate on validation rows?
 
