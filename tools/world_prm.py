@@ -54,7 +54,7 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add("--body-lr", type=float, default=2e-3)
     add("--prm-questions", type=int, default=1500, help="training questions of the MC data")
     add("--prm-samples", type=int, default=8, help="policy solutions per question")
-    add("--prm-rollouts", type=int, default=2, help="MC continuations per step prefix")
+    add("--prm-rollouts", type=int, default=16, help="MC continuations per step prefix")
     add("--prm-corrupt", type=float, default=0.2, help="share of solutions given a damaged copy")
     add("--prm-workers", type=int, default=2, help="sampling processes of prm-data")
     add(
