@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
-import os
 import statistics
 import sys
 import time
@@ -178,10 +177,7 @@ def run_part(args, part: str, out_csv: Path) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    done = {
-        (r["part"], r["world"], int(r["draw"]), r["method"], r["arm"], r.get("data") or "")
-        for r in read(out_csv)
-    }
+    done = {(*row_key(r), r.get("data") or "") for r in read(out_csv)}
     draws = DEV_DRAWS if part in ("dev", "wait") else REPORT_DRAWS
     draws = draws[:1] if args.smoke else draws
     fitted = 0
@@ -226,24 +222,27 @@ def read(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def row_key(row: dict) -> tuple:
+    """(part, world, draw, method, arm): the arm a stored row belongs to."""
+    return row["part"], row["world"], int(row["draw"]), row["method"], row["arm"]
+
+
 def drop(path: Path, key: tuple) -> None:
-    """Remove the rows of ``key`` = (part, world, draw, method, arm) from ``path``, if any."""
+    """Remove the rows of ``key`` (:func:`row_key`) from ``path``, if any."""
     rows = read(path)
-    kept = [
-        r for r in rows if (r["part"], r["world"], int(r["draw"]), r["method"], r["arm"]) != key
-    ]
+    kept = [r for r in rows if row_key(r) != key]
     if len(kept) < len(rows):
         rewrite(path, kept)
 
 
 def rewrite(path: Path, rows: list[dict]) -> None:
     """``path`` holds exactly ``rows`` under today's header (written aside, then renamed)."""
-    part = path.with_name(path.name + ".part")
-    with part.open("w", newline="") as f:
+    from dprm.io import atomic_path
+
+    with atomic_path(path) as part, part.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n", restval="")
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(part, path)
 
 
 def append(path: Path, rows: list[dict]) -> None:
