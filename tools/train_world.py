@@ -8,17 +8,20 @@
 The generator is a ``Qwen2ForCausalLM`` (2 layers, hidden 128, 4 heads of 32) trained by
 next-token loss on the reference solutions of freshly drawn problems (a seed stream that skips
 every packaged question), the loss on the solution tokens only; the checkpoint after
-``--policy-step`` steps is kept under ``--work`` (an earlier, weaker policy). Its tokenizer is
-byte-level with no merges (one token per character) plus added tokens: the chat markers, the
-PRM's step tag ``<extra_0>``, the two system prompts, the fixed phrases of a solution
-(``## Step ``, the final-answer sentence) and the fixed words of a question (names, items,
-the sentences around their numbers), so prompts stay short, numbers are one token per digit
-and ``"\\n\\n"`` is two ``"\\n"`` tokens wherever it appears.
+``--policy-step`` steps is kept under ``--work`` (an earlier, weaker policy). After ``--steps``
+the model (the *base*, kept under ``--work/base``) trains ``--more-steps`` more on the
+continuing stream with a fresh optimiser and schedule: the base at ``--prm-temperature`` is the
+policy whose solutions train the PRM, the longer-trained model is the shipped generator.
+Its tokenizer is byte-level with no merges (one token per character) plus added tokens: the
+chat markers, the PRM's step tag ``<extra_0>``, the two system prompts, the fixed phrases of a
+solution (``## Step ``, the final-answer sentence) and the fixed words of a question (names,
+items, the sentences around their numbers), so prompts stay short, numbers are one token per
+digit and ``"\\n\\n"`` is two ``"\\n"`` tokens wherever it appears.
 
 The PRM (``tools/world_prm.py``): a larger body pretrained on reference solutions in the PRM's
 input format, then Qwen2.5-Math-PRM's head trained on Monte Carlo step labels of another
-policy's solutions (the earlier checkpoint, or the shipped generator at another temperature),
-with damaged copies among the negatives.
+policy's solutions (the base at another temperature, the earlier checkpoint, or the shipped
+generator at another temperature), with damaged copies among the negatives.
 
 Matrix products run in bfloat16 under autocast (float32 weights and optimiser state).
 Training is deterministic for a given seed, arguments, thread count and machine; on another
@@ -199,9 +202,18 @@ def train_generator(
     layers: int,
     policy_out: Path | None = None,
     policy_step: int = 0,
+    more_steps: int = 0,
+    more_lr: float = 0.0,
+    base_out: Path | None = None,
 ) -> dict:
     """Train the generator into ``out``; with ``policy_out``, also save the model as it is
-    after ``policy_step`` optimiser steps there (the earlier policy the PRM's data comes from).
+    after ``policy_step`` optimiser steps there (an earlier, weaker policy).
+
+    With ``more_steps``, the model after ``steps`` is saved to ``base_out`` (the base: the
+    policy whose solutions train the PRM, at another temperature) and then trained
+    ``more_steps`` more on the continuing stream, with a fresh optimiser and its own warmup and
+    cosine schedule peaking at ``more_lr``. The second phase starts from the saved (float16)
+    weights, so it depends on the base's file alone.
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -220,11 +232,38 @@ def train_generator(
     model = Qwen2ForCausalLM(config)
     # eager attention: torch's CPU backward of scaled_dot_product_attention is far slower here
     model.config._attn_implementation = "eager"
+    t0, c0 = time.time(), time.process_time()
+    saves = {policy_step: policy_out} if policy_out is not None else {}
+    losses, index = train_phase(model, tok, seed, steps, batch, lr, 0, saves, "generator")
+    stats = {"base_steps": steps, "base_stream_end": index} if more_steps else {}
+    if more_steps:
+        if base_out is None:
+            raise ValueError("more_steps needs base_out (where the base is kept)")
+        save_model(model, tok, base_out)
+        more, index = train_phase(model, tok, seed, more_steps, batch, more_lr, index, {}, "more")
+        losses += more
+    save_model(model, tok, out)
+    return {
+        "seed": seed, "steps": steps, "batch": batch, "lr": lr, "hidden": hidden, "layers": layers,
+        "more_steps": more_steps, "more_lr": more_lr, **stats,
+        "training_stream_end": index, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
+        "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }  # fmt: skip
+
+
+def train_phase(
+    model, tok, seed: int, steps: int, batch: int, lr: float, index: int, saves: dict, name: str
+) -> tuple[list[float], int]:
+    """``steps`` AdamW steps (a fresh optimiser, warmup then cosine to a tenth of ``lr``) on
+    the training stream from ``index``; the model is saved to ``saves[k]`` after step k.
+    Returns (the losses, the next stream index)."""
+    import torch
+
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    t0, c0 = time.time(), time.process_time()
-    index = 0
-    losses = []
+    t0 = time.time()
+    losses: list[float] = []
     for step in range(steps):
         problems, index = training_problems(index, batch, seed)
         examples = [encode_example(tok, p.question, p.solution()) for p in problems]
@@ -238,22 +277,16 @@ def train_generator(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-        if policy_out is not None and step + 1 == policy_step:
-            save_model(model, tok, policy_out)
+        if step + 1 in saves:
+            save_model(model, tok, saves[step + 1])
             model.train()
         if step % 50 == 0 or step == steps - 1:
             recent = sum(losses[-50:]) / len(losses[-50:])
             print(
-                f"generator step {step}/{steps} loss {recent:.4f} wall {time.time() - t0:.0f}s",
+                f"{name} step {step}/{steps} loss {recent:.4f} wall {time.time() - t0:.0f}s",
                 flush=True,
             )
-    save_model(model, tok, out)
-    return {
-        "seed": seed, "steps": steps, "batch": batch, "lr": lr, "hidden": hidden, "layers": layers,
-        "training_stream_end": index, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
-        "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }  # fmt: skip
+    return losses, index
 
 
 def save_model(model, tok, out: Path) -> None:
@@ -347,8 +380,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument(
         "--policy-step", type=int, default=500,
-        help="the generator after this many steps is the policy whose solutions train the PRM",
+        help="the generator after this many steps is kept under --work/policy (an earlier, "
+        "weaker policy; --prm-policy checkpoint labels its solutions)",
     )  # fmt: skip
+    parser.add_argument(
+        "--more-steps", type=int, default=800,
+        help="after --steps, keep the model under --work/base (the PRM's data policy, "
+        "--prm-policy base) and train this many steps more: a fresh optimiser and schedule",
+    )  # fmt: skip
+    parser.add_argument("--more-lr", type=float, default=3e-3, help="peak lr of --more-steps")
     add_prm_arguments(parser)
     return parser
 
@@ -366,9 +406,20 @@ def main(argv: list[str] | None = None) -> int:
         stats = train_generator(
             args.out / "generator", args.seed, args.steps, args.batch, args.lr, args.hidden,
             args.layers, policy_out=args.work / "policy", policy_step=args.policy_step,
+            more_steps=args.more_steps, more_lr=args.more_lr, base_out=args.work / "base",
         )  # fmt: skip
+        # the earlier models' records: the run's settings with their own step counts
+        write_provenance(
+            args.work / "policy", "policy", args,
+            {**stats, "steps": args.policy_step, "more_steps": 0},
+        )  # fmt: skip
+        if args.more_steps:
+            write_provenance(
+                args.work / "base", "base", args,
+                {**stats, "more_steps": 0, "training_stream_end": stats["base_stream_end"]},
+            )  # fmt: skip
+            stats["base_sha256"] = sha256_files(args.work / "base")
         write_provenance(args.out / "generator", "generator", args, stats)
-        write_provenance(args.work / "policy", "policy", args, {**stats, "steps": args.policy_step})
         print(json.dumps(stats), flush=True)
     for stage in ("prm-body", "prm-data", "prm"):
         if args.what in (stage, "all"):

@@ -6,9 +6,10 @@ PRM's own input format (the PRM system prompt, the question, the steps joined an
 ``<extra_0>``), the loss on the solution tokens only.
 
 ``prm-data``: Monte Carlo step labels (Math-Shepherd style) on solutions of *another policy*
-than the one the PRM scores (the generator at temperature 1): by default the shipped generator
-at ``--prm-temperature`` 1.3, or (``--prm-policy checkpoint``) the generator after
-``--policy-step`` steps: ``--prm-samples`` solutions per training question; from each distinct
+than the one the PRM scores (the generator at temperature 1): by default the generator's base
+(the model before its ``--more-steps``) at ``--prm-temperature`` 1.3; or (``--prm-policy
+checkpoint``) the generator after ``--policy-step`` steps, or (``--prm-policy generator``) the
+shipped generator at ``--prm-temperature``: ``--prm-samples`` solutions per training question; from each distinct
 step prefix (all steps but the last), ``--prm-rollouts`` continuations by the same policy; a
 step's soft label is the fraction of its continuations whose boxed answer is right. The last
 step's label is whether the solution's own answer is right (0 when it has none). Among the
@@ -59,10 +60,11 @@ def add_prm_arguments(parser: argparse.ArgumentParser) -> None:
     add("--prm-workers", type=int, default=2, help="sampling processes of prm-data")
     add(
         "--prm-policy",
-        choices=["checkpoint", "generator"],
-        default="generator",
-        help="whose solutions prm-data labels: the earlier checkpoint (--policy-step) or the "
-        "shipped generator (then at --prm-temperature, which must differ from 1)",
+        choices=["base", "checkpoint", "generator"],
+        default="base",
+        help="whose solutions prm-data labels: the generator before its --more-steps (base), "
+        "the earlier checkpoint (--policy-step) or the shipped generator (then at "
+        "--prm-temperature, which must differ from 1)",
     )
     add("--prm-temperature", type=float, default=1.3, help="prm-data's sampling temperature")
     add(
@@ -582,7 +584,14 @@ def run_prm_stage(stage: str, args: argparse.Namespace) -> None:
         stats = train_body(work / "prm-body", args.seed, args)
         write_provenance(work / "prm-body", "prm-body", args, stats)
     elif stage == "prm-data":
-        policy = work / "policy" if args.prm_policy == "checkpoint" else args.out / "generator"
+        policy = {
+            "base": work / "base", "checkpoint": work / "policy", "generator": args.out / "generator"
+        }[args.prm_policy]  # fmt: skip
+        if not (policy / "config.json").is_file():
+            raise SystemExit(
+                f"no policy model in {policy}: run the generator stage first"
+                + (" with --more-steps > 0" if args.prm_policy == "base" else "")
+            )
         if args.prm_policy == "generator" and args.prm_temperature == 1.0:
             raise SystemExit("--prm-policy generator needs --prm-temperature != 1 (another policy)")
         stats = make_data(work / "prm-data" / "prm-data.jsonl.gz", policy, args.seed, args)

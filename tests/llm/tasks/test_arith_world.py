@@ -79,7 +79,7 @@ def test_the_training_scripts_defaults_are_the_shipped_models_arguments():
     recorded = {
         "seed": gen["seed"], "threads": gen["threads"], "steps": gen["steps"],
         "batch": gen["batch"], "lr": gen["lr"], "hidden": gen["hidden"],
-        "layers": gen["layers"],
+        "layers": gen["layers"], "more_steps": gen["more_steps"], "more_lr": gen["more_lr"],
         "body_steps": body["steps"], "body_lr": body["lr"], "prm_hidden": body["hidden"],
         "prm_layers": body["layers"], "prm_questions": data["questions"],
         "prm_samples": data["samples_per_question"], "prm_rollouts": data["rollouts_per_prefix"],
@@ -93,9 +93,10 @@ def test_the_training_scripts_defaults_are_the_shipped_models_arguments():
     ):  # the earlier checkpoint: in the PRM's lineage only when it drew the data
         recorded["policy_step"] = stages["policy"]["steps"]
     assert {name: defaults[name] for name in recorded} == recorded
-    # the data's policy is the shipped generator (at its own temperature, not 1)
-    assert defaults["prm_policy"] == "generator" and data["temperature"] != 1.0
-    assert data["policy_sha256"] == gen["sha256"]
+    # the data's policy is the generator's base (the model before its more_steps), drawn at
+    # a temperature other than 1: another checkpoint and temperature than the scored policy
+    assert defaults["prm_policy"] == "base" and data["temperature"] != 1.0
+    assert data["policy_sha256"] == gen["base_sha256"] != gen["sha256"]
 
 
 def test_generator_is_a_standard_qwen2_causal_lm_vllm_can_serve():
@@ -343,12 +344,23 @@ def test_second_draws_meet_the_shipped_models_training_streams_only_where_docume
                 drawn.add(question)
         return drawn
 
+    second = {row["question"] for split in ("id2", "ood2") for row in set_rows(split)}
+    base_end = gen.get("base_stream_end", gen["training_stream_end"])
+    if gen.get("more_steps"):
+        # trained after the second draws existed: that phase skipped them, as a retrain does;
+        # its recorded stream end is where more_steps x batch questions were taken
+        packaged = skipped | second
+        kept = [
+            index for index in range(base_end, gen["training_stream_end"])
+            if make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], seed, index).question
+            not in packaged
+        ]  # fmt: skip
+        assert len(kept) == gen["more_steps"] * gen["batch"]
     trained = {
-        "generator": stream(0, end=gen["training_stream_end"]),
+        "generator": stream(0, end=base_end),
         "prm-body": stream(BODY_START, kept=body["steps"] * body["batch"]),
         "prm-data": stream(PRM_DATA_START, kept=data["questions"]),
     }
-    second = {row["question"] for split in ("id2", "ood2") for row in set_rows(split)}
     assert len(second) == 600
     assert {name: drawn & second for name, drawn in trained.items()} == {
         "generator": set(), "prm-body": SECOND_DRAWS_SEEN, "prm-data": set()}  # fmt: skip
