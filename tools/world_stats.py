@@ -79,15 +79,24 @@ def dprm_generator_check(models: Path, rows: list[dict], n: int, seed: int) -> l
 
 
 def collect(
-    models: Path, questions: int | None, samples: int, seed: int, prm: bool, workers: int
+    models: Path,
+    questions: int | None,
+    samples: int,
+    seed: int,
+    prm: bool,
+    workers: int,
+    split_rows: dict[str, list[dict]] | None = None,
 ) -> dict:
-    """Draw, grade and score: per split, one record per question."""
+    """Draw, grade and score: per split, one record per question (the packaged test splits,
+    or ``split_rows``: question rows by split name)."""
     from dprm.llm.prompts import build_prompt
     from world_prm import parallel_sample
 
     data: dict = {}
-    for split in SPLITS:
-        rows = set_rows(split)[:questions] if questions else set_rows(split)
+    if split_rows is None:
+        split_rows = {split: set_rows(split) for split in SPLITS}
+    for split, all_rows in split_rows.items():
+        rows = all_rows[:questions] if questions else all_rows
         t0 = time.time()
         prompts = [build_prompt(r["question"], "qwen", template="qwen") for r in rows]
         texts = parallel_sample(models / "generator", prompts, samples, seed, workers, job=25)
