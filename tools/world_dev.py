@@ -40,6 +40,7 @@ def dev_rows(block: int) -> dict[str, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dprm.io import atomic_path
     from world_metrics import summarise
     from world_stats import collect
 
@@ -53,11 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("generator", "prm"):
         if not (args.models / name / "config.json").is_file():
             raise SystemExit(f"--models {args.models}: no {name}/config.json")
+    if args.out and args.out.resolve().is_relative_to(args.models.resolve()):
+        raise SystemExit(f"--out {args.out} is inside --models {args.models} (an input)")
     data = collect(
         args.models, None, args.samples, 10 + args.block, True, args.workers, dev_rows(args.block)
     )
     if args.out:
-        args.out.write_text(json.dumps(data), encoding="utf-8")
+        with atomic_path(args.out) as tmp:
+            tmp.write_text(json.dumps(data), encoding="utf-8")
     for row in summarise(data, args.samples, None)["targets"]:
         low, high = row["ci"]
         print(f"{row['target']:50s} {row['measured']:.3f} [{low:.3f}, {high:.3f}]")

@@ -43,3 +43,12 @@ def test_development_blocks_share_no_question_with_the_test_splits_or_each_other
 def test_an_unknown_block_fails_in_one_line(world_dev):
     with pytest.raises(SystemExit, match="--block must be 1 or 2"):
         world_dev.dev_rows(3)
+
+
+def test_an_out_inside_the_models_is_refused_before_any_work(world_dev, tmp_path):
+    for name in ("generator", "prm"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    with pytest.raises(SystemExit, match="inside --models"):
+        world_dev.main(["--models", str(tmp_path), "--out", str(tmp_path / "prm" / "dev.json")])
+    assert not (tmp_path / "prm" / "dev.json").exists()
