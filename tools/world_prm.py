@@ -9,14 +9,14 @@ PRM's own input format (the PRM system prompt, the question, the steps joined an
 than the one the PRM scores (the generator at temperature 1): by default the generator's base
 (the model before its ``--more-steps``) at ``--prm-temperature`` 1.3; or (``--prm-policy
 checkpoint``) the generator after ``--policy-step`` steps, or (``--prm-policy generator``) the
-shipped generator at ``--prm-temperature``: ``--prm-samples`` solutions per training
-question; from each distinct step prefix (all steps but the last), ``--prm-rollouts``
-continuations by the same policy; a step's soft label is the fraction of its continuations
-whose boxed answer is right. The last step's label is whether the solution's own answer is
-right (0 when it has none). Among the negatives, ``--prm-corrupt`` of the solutions get a damaged copy: cut inside a step (a
-truncated solution, its cut step labelled 0) or one operation step garbled (a character
-dropped, inserted or swapped, or the result replaced by junk such as ``. 0``; that step and
-every later one labelled 0), so malformed outliers are seen and scored low.
+shipped generator at ``--prm-temperature``: ``--prm-samples`` solutions per training question;
+from each distinct step prefix (all steps but the last), ``--prm-rollouts`` continuations by the
+same policy; a step's soft label is the fraction of its continuations whose boxed answer is
+right. The last step's label is whether the solution's own answer is right (0 when it has none).
+Among the negatives, ``--prm-corrupt`` of the solutions get a damaged copy: cut inside a step (a
+truncated solution, its cut step labelled 0) or one operation step garbled (a character dropped,
+inserted or swapped, or the result replaced by junk such as ``. 0``; that step and every later
+one labelled 0), so malformed outliers are seen and scored low.
 
 ``prm``: a ``Qwen2ForProcessRewardModel`` (Qwen2.5-Math-PRM's layout) on the pretrained body,
 trained by binary cross-entropy against the soft labels at every ``<extra_0>``. With
