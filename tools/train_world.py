@@ -61,14 +61,20 @@ from dprm.llm.tasks.arith_sets import packaged_questions  # noqa: E402
 from world_prm import add_prm_arguments, run_prm_stage  # noqa: E402
 
 DEFAULT_OUT = ROOT / "src" / "dprm" / "llm" / "worlds" / "arith"
-#: the training distribution, by index modulo 3: the train/ID splits' knobs plus
-#: one-operation problems (1-4 operations, one- or two-digit operands per question), and one
-#: third two-digit problems (the ID splits' hard half); OOD asks for 5-6 operations
-TRAIN_SPECS = (
-    ArithSpec(min_steps=1, max_steps=4, digits=1, max_digits=2),
-    ArithSpec(min_steps=1, max_steps=4, digits=1, max_digits=2),
-    ArithSpec(min_steps=1, max_steps=4, digits=2),
-)
+
+
+def train_specs(max_ops: int) -> tuple[ArithSpec, ...]:
+    """The training distribution, by stream index modulo 3: the train/ID splits' knobs with
+    1..``max_ops`` operations (one- or two-digit operands per question), and one third
+    two-digit problems (the ID splits' hard half)."""
+    mixed = ArithSpec(min_steps=1, max_steps=max_ops, digits=1, max_digits=2)
+    return (mixed, mixed, ArithSpec(min_steps=1, max_steps=max_ops, digits=2))
+
+
+#: the base generator's, the PRM body's and the PRM data's stream: 1-4 operations, as the
+#: calibration (train) and ID splits ask 2-4; the generator's second phase sees up to
+#: ``--more-max-ops`` (5: OOD asks 5-6, one operation beyond the generator, two beyond the PRM)
+TRAIN_SPECS = train_specs(4)
 TRAIN_STREAM = 9_000_000  # seed offset of the training problems (packaged sets use < 5e6)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<extra_0>"]
 
@@ -142,14 +148,17 @@ def git_commit() -> str:
         return "unknown"
 
 
-def training_problems(start: int, count: int, seed: int) -> tuple[list, int]:
-    """``count`` training problems from stream index ``start`` on, skipping any whose question
-    is a packaged one (so no packaged question is trained on); (problems, next index)."""
+def training_problems(
+    start: int, count: int, seed: int, specs: tuple[ArithSpec, ...] = TRAIN_SPECS
+) -> tuple[list, int]:
+    """``count`` training problems from stream index ``start`` on (index i drawn from
+    ``specs[i % len(specs)]``), skipping any whose question is a packaged one (so no packaged
+    question is trained on); (problems, next index)."""
     skip = packaged_questions()
     problems = []
     index = start
     while len(problems) < count:
-        problem = make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], TRAIN_STREAM + seed, index)
+        problem = make_problem(specs[index % len(specs)], TRAIN_STREAM + seed, index)
         index += 1
         if problem.question not in skip:
             problems.append(problem)
@@ -205,6 +214,7 @@ def train_generator(
     more_steps: int = 0,
     more_lr: float = 0.0,
     base_out: Path | None = None,
+    more_max_ops: int = 4,
 ) -> dict:
     """Train the generator into ``out``; with ``policy_out``, also save the model as it is
     after ``policy_step`` optimiser steps there (an earlier, weaker policy).
@@ -212,8 +222,8 @@ def train_generator(
     With ``more_steps``, the model after ``steps`` is saved to ``base_out`` (the base: the
     policy whose solutions train the PRM, at another temperature) and then trained
     ``more_steps`` more on the continuing stream, with a fresh optimiser and its own warmup and
-    cosine schedule peaking at ``more_lr``. The second phase starts from the saved (float16)
-    weights, so it depends on the base's file alone.
+    cosine schedule peaking at ``more_lr``, on problems of up to ``more_max_ops`` operations
+    (the base sees up to 4).
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -240,12 +250,15 @@ def train_generator(
         if base_out is None:
             raise ValueError("more_steps needs base_out (where the base is kept)")
         save_model(model, tok, base_out)
-        more, index = train_phase(model, tok, seed, more_steps, batch, more_lr, index, {}, "more")
+        more, index = train_phase(
+            model, tok, seed, more_steps, batch, more_lr, index, {}, "more",
+            specs=train_specs(more_max_ops),
+        )  # fmt: skip
         losses += more
     save_model(model, tok, out)
     return {
         "seed": seed, "steps": steps, "batch": batch, "lr": lr, "hidden": hidden, "layers": layers,
-        "more_steps": more_steps, "more_lr": more_lr, **stats,
+        "more_steps": more_steps, "more_lr": more_lr, "more_max_ops": more_max_ops, **stats,
         "training_stream_end": index, "final_loss": sum(losses[-50:]) / len(losses[-50:]),
         "wall_s": round(time.time() - t0, 1), "cpu_s": round(time.process_time() - c0, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
@@ -253,10 +266,20 @@ def train_generator(
 
 
 def train_phase(
-    model, tok, seed: int, steps: int, batch: int, lr: float, index: int, saves: dict, name: str
+    model,
+    tok,
+    seed: int,
+    steps: int,
+    batch: int,
+    lr: float,
+    index: int,
+    saves: dict,
+    name: str,
+    specs: tuple[ArithSpec, ...] = TRAIN_SPECS,
 ) -> tuple[list[float], int]:
     """``steps`` AdamW steps (a fresh optimiser, warmup then cosine to a tenth of ``lr``) on
-    the training stream from ``index``; the model is saved to ``saves[k]`` after step k.
+    the training stream of ``specs`` from ``index``; the model is saved to ``saves[k]`` after
+    step k.
     Returns (the losses, the next stream index)."""
     import torch
 
@@ -265,7 +288,7 @@ def train_phase(
     t0 = time.time()
     losses: list[float] = []
     for step in range(steps):
-        problems, index = training_problems(index, batch, seed)
+        problems, index = training_problems(index, batch, seed, specs)
         examples = [encode_example(tok, p.question, p.solution()) for p in problems]
         ids, mask, labels = batch_tensors(examples, tok.pad_token_id)
         for group in opt.param_groups:
@@ -389,6 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--prm-policy base) and train this many steps more: a fresh optimiser and schedule",
     )  # fmt: skip
     parser.add_argument("--more-lr", type=float, default=3e-3, help="peak lr of --more-steps")
+    parser.add_argument(
+        "--more-max-ops", type=int, default=5,
+        help="most operations per problem in the --more-steps stream (the base, the PRM body "
+        "and the PRM data see 1-4; OOD questions ask 5-6)",
+    )  # fmt: skip
     add_prm_arguments(parser)
     return parser
 
@@ -407,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out / "generator", args.seed, args.steps, args.batch, args.lr, args.hidden,
             args.layers, policy_out=args.work / "policy", policy_step=args.policy_step,
             more_steps=args.more_steps, more_lr=args.more_lr, base_out=args.work / "base",
+            more_max_ops=args.more_max_ops,
         )  # fmt: skip
         # the earlier models' records: the run's settings with their own step counts
         write_provenance(

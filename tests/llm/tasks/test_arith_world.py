@@ -80,6 +80,7 @@ def test_the_training_scripts_defaults_are_the_shipped_models_arguments():
         "seed": gen["seed"], "threads": gen["threads"], "steps": gen["steps"],
         "batch": gen["batch"], "lr": gen["lr"], "hidden": gen["hidden"],
         "layers": gen["layers"], "more_steps": gen["more_steps"], "more_lr": gen["more_lr"],
+        "more_max_ops": gen["more_max_ops"],
         "body_steps": body["steps"], "body_lr": body["lr"], "prm_hidden": body["hidden"],
         "prm_layers": body["layers"], "prm_questions": data["questions"],
         "prm_samples": data["samples_per_question"], "prm_rollouts": data["rollouts_per_prefix"],
@@ -335,7 +336,7 @@ def test_second_draws_meet_the_shipped_models_training_streams_only_where_docume
     from dprm.llm.tasks.arith_sets import set_rows
 
     with tools_on_path():
-        from train_world import TRAIN_SPECS, TRAIN_STREAM
+        from train_world import TRAIN_SPECS, TRAIN_STREAM, train_specs
         from world_prm import BODY_START, PRM_DATA_START
     gen = json.loads((WORLD / "generator" / "provenance.json").read_text())
     prm = json.loads((WORLD / "prm" / "provenance.json").read_text())
@@ -358,12 +359,15 @@ def test_second_draws_meet_the_shipped_models_training_streams_only_where_docume
         # trained after the second draws existed: that phase skipped them, as a retrain does;
         # its recorded stream end is where more_steps x batch questions were taken
         packaged = skipped | second
-        kept = [
-            index for index in range(base_end, gen["training_stream_end"])
-            if make_problem(TRAIN_SPECS[index % len(TRAIN_SPECS)], seed, index).question
-            not in packaged
-        ]  # fmt: skip
+        more_specs = train_specs(gen["more_max_ops"])
+        more = [
+            make_problem(more_specs[index % len(more_specs)], seed, index)
+            for index in range(base_end, gen["training_stream_end"])
+        ]
+        kept = [problem for problem in more if problem.question not in packaged]
         assert len(kept) == gen["more_steps"] * gen["batch"]
+        # the second phase saw longer chains than the base (OOD asks for 5-6 operations)
+        assert max(len(problem.ops) for problem in kept) == gen["more_max_ops"] == 5
     trained = {
         "generator": stream(0, end=base_end),
         "prm-body": stream(BODY_START, kept=body["steps"] * body["batch"]),
