@@ -234,18 +234,18 @@ TARGETS = (
     ("ID correct answers on the true path >= 80 %", "id", "genuine_share_of_correct", 0.80, None,
      "longer generator training (fewer right answers from wrong steps)"),
     ("OOD pass@1 in [0.05, 0.35]", "ood", "pass@1", 0.05, 0.35,
-     "a generator that carries on past 4 operations: it stops after 4 operation steps in "
-     "almost every OOD draw, so its right OOD answers are coincidences (none on the true "
-     "path, table below); training on a few 5-operation problems (then OOD = 6-7 operations) "
-     "or an OOD split of bigger numbers at the trained lengths"),
+     "more (higher) or fewer (lower) 5-operation problems in the generator's second phase "
+     "(--more-max-ops 5: it carries on to a fifth operation; OOD asks for 5-6)"),
     ("ID within-question AUROC >= 0.75", "id", "within_question_auroc", 0.75, None,
      "a PRM that compares each written result with the one its body computes (the shipped "
      "PRM's auxiliary digit head and identity layers: docs/real-world.md) and less noisy "
      "labels (more Monte Carlo rollouts per prefix)"),
     ("OOD within-question AUROC >= 0.65", "ood", "within_question_auroc", 0.65, None,
-     "OOD draws a PRM can rank: the right OOD answers are coincidences (none on the true "
-     "path), so ranking them is guessing; a generator that carries on past 4 operations, then "
-     "PRM training data with longer chains"),
+     "most right OOD answers come from a wrong path (table below), which no verifier can rank "
+     "above a wrong answer, and the PRM has never scored a fifth or sixth step (its body and "
+     "Monte Carlo data see 1-4 operations: the generator's base wrote the data); data "
+     "drawn from a policy that writes 5-6 steps (the generator after its second phase, at "
+     "another temperature), a body pretrained on such chains, then the PRM retrained"),
     ("ID PRM best-of-64 >= majority@64", "id", "bon@64_minus_majority@64", 0.0, None,
      "a PRM that rarely scores a slip highest (curves above: more draws bring more slips to "
      "score): less noisy Monte Carlo labels moved this gap from -0.106 at 2 rollouts per "
