@@ -317,6 +317,13 @@ def test_fit_raises_on_collapse(world, monkeypatch):
     monkeypatch.setattr(cls, "fit_model", classmethod(collapsing))
     with pytest.raises(CollapseError, match="collapsed"):
         fit("mono", world, overrides=FAST, progress=False)
+    # under the do-no-harm rule the raw score stands in, and says why
+    model = fit("mono", world, overrides=FAST, progress=False, seed=3, do_no_harm=True)
+    assert model.method == "base" and model.info["seed"] == 3
+    record = model.info["do_no_harm"]
+    assert record["fell_back"] and record["fitted_method"] == "mono"
+    assert record["reason"].startswith("collapse: mono (seed 3) collapsed")
+    assert CollapseError.refusal  # dprm run lists such a unit as refused, not failed
 
 
 def test_top_level_api_is_lazy():

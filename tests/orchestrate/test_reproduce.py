@@ -146,6 +146,38 @@ def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatc
     assert {r["method"] for r in results["metrics"]} == {"base", "isotonic"}
 
 
+@pytest.mark.slow
+def test_a_refused_calibrator_is_listed_and_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
+    """A collapse guard's refusal is a verdict on the data: exit 0, listed under Refused."""
+    from dprm.cli import main
+    from dprm.models.fit import CollapseError
+    from dprm.orchestrate import calibrator_units
+
+    _tiny_demo(monkeypatch)
+    real = calibrator_units.train_one
+
+    def train_one(calib, method, *args, **kwargs):
+        if method == "qr":
+            raise CollapseError("qr (seed 0) collapsed: injected")
+        return real(calib, method, *args, **kwargs)
+
+    monkeypatch.setattr(calibrator_units, "train_one", train_one)
+    out = tmp_path / "run"
+    argv = ["reproduce", "--preset", "demo", "--out", str(out), "--quiet", "--jobs", "1"]
+    rc = main(argv + ["--methods", "isotonic,qr", "--set", "qr.max_steps=5"])
+    assert rc == 0
+    assert "failed" not in capsys.readouterr().err
+    text = (out / "report.md").read_text()
+    assert "## Failures" not in text
+    assert "## Refused" in text and f"`train/{WORLD}/qr/seed0`: CollapseError: qr" in text
+    results = json.loads((out / "results.json").read_text())
+    assert results["failures"] == [
+        {"unit": f"train/{WORLD}/qr/seed0", "error": "CollapseError: qr (seed 0) collapsed: "
+         "injected", "refused": True}
+    ]  # fmt: skip
+    assert {r["method"] for r in results["metrics"]} == {"base", "isotonic"}
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -46,6 +46,17 @@ def test_run_lines_list_the_stages_failures_and_reused_units():
     assert "## Failures" not in run_lines(CFG, RUN, None)
 
 
+def test_run_lines_list_refused_units_apart_from_failures():
+    failures = [
+        {"unit": "train/w/ot/seed0", "error": "CollapseError: ot collapsed", "refused": True}
+    ]
+    lines = run_lines(CFG, RUN, failures)
+    assert "## Refused" in lines and "## Failures" not in lines
+    assert "- `train/w/ot/seed0`: CollapseError: ot collapsed" in lines
+    both = run_lines(CFG, RUN, [*failures, {"unit": "ias/x", "error": "boom"}])
+    assert both.index("## Failures") < both.index("- `ias/x`: boom") < both.index("## Refused")
+
+
 def test_intro_and_data_lines_say_what_the_data_is():
     synthetic = intro_lines(CFG, RunNames(), ias_ran=True)
     assert synthetic[0] == "# dprm reproduction: grid `demo`"

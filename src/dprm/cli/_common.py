@@ -489,9 +489,11 @@ def dataclass_from_args(config_class: type, args: argparse.Namespace, **fixed: A
 
 
 def report_failures(command: str, failures: list[dict[str, str]], report: Path) -> int:
-    """Exit code of a resumable run: 0, or 1 with a summary of its failed units on stderr."""
+    """Exit code of a resumable run: 0, or 1 with a summary of its failed units on stderr
+    (units whose result was refused, e.g. by a calibrator's collapse guard, do not count)."""
     import sys
 
+    failures = [f for f in failures if not f.get("refused")]
     if not failures:
         return 0
     units = ", ".join(f["unit"] for f in failures[:5])

@@ -18,7 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "-> train -> evaluate -> IAS -> tables, figures and report.md (the same report as "
             "`dprm reproduce`). Finished units are recorded in OUT/state.json with a fingerprint "
             "of their inputs: rerun the same command to resume; a changed setting re-runs only "
-            "what depends on it. Exits 1 when any unit failed (the report lists them). See "
+            "what depends on it. Exits 1 when any unit failed (the report lists them; a "
+            "calibrator its collapse guard refused is listed, not a failure). See "
             "docs/cluster.md."
         ),
     )

@@ -102,6 +102,10 @@ def _train(args: argparse.Namespace) -> int:
         if "versus_raw" in model.info:
             fell_back = saved_method != method
             print(comparison_text(method, model.info["versus_raw"], fell_back))
+        refused = model.info.get("do_no_harm", {}).get("reason")
+        if refused:
+            print(f"dprm train: {method} refused ({refused}): saved the raw-score calibrator "
+                  "(base) instead; use the raw score here")  # fmt: skip
         if best_tuned:
             print(best_tuned_scores_text(best_tuned))
             if method != "binomial":

@@ -51,7 +51,14 @@ POINT_MASS_TAIL = 0.05
 
 
 class CollapseError(RuntimeError):
-    """Training produced a degenerate map (constant in tau and h, or a point mass at 0 or 1)."""
+    """Training produced a degenerate map (constant in tau and h, or a point mass at 0 or 1).
+
+    A verdict on the data, not a crash: a rerun on the same data refuses the same map, so
+    ``dprm run`` lists the unit as refused (``refusal``), not as failed, and under the
+    do-no-harm rule :func:`fit` returns the raw-score calibrator instead.
+    """
+
+    refusal = True
 
 
 def binomial_upper_tail(k: np.ndarray, n: np.ndarray, p: float) -> np.ndarray:
@@ -204,8 +211,9 @@ def fit(
     small-data defaults apply (``info["small_data"]``).
 
     ``do_no_harm``: when the fitted calibrator is worse than the raw PRM on validation beyond
-    noise, return the raw-score calibrator (``base``) instead; its ``info["do_no_harm"]``
-    records the comparison and the method it replaced.
+    noise, or its collapse guard refuses it (:class:`CollapseError`), return the raw-score
+    calibrator (``base``) instead; its ``info["do_no_harm"]`` records the comparison (or the
+    refusal, ``reason``) and the method it replaced.
 
     ``threads``: torch threads for this call only (default: the CLI's ``--threads`` policy,
     :func:`dprm.threads.default_threads`; restored on return). ``progress`` shows a bar.
@@ -215,34 +223,51 @@ def fit(
         CollapseError: a distribution calibrator collapsed (see :func:`check_collapse`).
     """
     resolve_config(method, config_path, overrides)  # fail fast, before the split
+    started = time.perf_counter()
     with torch_threads(threads):
-        model = _fit(method, data, config_path, overrides, seed, progress)
+        try:
+            model = _fit(method, data, config_path, overrides, seed, progress)
+        except CollapseError as err:
+            if not do_no_harm:
+                raise
+            where = {
+                "seed": seed,
+                "data_path": str(data.path) if data.path is not None else None,
+                "fit_seconds": round(time.perf_counter() - started, 3),
+            }
+            return _raw_instead(data, method, {"reason": f"collapse: {err}"}, where)
     if do_no_harm:
         model = _fall_back_to_raw(model, data)
     return model
 
 
-def _fall_back_to_raw(model: Calibrator, data: CalibrationSet) -> Calibrator:
-    """``model``, or the raw-score calibrator when ``model`` is worse on validation."""
+def _raw_instead(data: CalibrationSet, method: str, record: dict, info: dict | None = None):
+    """The raw-score calibrator standing in for ``method`` (its ``info["do_no_harm"]`` says so)."""
     from dprm.models.raw_score import RawScoreCalibrator
 
+    raw = RawScoreCalibrator(data.hidden_dim)
+    raw.info.update({"method": "base", "dprm_version": __version__, **(info or {})})
+    raw.info["do_no_harm"] = {"applied": True, "fell_back": True, "fitted_method": method} | record
+    return raw
+
+
+def _fall_back_to_raw(model: Calibrator, data: CalibrationSet) -> Calibrator:
+    """``model``, or the raw-score calibrator when ``model`` is worse on validation."""
     comparison = model.info.get("versus_raw")
     worse = bool(comparison and comparison.get("worse_than_raw"))
-    record = {"applied": True, "fell_back": worse, "fitted_method": model.method}
     if not worse:
+        record = {"applied": True, "fell_back": False, "fitted_method": model.method}
         model.info["do_no_harm"] = record
         return model
-    raw = RawScoreCalibrator(data.hidden_dim)
-    keep = ("seed", "dprm_version", "data_path", "trained_on", "n_train", "n_val")
-    raw.info.update({k: model.info[k] for k in keep if k in model.info})
-    raw.info.update(
-        method="base",
-        n_train_questions=model.info.get("n_train_questions"),
-        n_val_questions=model.info.get("n_val_questions"),
-        fit_seconds=model.info.get("fit_seconds"),
-        versus_raw=comparison,
-        do_no_harm=record | {"fitted_config": model.info.get("config", {}),
-                             "fitted_training": model.info.get("training", {})},
+    keep = ("seed", "data_path", "trained_on", "n_train", "n_val")
+    raw = _raw_instead(
+        data,
+        model.method,
+        {"fitted_config": model.info.get("config", {}),
+         "fitted_training": model.info.get("training", {})},
+        {k: model.info[k] for k in keep if k in model.info}
+        | {k: model.info.get(k) for k in ("n_train_questions", "n_val_questions", "fit_seconds")}
+        | {"versus_raw": comparison},
     )  # fmt: skip
     raw.history = getattr(model, "history", [])
     return raw

@@ -250,11 +250,20 @@ class Pipeline:
         stats["units"] += 1
 
     def _failed(self, unit: Unit, err: Exception) -> None:
-        """Record a failed unit: it is not marked done (a rerun retries it); the report lists it."""
+        """Record a failed unit: it is not marked done (a rerun retries it); the report lists it.
+
+        An error whose class says ``refusal`` (a calibrator's collapse guard refusing its map:
+        a verdict on the data, which a rerun gives again) is recorded with ``refused``: the
+        report lists it apart and it does not fail the run.
+        """
         text = f"{type(err).__name__}: {err}".strip()
-        self.failures.append({"unit": unit.key, "error": text[:2000]})
+        refused = bool(getattr(err, "refusal", False))
+        self.failures.append(
+            {"unit": unit.key, "error": text[:2000]} | ({"refused": True} if refused else {})
+        )
+        what = "was refused" if refused else "failed"
         self.log(
-            f"{self.command}: WARNING: {unit.key} failed ({text.splitlines()[0][:300]}); continuing without it"
+            f"{self.command}: WARNING: {unit.key} {what} ({text.splitlines()[0][:300]}); continuing without it"
         )
 
     def unit_fingerprints(self) -> dict[str, list]:

@@ -134,7 +134,9 @@ def run_lines(cfg, run: dict, failures: list[dict] | None = None) -> list[str]:
         total = by_stage.get(stage)
         cell = f"{total:.1f}" if total is not None else "--"
         lines.append(f"| {stage} | {t['seconds']:.1f} | {t['units']} | {t['skipped']} | {cell} |")
-    if failures:
+    failed = [f for f in failures or [] if not f.get("refused")]
+    refused = [f for f in failures or [] if f.get("refused")]
+    if failed:
         lines += [
             "",
             "## Failures",
@@ -143,7 +145,19 @@ def run_lines(cfg, run: dict, failures: list[dict] | None = None) -> list[str]:
             "below (a rerun of the same command retries them):",
             "",
         ]
-        lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in failures]
+        lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in failed]
+    if refused:
+        lines += [
+            "",
+            "## Refused",
+            "",
+            "These calibrators were refused by their collapse guard (docs/calibrators.md): a "
+            "verdict on this data, which a rerun gives again, not a failure of the run. Their "
+            "seeds are missing from the results below (a method's rows average the seeds kept); "
+            "`dprm train` under the do-no-harm rule saves the raw-score calibrator instead:",
+            "",
+        ]
+        lines += [f"- `{f['unit']}`: {f['error'].splitlines()[0][:300]}" for f in refused]
     reused = run.get("reused_units", [])
     if reused:
         lines += [
