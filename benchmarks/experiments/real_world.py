@@ -112,9 +112,17 @@ def render() -> Path:
     keys = [k for k in ("dataset", "method") if k in metrics.columns]
     held_out = metrics[metrics["dataset"].isin(["id", "ood"])] if "dataset" in metrics else metrics
     seeds = sorted(metrics["seed"].unique().tolist()) if "seed" in metrics else "?"
-    lines = [
-        f"Seeds: {seeds}.",
-        "",
+    lines = [f"Seeds: {seeds}.", ""]
+    if source.get("refused"):
+        lines += [
+            "Refused by their collapse guard (a verdict on this data, not a failure; missing "
+            "from the means below, whose `seeds` column counts the seeds kept; `dprm train` "
+            "would save the raw score in their place):",
+            "",
+            *(f"- `{f['unit']}`: {f['error']}" for f in source["refused"]),
+            "",
+        ]
+    lines += [
         INTRO,
         "",
         f"The run behind this page: `dprm run {source['recipe']} --out {source['work']}` "
@@ -174,6 +182,11 @@ def store(results: dict, recipe: Path, work: Path, stats: Path | None) -> None:
         recipe=str(_relative(recipe)),
         work=str(_relative(work)),
         wall_time_s=results["run"].get("wall_time_s", "?"),
+        refused=[
+            {"unit": f["unit"], "error": f["error"].splitlines()[0][:300]}
+            for f in results.get("failures", [])
+            if f.get("refused")
+        ],
     )
     (folder / "source.json").write_text(json.dumps(source, indent=2) + "\n")
 
@@ -192,7 +205,10 @@ def smoke_results() -> dict:
             for allocation, method in (("uniform", "uniform"), ("auto-seq", "ot")):
                 pays.append({"split": split, "allocation": allocation, "method": method, "cost": 0.1,
                              "accuracy": 0.2 + 0.01 * seed, "seed": seed})  # fmt: skip
-    return {"metrics": metrics, "pays": pays, "run": {"wall_time_s": 1.0}}
+    # a third method whose one seed its collapse guard refused: the page lists it
+    refused = {"unit": "train/w/mono/seed0", "error": "CollapseError: mono (seed 0) collapsed: "
+               "point mass on 60% of rows", "refused": True}  # fmt: skip
+    return {"metrics": metrics, "pays": pays, "run": {"wall_time_s": 1.0}, "failures": [refused]}
 
 
 def main(argv: list[str] | None = None) -> int:

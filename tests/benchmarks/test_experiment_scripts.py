@@ -87,6 +87,14 @@ def test_every_experiment_script_is_smoke_tested():
     assert {p.name for p in (ROOT / "benchmarks" / "experiments").glob("*.py")} == listed
 
 
+def test_the_real_world_page_lists_the_calibrators_a_guard_refused(tmp_path, run):
+    run(ROOT / "benchmarks" / "experiments" / "real_world.py", ["--smoke", "--work", "{tmp}/w"],
+        tmp_path)  # fmt: skip
+    page = (tmp_path / "w" / "results" / "real-world.md").read_text()
+    assert "Refused by their collapse guard" in page
+    assert "- `train/w/mono/seed0`: CollapseError: mono (seed 0) collapsed" in page
+
+
 def test_paper_rows_reads_a_reproduce_output(tmp_path, run):
     """The smallest ``dprm reproduce`` output paper_rows.py reads: one world's eval files."""
     out = tmp_path / "out"
