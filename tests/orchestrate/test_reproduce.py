@@ -119,9 +119,9 @@ def _tiny_demo(monkeypatch):
     monkeypatch.setitem(GRIDS, "demo", GRIDS["tiny"])
 
 
-@pytest.mark.slow
-def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatch, capsys):
-    """A failed unit -> exit 1, report written and listing the failure."""
+def _reproduce_with_qr_raising(error: Exception, tmp_path, monkeypatch) -> tuple[int, Path]:
+    """``dprm reproduce`` on the tiny demo grid (isotonic, qr) whose qr training raises
+    ``error``; (exit code, run folder)."""
     from dprm.cli import main
     from dprm.orchestrate import calibrator_units
 
@@ -130,13 +130,19 @@ def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatc
 
     def train_one(calib, method, *args, **kwargs):
         if method == "qr":
-            raise RuntimeError("injected failure")
+            raise error
         return real(calib, method, *args, **kwargs)
 
     monkeypatch.setattr(calibrator_units, "train_one", train_one)
     out = tmp_path / "run"
     argv = ["reproduce", "--preset", "demo", "--out", str(out), "--quiet", "--jobs", "1"]
-    rc = main(argv + ["--methods", "isotonic,qr", "--set", "qr.max_steps=5"])
+    return main(argv + ["--methods", "isotonic,qr", "--set", "qr.max_steps=5"]), out
+
+
+@pytest.mark.slow
+def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatch, capsys):
+    """A failed unit -> exit 1, report written and listing the failure."""
+    rc, out = _reproduce_with_qr_raising(RuntimeError("injected failure"), tmp_path, monkeypatch)
     assert rc == 1
     assert "1 unit(s) failed" in capsys.readouterr().err
     text = (out / "report.md").read_text()
@@ -149,22 +155,10 @@ def test_failing_unit_exits_nonzero_and_the_report_lists_it(tmp_path, monkeypatc
 @pytest.mark.slow
 def test_a_refused_calibrator_is_listed_and_does_not_fail_the_run(tmp_path, monkeypatch, capsys):
     """A collapse guard's refusal is a verdict on the data: exit 0, listed under Refused."""
-    from dprm.cli import main
     from dprm.models.fit import CollapseError
-    from dprm.orchestrate import calibrator_units
 
-    _tiny_demo(monkeypatch)
-    real = calibrator_units.train_one
-
-    def train_one(calib, method, *args, **kwargs):
-        if method == "qr":
-            raise CollapseError("qr (seed 0) collapsed: injected")
-        return real(calib, method, *args, **kwargs)
-
-    monkeypatch.setattr(calibrator_units, "train_one", train_one)
-    out = tmp_path / "run"
-    argv = ["reproduce", "--preset", "demo", "--out", str(out), "--quiet", "--jobs", "1"]
-    rc = main(argv + ["--methods", "isotonic,qr", "--set", "qr.max_steps=5"])
+    error = CollapseError("qr (seed 0) collapsed: injected")
+    rc, out = _reproduce_with_qr_raising(error, tmp_path, monkeypatch)
     assert rc == 0
     assert "failed" not in capsys.readouterr().err
     text = (out / "report.md").read_text()
